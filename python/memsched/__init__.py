@@ -1,0 +1,25 @@
+"""tvm-memsched: peak-memory-optimal operator scheduling and memory passes for Apache TVM Relax.
+
+Graph model and algorithms import without TVM; the passes (`MemoryAwareSchedule`, ...) import
+TVM on first use.
+"""
+from .graph import GraphBuilder, GraphError, OpGraph  # noqa: F401
+from .memory import MemoryModel, Problem, Profile, evaluate, peak_memory  # noqa: F401
+from .schedulers import Schedule, available, schedule  # noqa: F401
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "MemoryAwareSchedule": "memsched.transform.memory_aware_schedule",
+    "pipeline": "memsched.pipeline",
+    "from_relax": "memsched.importers.relax",
+    "from_onnx": "memsched.importers.onnx",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'memsched' has no attribute {name!r}")

@@ -1,0 +1,83 @@
+"""What every scheduler returns, and the registry that names them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..graph import OpGraph
+from ..memory import MemoryModel, Problem
+
+
+@dataclass
+class Schedule:
+    """A topological order with its peak under the memory model it was computed for.
+
+    ``lower_bound`` is a proven lower bound on the optimal peak; ``optimal`` is True when the
+    peak equals it (the order is certified optimal).
+    """
+
+    order: list[int]
+    peak: int
+    lower_bound: int
+    optimal: bool
+    algorithm: str
+    seconds: float = 0.0
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def gap(self) -> float:
+        """Relative distance between peak and lower bound (0.0 when optimal)."""
+        return 0.0 if self.peak == 0 else (self.peak - self.lower_bound) / self.peak
+
+
+# name -> function(problem, **options) -> (order, lower_bound, optimal, stats)
+SchedulerFn = Callable[..., "tuple[list[int], int, bool, dict]"]
+_REGISTRY: dict[str, tuple[SchedulerFn, str]] = {}
+
+
+def register(name: str, doc: str):
+    def deco(fn):
+        _REGISTRY[name] = (fn, doc)
+        return fn
+    return deco
+
+
+def available() -> dict[str, str]:
+    """Scheduler names and one-line descriptions."""
+    return {k: v[1] for k, v in _REGISTRY.items()}
+
+
+def trivial_bound(problem: Problem) -> int:
+    """Max over ops of what the op itself must hold, and the memory live before/after all ops:
+    every schedule's peak is at least this."""
+    b = max((problem.static_bound(v) for v in range(problem.n)), default=0)
+    return max(b, problem.live(0), problem.live(problem.full)) if problem.n else b
+
+
+def run(problem: Problem, algorithm: str, **options) -> tuple[list[int], int, bool, dict]:
+    try:
+        fn = _REGISTRY[algorithm][0]
+    except KeyError:
+        raise ValueError(f"unknown scheduling algorithm {algorithm!r}; choose one of "
+                         f"{sorted(_REGISTRY)}") from None
+    return fn(problem, **options)
+
+
+def schedule(graph: OpGraph, algorithm: str = "auto", memory_model: MemoryModel | str | None = None,
+             time_limit: float | None = 10.0, progress: bool = False, **options) -> Schedule:
+    """Schedule ``graph`` for minimum peak memory.
+
+    ``algorithm``: one of `available()` (``auto``: exact search with divide-and-conquer, anytime
+    under ``time_limit`` seconds). Deterministic: the same graph and options give the same order.
+    """
+    import time
+
+    problem = Problem.from_graph(graph, memory_model)
+    t0 = time.perf_counter()
+    order, lb, optimal, stats = run(problem, algorithm, time_limit=time_limit,
+                                    progress=progress, **options)
+    seconds = time.perf_counter() - t0
+    graph.check_order(order)
+    peak = problem.evaluate(order).peak
+    lb = min(max(lb, trivial_bound(problem)), peak)
+    return Schedule(order, peak, lb, optimal or lb == peak, algorithm, seconds, stats)
