@@ -11,7 +11,9 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "MemoryAwareSchedule": "memsched.transform.memory_aware_schedule",
-    "pipeline": "memsched.pipeline",
+    "pipeline": "memsched.relax_pipeline",
+    "pipeline_passes": "memsched.relax_pipeline",
+    "planned_bytes": "memsched.tvm_memory",
     "from_relax": "memsched.importers.relax",
     "from_onnx": "memsched.importers.onnx",
 }

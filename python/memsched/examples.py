@@ -1,0 +1,183 @@
+"""Example models built in Relax with no downloads: irregularly wired networks small enough to
+compile and run in seconds, used by the README, the CLI (``example:NAME``) and the tests.
+
+* ``randwire``: a randomly wired cell network (RandWire-like: Watts-Strogatz DAG, each node
+  aggregates its inputs by sum, then ReLU-conv), channels varying per node.
+* ``nas_cell``: two stacked NASNet-like cells (five two-branch blocks each, separable-ish convs,
+  pooling, identity, a final concat).
+* ``two_branch``: the smallest case where order matters: two conv branches of very different
+  sizes.
+
+``emit`` chooses the order the bindings are emitted in: ``"bfs"`` (level by level, as several
+frontends emit; usually bad for memory) or ``"dfs"`` (depth-first).
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+EXAMPLES = ("randwire", "nas_cell", "two_branch")
+
+
+def _rng_weights(rng: np.random.Generator, shape):
+    fan_in = int(np.prod(shape[1:])) or 1
+    return (rng.standard_normal(shape) / np.sqrt(fan_in)).astype("float32")
+
+
+class _Net:
+    """A tiny DAG description: nodes with an op and inputs, emitted later in a chosen order."""
+
+    def __init__(self):
+        self.nodes: list[tuple[str, tuple, list[int]]] = []  # (op, params, inputs)
+
+    def add(self, op, params, inputs):
+        self.nodes.append((op, params, list(inputs)))
+        return len(self.nodes) - 1
+
+
+def _emit_order(net: _Net, emit: str) -> list[int]:
+    n = len(net.nodes)
+    succs = [[] for _ in range(n)]
+    indeg = [0] * n
+    for v, (_, _, ins) in enumerate(net.nodes):
+        for u in set(ins):
+            succs[u].append(v)
+            indeg[v] += 1
+    ready = [v for v in range(n) if indeg[v] == 0]
+    order = []
+    while ready:
+        v = ready.pop(0) if emit == "bfs" else ready.pop()
+        order.append(v)
+        new = []
+        for s in succs[v]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                new.append(s)
+        ready.extend(new if emit == "bfs" else reversed(new))
+    return order
+
+
+def _to_relax(net: _Net, in_shape, emit: str, seed: int, name: str = "main"):
+    import tvm
+    from tvm import relax
+
+    rng = np.random.default_rng(seed)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(in_shape, "float32"))
+    shapes: dict[int, tuple] = {}
+    with bb.function(name, [x]):
+        with bb.dataflow():
+            vals: dict[int, object] = {}
+            order = _emit_order(net, emit)
+            last = order[-1]
+            for v in order:
+                op, params, ins = net.nodes[v]
+                args = [vals[u] for u in ins]
+                if op == "input":
+                    expr, shape = None, in_shape
+                    vals[v] = x
+                    shapes[v] = shape
+                    continue
+                if op == "conv":
+                    cout, k = params
+                    cin = shapes[ins[0]][1]
+                    w = relax.const(_rng_weights(rng, (cout, cin, k, k)))
+                    expr = relax.op.nn.conv2d(args[0], w, padding=k // 2)
+                    shape = (1, cout) + tuple(shapes[ins[0]][2:])
+                elif op == "relu":
+                    expr, shape = relax.op.nn.relu(args[0]), shapes[ins[0]]
+                elif op == "sum":
+                    expr = args[0]
+                    for a in args[1:]:
+                        expr = bb.emit(relax.op.add(expr, a))
+                    expr, shape = relax.op.nn.relu(expr), shapes[ins[0]]
+                elif op == "maxpool":
+                    expr = relax.op.nn.max_pool2d(args[0], (3, 3), (1, 1), (1, 1))
+                    shape = shapes[ins[0]]
+                elif op == "concat":
+                    expr = relax.op.concat(args, axis=1)
+                    shape = (1, sum(shapes[u][1] for u in ins)) + tuple(shapes[ins[0]][2:])
+                else:  # pragma: no cover - builder bug
+                    raise ValueError(op)
+                vals[v] = bb.emit_output(expr) if v == last else bb.emit(expr)
+                shapes[v] = shape
+        bb.emit_func_output(vals[last])
+    return bb.get()
+
+
+def randwire_net(nodes: int = 12, seed: int = 0, k: int = 4, p: float = 0.75,
+                 channels=(4, 8, 16, 32)) -> _Net:
+    """A Watts-Strogatz random DAG (edges oriented low -> high id) with RandWire's node op."""
+    import networkx as nx
+
+    rng = random.Random(seed)
+    ws = nx.connected_watts_strogatz_graph(nodes, k, p, seed=seed)
+    net = _Net()
+    x = net.add("input", (), [])
+    stem = net.add("conv", (rng.choice(channels), 3), [x])
+    ids = {}
+    for v in range(nodes):
+        preds = sorted(u for u in ws.neighbors(v) if u < v)
+        srcs = [ids[u] for u in preds] or [stem]
+        # align channel counts with 1x1 convs before summing (RandWire uses equal widths; we
+        # vary widths to make the memory problem non-trivial)
+        c = rng.choice(channels)
+        aligned = [net.add("conv", (c, 1), [s]) for s in srcs]
+        agg = net.add("sum", (), aligned) if len(aligned) > 1 else \
+            net.add("relu", (), aligned)
+        ids[v] = net.add("conv", (c, 3), [agg])
+    sinks = [ids[v] for v in range(nodes) if not any(u > v for u in ws.neighbors(v))]
+    net.add("concat", (), sinks) if len(sinks) > 1 else net.add("relu", (), sinks)
+    return net
+
+
+def nas_cell_net(cells: int = 2, c: int = 8) -> _Net:
+    net = _Net()
+    x = net.add("input", (), [])
+    prev_prev = prev = net.add("conv", (c, 3), [x])
+    for _ in range(cells):
+        hs = [net.add("conv", (c, 1), [prev_prev]), net.add("conv", (c, 1), [prev])]
+        for b in range(5):
+            i, j = b % len(hs), (b * 3 + 1) % len(hs)
+            left = net.add("conv", (c, 3), [net.add("relu", (), [hs[i]])])
+            right = net.add("maxpool", (), [hs[j]]) if b % 2 else \
+                net.add("conv", (c, 1), [net.add("relu", (), [hs[j]])])
+            hs.append(net.add("sum", (), [left, right]))
+        out = net.add("concat", (), hs[2:])
+        prev_prev, prev = prev, net.add("conv", (c * 2, 1), [out])
+    return net
+
+
+def two_branch_net() -> _Net:
+    net = _Net()
+    x = net.add("input", (), [])
+    big = net.add("conv", (64, 3), [x])
+    big2 = net.add("conv", (8, 1), [big])
+    small = net.add("conv", (8, 3), [x])
+    small2 = net.add("conv", (8, 3), [small])
+    net.add("concat", (), [big2, small2])
+    return net
+
+
+def example_model(name: str = "randwire", emit: str = "bfs", seed: int = 0, **kw):
+    """A Relax IRModule of the named example (see module docstring)."""
+    if name == "randwire":
+        net, shape = randwire_net(seed=seed, **kw), (1, 8, 16, 16)
+    elif name == "nas_cell":
+        net, shape = nas_cell_net(**kw), (1, 8, 16, 16)
+    elif name == "two_branch":
+        net, shape = two_branch_net(), (1, 8, 32, 32)
+    else:
+        raise ValueError(f"unknown example {name!r}; choose one of {EXAMPLES}")
+    return _to_relax(net, shape, emit, seed)
+
+
+def example_inputs(mod, seed: int = 0) -> list[np.ndarray]:
+    """Random inputs matching the parameters of ``mod['main']``."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in mod["main"].params:
+        shape = [int(d) for d in p.ty.shape.values]
+        out.append(rng.standard_normal(shape).astype(str(p.ty.dtype)))
+    return out

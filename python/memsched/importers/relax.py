@@ -1,0 +1,224 @@
+"""Relax importer: a dataflow block of a Relax function -> `OpGraph`.
+
+Each binding of the block becomes one op, ``Op.source`` = its index in the block, so a schedule
+is applied by reordering the bindings (`reorder_block`). What the model sees:
+
+* a call (Relax op, ``call_tir`` / ``call_dps_packed`` after legalization, a call to another
+  function) creates one tensor per tensor field of its result type;
+* ``TupleGetItem``, tuple construction, ``y = x``, ``match_cast`` and reshape-like views
+  (``reshape``, ``flatten``, ``squeeze``, ``expand_dims``, ``memory.view``, which the VM runs
+  without a copy after ``RewriteDataflowReshape``) are *alias* ops: they create no storage;
+* vars defined outside the block (function parameters, earlier blocks) are graph inputs;
+  constants are weights, not activations;
+* the block's output vars (plain ``Var``, not ``DataflowVar``) are graph outputs.
+
+`UnsupportedModelError` names what cannot be modelled: dynamic shapes, impure calls, unknown
+binding kinds, functions with control flow when a whole-function graph is asked for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import relax
+
+from ..graph import GraphBuilder, OpGraph
+
+from tvm.ir.prim.expr import IntImm as _IntImm  # noqa: E402  (tvm.tir is gone in 0.27)
+
+VIEW_OPS = {"relax.reshape", "relax.flatten", "relax.squeeze", "relax.expand_dims",
+            "relax.memory.view"}
+ELEMENTWISE_OPS = {"relax.nn.relu", "relax.nn.gelu", "relax.nn.silu", "relax.sigmoid",
+                   "relax.tanh", "relax.add", "relax.multiply", "relax.subtract",
+                   "relax.divide", "relax.clip", "relax.nn.relu6", "relax.exp", "relax.negative"}
+
+
+class UnsupportedModelError(ValueError):
+    """The model (or one block of it) cannot be scheduled; the message names the problem."""
+
+
+def _where(var) -> str:
+    return f"binding {var.name!r}"
+
+
+def tensor_nbytes(ty, what: str = "value") -> list[int]:
+    """Byte sizes of the tensors of a Relax type (a tuple type gives one per field)."""
+    if isinstance(ty, relax.TensorType):
+        shape = ty.shape
+        if shape is None or not isinstance(shape, relax.ShapeExpr):
+            raise UnsupportedModelError(f"dynamic shape: {what} has unknown shape ({ty})")
+        n = 1
+        for d in shape.values:
+            if not isinstance(d, _IntImm):
+                raise UnsupportedModelError(f"dynamic shape: {what} has symbolic shape {shape}")
+            n *= int(d.value)
+        dt = tvm.DataType(ty.dtype)
+        return [(n * dt.bits * dt.lanes + 7) // 8]
+    if isinstance(ty, tvm.ir.TupleType):
+        return [b for f in ty.fields for b in tensor_nbytes(f, what)]
+    if isinstance(ty, (relax.ShapeType, relax.PrimType, relax.ObjectType)):
+        return []
+    raise UnsupportedModelError(f"unsupported type {type(ty).__name__} for {what}")
+
+
+def _is_pure_call(value) -> bool:
+    op = value.op
+    if isinstance(op, tvm.ir.Op):
+        pure = op.get_attr("FPurity")
+        return bool(pure) if pure is not None else False
+    if isinstance(op, tvm.ir.GlobalVar):
+        return True  # calls to other functions of the module; well-formedness checks purity
+    return False
+
+
+@dataclass
+class BlockGraph:
+    graph: OpGraph
+    block_index: int
+
+
+def _struct(ty, tensors):
+    """Nest a flat list of tensor ids like the fields of ``ty``."""
+    it = iter(tensors)
+
+    def rec(t):
+        if isinstance(t, tvm.ir.TupleType):
+            return [rec(f) for f in t.fields]
+        if isinstance(t, relax.TensorType):
+            return next(it)
+        return []
+
+    return rec(ty)
+
+
+def _flat(s) -> list[int]:
+    if isinstance(s, list):
+        return [t for x in s for t in _flat(x)]
+    return [s]
+
+
+def block_graph(block, name: str = "block") -> OpGraph:
+    """The `OpGraph` of one Relax ``DataflowBlock``; raises `UnsupportedModelError`."""
+    if not isinstance(block, relax.DataflowBlock):
+        raise UnsupportedModelError(f"{name}: not a dataflow block (impure bindings or "
+                                    "control flow cannot be reordered)")
+    b = GraphBuilder(name)
+    struct: dict = {}  # var -> nested tensor ids
+    alias_op: dict = {}  # var -> op id that defines it
+    externals: dict = {}
+
+    def value_struct(expr):
+        """(nested tensors, defining ops) of an argument expression."""
+        if isinstance(expr, relax.Tuple):
+            parts = [value_struct(f) for f in expr.fields]
+            return [p[0] for p in parts], [o for p in parts for o in p[1]]
+        if isinstance(expr, tvm.ir.Var):
+            if expr in struct:
+                return struct[expr], [alias_op[expr]]
+            if expr not in externals:
+                sizes = tensor_nbytes(expr.ty, f"input {expr.name!r}")
+                ids = [b.input(expr.name if len(sizes) == 1 else f"{expr.name}.{i}", s)
+                       for i, s in enumerate(sizes)]
+                externals[expr] = _struct(expr.ty, ids)
+            return externals[expr], []
+        return [], []  # constants, shapes, prim values: no activation memory
+
+    for i, binding in enumerate(block.bindings):
+        var = binding.var
+        value = binding.value
+        if isinstance(binding, relax.MatchCast):
+            tensor_nbytes(binding.struct_info if hasattr(binding, "struct_info") else var.ty,
+                          _where(var))
+            s, deps = value_struct(value)
+            v = b.op(var.name, "match_cast", _flat(s), alias=True, source=i, extra_preds=deps)
+            struct[var], alias_op[var] = s, v
+            continue
+        if isinstance(value, relax.TupleGetItem):
+            s, deps = value_struct(value.tuple_value)
+            field = s[value.index] if isinstance(s, list) and value.index < len(s) else []
+            v = b.op(var.name, "TupleGetItem", _flat(field), alias=True, source=i,
+                     extra_preds=deps)
+            struct[var], alias_op[var] = field, v
+            continue
+        if isinstance(value, (relax.Tuple, tvm.ir.Var)):
+            s, deps = value_struct(value)
+            v = b.op(var.name, "tuple" if isinstance(value, relax.Tuple) else "copy",
+                     _flat(s), alias=True, source=i, extra_preds=deps)
+            struct[var], alias_op[var] = s, v
+            continue
+        if not isinstance(value, tvm.ir.Call):
+            raise UnsupportedModelError(
+                f"{name}: {_where(var)} has an unsupported value kind {type(value).__name__}")
+        if not _is_pure_call(value):
+            raise UnsupportedModelError(f"{name}: {_where(var)} is an impure call "
+                                        f"({getattr(value.op, 'name', value.op)}); "
+                                        "impure calls cannot be reordered")
+        kind = value.op.name if isinstance(value.op, tvm.ir.Op) else str(value.op.name_hint)
+        if kind == "relax.call_tir" and isinstance(value.args[0], tvm.ir.GlobalVar):
+            kind = f"call_tir:{value.args[0].name_hint}"
+        reads, deps = [], []
+        for a in value.args:
+            s, d = value_struct(a)
+            reads += _flat(s)
+            deps += d
+        if kind in VIEW_OPS:
+            s = value_struct(value.args[0])[0]
+            tensor_nbytes(var.ty, _where(var))
+            v = b.op(var.name, kind, reads, alias=True, source=i, extra_preds=deps)
+            struct[var], alias_op[var] = s, v
+            continue
+        sizes = tensor_nbytes(var.ty, _where(var))
+        outs = [(var.name if len(sizes) == 1 else f"{var.name}.{k}", s)
+                for k, s in enumerate(sizes)]
+        inplace = reads[:1] if kind in ELEMENTWISE_OPS and len(sizes) == 1 else []
+        v = b.op(var.name, kind, reads, outs, source=i, extra_preds=deps, inplace=inplace)
+        struct[var] = _struct(var.ty, list(b.ops[v].outputs))
+        alias_op[var] = v
+    for var, s in struct.items():
+        if not isinstance(var, relax.DataflowVar):
+            for t in _flat(s):
+                b.mark_output(t)
+    return b.build()
+
+
+def dataflow_blocks(func) -> list[tuple[int, object]]:
+    """(index, block) of the dataflow blocks of a Relax function body."""
+    body = func.body
+    if not isinstance(body, relax.SeqExpr):
+        return []
+    return [(i, blk) for i, blk in enumerate(body.blocks) if isinstance(blk, relax.DataflowBlock)]
+
+
+def has_control_flow(func) -> bool:
+    found = []
+
+    def visit(e):
+        if isinstance(e, relax.If):
+            found.append(e)
+
+    relax.analysis.post_order_visit(func.body, visit)
+    return bool(found)
+
+
+def from_relax(mod, func_name: str = "main") -> OpGraph:
+    """The `OpGraph` of a Relax function's dataflow block (``mod`` may be an IRModule or a
+    Function). The function must have exactly one dataflow block and no control flow."""
+    func = mod[func_name] if isinstance(mod, tvm.IRModule) else mod
+    if not isinstance(func, relax.Function):
+        raise UnsupportedModelError(f"{func_name!r} is not a Relax function")
+    if has_control_flow(func):
+        raise UnsupportedModelError(f"control flow: function {func_name!r} contains an If; "
+                                    "only its dataflow blocks can be scheduled (use the pass)")
+    blocks = dataflow_blocks(func)
+    if len(blocks) != 1:
+        raise UnsupportedModelError(
+            f"function {func_name!r} has {len(blocks)} dataflow blocks; a whole-function graph "
+            "needs exactly one (the pass schedules each block separately)")
+    return block_graph(blocks[0][1], name=func_name)
+
+
+def reorder_block(block, graph: OpGraph, order) -> "relax.DataflowBlock":
+    """The block with its bindings in ``order`` (op ids of ``graph`` = block_graph(block))."""
+    graph.check_order(order)
+    bindings = list(block.bindings)
+    return relax.DataflowBlock([bindings[graph.ops[v].source] for v in order], block.span)

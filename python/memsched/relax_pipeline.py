@@ -1,0 +1,65 @@
+"""Compose memsched's passes with TVM's own into a ``relax_pipeline`` for ``tvm.compile``.
+
+TVM's default CPU build pipeline (``relax.get_pipeline("default")``) plans memory in binding
+order (StaticPlanBlockMemory). `pipeline` is that pipeline with the memory-aware reorder placed
+where it decides the plan: after legalization (and optional fusion) and reshape-view
+rewriting, before ToNonDataflow/StaticPlanBlockMemory, so the scheduler sees the kernels that
+really run and the views that really own no storage.
+
+    ex = tvm.compile(mod, target="llvm", relax_pipeline=memsched.pipeline())
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+
+
+def pipeline_passes(*, schedule: bool = True, algorithm: str | None = None,
+                    time_limit: float | None = -1.0, memory_model: str = "tvm",
+                    fold_constants: bool = True, fuse: bool = False, before=(),
+                    plan_arena: bool = False, stop_after_planning: bool = False) -> list:
+    """The list of passes of `pipeline` (see there)."""
+    from .transform import MemoryAwareSchedule
+
+    t = relax.transform
+    passes = list(before)
+    if fold_constants:
+        passes.append(t.FoldConstant())  # weight-only computations must not look like activations
+    passes += [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(),
+               t.LegalizeOps()]
+    if fuse:
+        passes += [t.AnnotateTIROpPattern(), t.FoldConstant(), t.FuseOps(), t.FuseTIR()]
+    passes.append(t.RewriteDataflowReshape())
+    if schedule:
+        passes.append(MemoryAwareSchedule(algorithm=algorithm, time_limit=time_limit,
+                                          memory_model=memory_model))
+    passes += [t.ToNonDataflow(), t.RemovePurityChecking(), t.CallTIRRewrite(),
+               t.StaticPlanBlockMemory()]
+    if plan_arena:
+        from .transform.plan_arena import PlanArena
+
+        passes.append(PlanArena())
+    if stop_after_planning:
+        return passes
+    passes += [t.RewriteCUDAGraph(), t.LowerAllocTensor(), t.KillAfterLastUse(),
+               t.LowerRuntimeBuiltin(), t.ComputePrimValue(), t.VMShapeLower(),
+               t.AttachGlobalSymbol()]
+    return passes
+
+
+def pipeline(**options) -> tvm.transform.Pass:
+    """A ``relax_pipeline`` for ``tvm.compile``: TVM's default CPU build pipeline with
+    `MemoryAwareSchedule` before memory planning.
+
+    Options: ``schedule`` (False gives the plain TVM order, for comparison), ``algorithm``,
+    ``time_limit``, ``memory_model`` (default ``"tvm"``), ``fold_constants`` (default True),
+    ``fuse`` (FuseOps/FuseTIR before scheduling), ``before`` (passes run first, e.g.
+    ``[RewriteConcatConv()]``), ``plan_arena`` (pack planned storage into one arena).
+    """
+    seq = tvm.transform.Sequential(pipeline_passes(**options), name="memsched_pipeline")
+
+    @tvm.transform.module_pass(opt_level=0, name="memsched.pipeline")
+    def _pipeline(mod, _ctx):
+        return seq(mod)
+
+    return _pipeline

@@ -1,0 +1,2 @@
+"""TVM passes of memsched (one file each), re-exported from `memsched`."""
+from .memory_aware_schedule import MemoryAwareSchedule  # noqa: F401

@@ -1,0 +1,153 @@
+"""`MemoryAwareSchedule`: reorder every dataflow block of every Relax function for minimum peak
+activation memory.
+
+TVM plans memory (StaticPlanBlockMemory) in binding order and ships no memory-aware ordering,
+so the order the frontend emitted decides how much memory the compiled model needs. This pass
+imports each dataflow block as an `OpGraph`, schedules it (`memsched.schedule`), and rewrites
+the block with its bindings in the new order. Pure reordering: outputs are bit-identical.
+
+A block is reordered only when the new order has a strictly lower peak, so the pass never makes
+memory worse under its model. Blocks that cannot be modelled (dynamic shapes, impure calls,
+unknown binding kinds) are left exactly as they were; the reason is recorded and warned about.
+
+Results are attached to each function as attributes (all integers are bytes):
+``memsched.peak_before``, ``memsched.peak_after``, ``memsched.lower_bound``,
+``memsched.optimal`` (1/0), ``memsched.algorithm``, ``memsched.seconds``,
+``memsched.blocks_reordered``, and ``memsched.skipped`` (reasons) when a block was skipped.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+
+import tvm
+from tvm import relax
+
+from ..importers.relax import UnsupportedModelError, block_graph, reorder_block
+from ..memory import MemoryModel, Problem
+from ..schedulers import schedule
+from ..schedulers.base import available
+from . import config
+
+
+@tvm.transform.module_pass(opt_level=0, name="MemoryAwareSchedule")
+class MemoryAwareSchedule:
+    """Reorder Relax dataflow blocks for minimum peak memory.
+
+    Parameters
+    ----------
+    algorithm : str
+        Scheduler name (see `memsched.available()`); ``"auto"`` (default) is the exact search,
+        anytime under ``time_limit``.
+    time_limit : float or None
+        Seconds for the whole module (shared by its blocks); None means no limit.
+    memory_model : str or MemoryModel
+        ``"tvm"`` (default: what StaticPlanBlockMemory plans: parameters and the returned
+        tensor are not planned) or ``"paper"`` (inputs and outputs counted).
+    functions : list of str, optional
+        Only these functions (default: every Relax function).
+    progress : bool
+        Show a progress line on a terminal during long searches.
+
+    PassContext config keys ``memsched.algorithm``, ``memsched.time_limit_s`` and
+    ``memsched.memory_model`` override the defaults when the native library registered them.
+    """
+
+    def __init__(self, algorithm: str | None = None, time_limit: float | None = -1.0,
+                 memory_model: str | MemoryModel | None = None, functions=None,
+                 progress: bool = False):
+        self.algorithm = algorithm
+        self.time_limit = time_limit
+        self.memory_model = memory_model
+        self.functions = None if functions is None else set(functions)
+        self.progress = progress
+        if algorithm is not None and algorithm not in available():
+            raise ValueError(f"unknown scheduling algorithm {algorithm!r}; choose one of "
+                             f"{sorted(available())}")
+        if memory_model is not None:
+            MemoryModel.get(memory_model)  # fail early on a bad name
+
+    def _options(self, ctx):
+        algo = self.algorithm or config.get(ctx, "memsched.algorithm", "auto")
+        tl = self.time_limit
+        if tl is not None and tl < 0:
+            tl = float(config.get(ctx, "memsched.time_limit_s", 10.0))
+            tl = None if tl <= 0 else tl
+        model = MemoryModel.get(self.memory_model or config.get(ctx, "memsched.memory_model",
+                                                                "tvm"))
+        return algo, tl, model
+
+    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        algorithm, time_limit, model = self._options(ctx)
+        deadline = None if time_limit is None else time.perf_counter() + time_limit
+        updates = {}
+        for gv, func in mod.functions_items():
+            if not isinstance(func, relax.Function):
+                continue
+            if self.functions is not None and gv.name_hint not in self.functions:
+                continue
+            new = self._schedule_function(func, gv.name_hint, algorithm, deadline, model)
+            if new is not None:
+                updates[gv] = new
+        if not updates:
+            return mod
+        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
+        for gv, func in updates.items():
+            out[gv] = func
+        return out
+
+    def _schedule_function(self, func, name, algorithm, deadline, model):
+        body = func.body
+        if not isinstance(body, relax.SeqExpr):
+            return None
+        blocks = list(body.blocks)
+        before = after = lower = 0
+        optimal = True
+        reordered = 0
+        skipped = []
+        t0 = time.perf_counter()
+        n_blocks = sum(isinstance(b, relax.DataflowBlock) for b in blocks)
+        for i, blk in enumerate(blocks):
+            if not isinstance(blk, relax.DataflowBlock):
+                continue
+            try:
+                graph = block_graph(blk, name=f"{name}.block{i}")
+            except UnsupportedModelError as e:
+                skipped.append(f"block {i}: {e}")
+                warnings.warn(f"MemoryAwareSchedule: {name}: left block {i} unchanged: {e}",
+                              stacklevel=2)
+                continue
+            problem = Problem.from_graph(graph, model)
+            base = problem.evaluate(range(len(graph))).peak
+            left = None if deadline is None else max(0.0, deadline - time.perf_counter())
+            sched = schedule(graph, algorithm, model, time_limit=left,
+                             progress=self.progress and n_blocks >= 1)
+            before = max(before, base)
+            if sched.peak < base:
+                blocks[i] = reorder_block(blk, graph, sched.order)
+                reordered += 1
+                after = max(after, sched.peak)
+            else:
+                after = max(after, base)
+            lower = max(lower, sched.lower_bound)
+            optimal = optimal and (sched.optimal or base <= sched.lower_bound)
+        if n_blocks == 0:
+            return None
+        attrs = {
+            "memsched.peak_before": int(before),
+            "memsched.peak_after": int(after),
+            "memsched.lower_bound": int(min(lower, after)),
+            "memsched.optimal": int(optimal and not skipped),
+            "memsched.algorithm": algorithm,
+            "memsched.memory_model": model.name,
+            "memsched.seconds": float(round(time.perf_counter() - t0, 6)),
+            "memsched.blocks_reordered": int(reordered),
+        }
+        if skipped:
+            attrs["memsched.skipped"] = "; ".join(skipped)
+        if reordered:
+            seq = relax.SeqExpr(blocks, body.body, body.span)
+            func = relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs,
+                                  func.span)
+            func = relax.BlockBuilder().normalize(func)
+        return func.with_attrs(attrs)
