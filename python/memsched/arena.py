@@ -1,0 +1,335 @@
+"""Arena offset assignment: place tensors with known lifetimes in one memory arena.
+
+The problem (the "arena size" metric of HMCOS §5, the static memory planners of TFLite/TFLM):
+given tensors ``i`` with a byte size and a lifetime ``[start, end]`` (inclusive steps of a fixed
+schedule), choose byte offsets so that two tensors whose lifetimes overlap never overlap in
+memory, minimising the arena size ``max(offset + size)``. It is a 2-D strip-packing problem
+with fixed x-positions (dynamic storage allocation, NP-hard); its lower bound is the maximum
+over time of the live bytes, which token-reuse planners such as TVM's StaticPlanBlockMemory
+cannot reach because they never place a tensor at a non-zero offset inside another's storage.
+
+Pure Python (OR-Tools only for the exact method); no TVM.
+
+* `plan_greedy`: greedy by size with best-fit gaps: take tensors largest first; put each in the
+  smallest gap between the already placed tensors that overlap it in time (lowest offset on
+  ties), else on top of them. Tried with a few orderings (size, size x duration, start),
+  best kept. Often already equal to the lower bound.
+* `plan_cpsat`: exact CP-SAT (NoOverlap2D over (time, memory) rectangles, greedy as hint) with a
+  time limit. The instance is first split where no lifetime crosses a time step (the parts are
+  independent; the arena is the largest part), and parts whose greedy arena is already within
+  the global lower bound are not solved. Proves the minimum arena for the given lifetimes when
+  it finishes in time.
+* `plan`: ``method="greedy" | "cpsat" | "auto"`` (auto: greedy, then CP-SAT only when greedy
+  is above the lower bound).
+
+All sizes are rounded up to ``alignment`` and every offset is a multiple of it (TVM's VM only
+hands a kernel a zero-copy tensor at an offset that is a multiple of 64 bytes).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+__all__ = ["Lifetime", "ArenaPlan", "plan", "plan_greedy", "plan_cpsat", "max_live",
+           "verify", "align_up", "stacked_offsets", "METHODS"]
+
+METHODS = ("greedy", "cpsat", "auto")
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    """A tensor of ``size`` bytes, live from step ``start`` to step ``end`` inclusive."""
+
+    size: int
+    start: int
+    end: int
+
+    def overlaps(self, other: "Lifetime") -> bool:
+        return self.start <= other.end and other.start <= self.end
+
+
+@dataclass
+class ArenaPlan:
+    """Offsets (bytes, multiples of ``alignment``) for each lifetime, in input order.
+
+    ``arena`` is the arena size (bytes, a multiple of ``alignment``); ``lower_bound`` a proven
+    lower bound on the minimum arena for these lifetimes and this alignment; ``optimal`` is
+    True when ``arena == lower_bound``. ``live_peak`` is the maximum live bytes without
+    alignment padding (the liveness peak).
+    """
+
+    arena: int
+    offsets: list[int]
+    lower_bound: int
+    optimal: bool
+    method: str
+    alignment: int = 1
+    live_peak: int = 0
+    seconds: float = 0.0
+    stats: dict = field(default_factory=dict)
+
+
+def align_up(x: int, alignment: int) -> int:
+    return -(-int(x) // alignment) * alignment if alignment > 1 else int(x)
+
+
+def _normalise(lifetimes: Iterable) -> list[Lifetime]:
+    out = []
+    for t in lifetimes:
+        lt = t if isinstance(t, Lifetime) else Lifetime(*(int(v) for v in t))
+        if lt.size < 0 or lt.end < lt.start:
+            raise ValueError(f"bad lifetime {lt}: need size >= 0 and start <= end")
+        out.append(lt)
+    return out
+
+
+def max_live(lifetimes: Iterable, alignment: int = 1) -> int:
+    """Maximum over time of the bytes of live tensors (sizes rounded up to ``alignment``):
+    a lower bound on every arena, and the liveness peak when ``alignment == 1``."""
+    events = []
+    for lt in _normalise(lifetimes):
+        s = align_up(lt.size, alignment)
+        if s:
+            events.append((lt.start, s))
+            events.append((lt.end + 1, -s))
+    events.sort(key=lambda e: (e[0], e[1]))  # frees before allocations at the same step
+    best = cur = 0
+    for _, d in events:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def verify(lifetimes: Sequence, offsets: Sequence[int], alignment: int = 1,
+           arena: int | None = None) -> None:
+    """Raise ValueError unless the offsets are a valid packing (aligned, non-negative, inside
+    ``arena`` when given, no two time-overlapping tensors overlapping in memory)."""
+    lts = _normalise(lifetimes)
+    if len(offsets) != len(lts):
+        raise ValueError("one offset per lifetime expected")
+    for i, (lt, o) in enumerate(zip(lts, offsets)):
+        if o < 0 or o % alignment:
+            raise ValueError(f"tensor {i}: offset {o} negative or not a multiple of {alignment}")
+        if arena is not None and o + lt.size > arena:
+            raise ValueError(f"tensor {i}: [{o}, {o + lt.size}) exceeds arena {arena}")
+    # sweep over time: compare each tensor with those alive when it starts
+    order = sorted(range(len(lts)), key=lambda i: lts[i].start)
+    active: list[int] = []
+    for i in order:
+        if not lts[i].size:
+            continue
+        active = [j for j in active if lts[j].end >= lts[i].start]
+        for j in active:
+            if offsets[i] < offsets[j] + lts[j].size and offsets[j] < offsets[i] + lts[i].size:
+                raise ValueError(f"tensors {j} and {i} overlap in time and in memory: "
+                                 f"{lts[j]}@{offsets[j]} vs {lts[i]}@{offsets[i]}")
+        active.append(i)
+
+
+# --------------------------------------------------------------------------------------------
+# greedy
+
+
+def _greedy_place(lts: list[Lifetime], sizes: list[int], order: list[int]) -> tuple[int, list[int]]:
+    """Place tensors in ``order``; each goes to the best-fitting gap among the placed tensors
+    overlapping it in time. ``sizes`` are already aligned; returns (arena, offsets)."""
+    n = len(lts)
+    offsets = [0] * n
+    placed: list[int] = []
+    arena = 0
+    for i in order:
+        size = sizes[i]
+        if size == 0:
+            continue
+        lt = lts[i]
+        busy = sorted((offsets[j], offsets[j] + sizes[j]) for j in placed if lts[j].overlaps(lt))
+        best_off, best_gap = None, None
+        cursor = 0
+        for lo, hi in busy:
+            gap = lo - cursor
+            if gap >= size and (best_gap is None or gap < best_gap):
+                best_off, best_gap = cursor, gap
+            cursor = max(cursor, hi)
+        if best_off is None:
+            best_off = cursor  # on top of everything live at the same time
+        offsets[i] = best_off
+        placed.append(i)
+        arena = max(arena, best_off + size)
+    return arena, offsets
+
+
+_GREEDY_ORDERS = {
+    # largest first (TFLite's "greedy by size"); ties: earlier, longer first
+    "size": lambda lt, s: (-s, lt.start, -(lt.end - lt.start)),
+    # biggest rectangles in (time x memory) first
+    "area": lambda lt, s: (-s * (lt.end - lt.start + 1), -s, lt.start),
+    # as allocated in time (what an online allocator would see), larger first on ties
+    "start": lambda lt, s: (lt.start, -s, -(lt.end - lt.start)),
+    # long-lived first: they constrain everybody
+    "duration": lambda lt, s: (-(lt.end - lt.start), -s, lt.start),
+}
+
+
+def plan_greedy(lifetimes: Iterable, alignment: int = 64,
+                orders: Sequence[str] = ("size", "area", "duration", "start")) -> ArenaPlan:
+    """Greedy by size with best-fit gaps, tried with each ordering in ``orders``; best kept."""
+    t0 = time.perf_counter()
+    lts = _normalise(lifetimes)
+    _check_alignment(alignment)
+    sizes = [align_up(lt.size, alignment) for lt in lts]
+    lb = max_live(lts, alignment)
+    best = None
+    tried = {}
+    for name in orders:
+        key = _GREEDY_ORDERS[name]
+        order = sorted(range(len(lts)), key=lambda i: (*key(lts[i], sizes[i]), i))
+        arena, offsets = _greedy_place(lts, sizes, order)
+        tried[name] = arena
+        if best is None or arena < best[0]:
+            best = (arena, offsets, name)
+        if arena <= lb:
+            break
+    arena, offsets, name = best if best is not None else (0, [], "size")
+    return ArenaPlan(arena, offsets, lb, arena <= lb, "greedy", alignment, max_live(lts),
+                     time.perf_counter() - t0, {"order": name, "orders": tried})
+
+
+def _check_alignment(alignment: int) -> None:
+    if int(alignment) < 1:
+        raise ValueError(f"alignment must be >= 1, got {alignment}")
+
+
+# --------------------------------------------------------------------------------------------
+# exact (CP-SAT)
+
+
+def _components(lts: list[Lifetime]) -> list[list[int]]:
+    """Split into groups of tensors separable in time: no lifetime crosses from one group into
+    the next, so each group can be packed on its own from offset 0."""
+    order = sorted(range(len(lts)), key=lambda i: (lts[i].start, lts[i].end))
+    groups: list[list[int]] = []
+    reach = None
+    for i in order:
+        if reach is None or lts[i].start > reach:
+            groups.append([])
+            reach = lts[i].end
+        groups[-1].append(i)
+        reach = max(reach, lts[i].end)
+    return groups
+
+
+def _solve_group(lts, units, idx, hint, upper, target, time_limit, workers, seed):
+    """CP-SAT on one group (sizes in alignment units). Returns (arena, offsets by idx order,
+    proven bound, status name)."""
+    from ortools.sat.python import cp_model
+
+    m = cp_model.CpModel()
+    ub = upper
+    arena = m.NewIntVar(max(target, max(units[i] for i in idx)), ub, "arena")
+    xs, ys, offs = [], [], []
+    for i in idx:
+        lt, s = lts[i], units[i]
+        o = m.NewIntVar(0, ub - s, f"o{i}")
+        offs.append(o)
+        xs.append(m.NewFixedSizeIntervalVar(lt.start, lt.end - lt.start + 1, f"t{i}"))
+        ys.append(m.NewFixedSizeIntervalVar(o, s, f"m{i}"))
+        m.Add(o + s <= arena)
+        m.AddHint(o, hint[i])
+    m.AddNoOverlap2D(xs, ys)
+    m.Minimize(arena)
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, float(time_limit))
+    solver.parameters.num_search_workers = max(1, int(workers))
+    solver.parameters.random_seed = int(seed)
+    status = solver.Solve(m)
+    name = solver.StatusName(status)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, None, target, name
+    bound = int(solver.BestObjectiveBound())
+    return (int(solver.Value(arena)), [int(solver.Value(o)) for o in offs],
+            bound if status != cp_model.OPTIMAL else int(solver.Value(arena)), name)
+
+
+def plan_cpsat(lifetimes: Iterable, alignment: int = 64, time_limit: float = 10.0,
+               workers: int = 1, seed: int = 0, initial: ArenaPlan | None = None) -> ArenaPlan:
+    """Exact packing with CP-SAT under ``time_limit`` seconds (whole instance), warm-started
+    from the greedy plan (or ``initial``). Never worse than the warm start; ``optimal`` is True
+    when the arena is proven minimal for these lifetimes and alignment."""
+    t0 = time.perf_counter()
+    lts = _normalise(lifetimes)
+    _check_alignment(alignment)
+    start = initial if initial is not None else plan_greedy(lts, alignment)
+    if start.alignment != alignment and lts:
+        raise ValueError("initial plan has a different alignment")
+    a = alignment
+    units = [align_up(lt.size, a) // a for lt in lts]
+    offsets = list(start.offsets)
+    lb_global = max_live(lts, a)
+    stats = {"greedy": start.arena, "groups": 0, "solved": 0, "status": []}
+    if start.arena <= lb_global or not lts:
+        return ArenaPlan(start.arena, offsets, lb_global, True, "cpsat", a, max_live(lts),
+                         time.perf_counter() - t0, {**stats, "skipped": "greedy optimal"})
+    target = lb_global // a
+    groups = _components([lt for lt in lts])
+    stats["groups"] = len(groups)
+    # per group: arena from the warm start (offsets rebased: a group starts at 0 anyway since
+    # greedy never stacks on tensors of another group) and its own lower bound
+    info = []
+    for g in groups:
+        g_arena = max((offsets[i] // a + units[i] for i in g), default=0)
+        info.append((g_arena, g))
+    deadline = t0 + time_limit
+    proven = target
+    open_groups = sorted((x for x in info if x[0] > target), key=lambda x: -x[0])
+    for k, (g_arena, g) in enumerate(open_groups):
+        left = deadline - time.perf_counter()
+        if left <= 0.01:
+            proven = max(proven, max_live([lts[i] for i in g], a) // a)
+            stats["status"].append("NOT_RUN")
+            continue
+        share = left / (len(open_groups) - k)
+        hint = {i: offsets[i] // a for i in g}
+        res_arena, res_offs, bound, status = _solve_group(
+            lts, units, g, hint, g_arena, target, share, workers, seed)
+        stats["solved"] += 1
+        stats["status"].append(status)
+        if res_arena is not None and res_arena <= g_arena:
+            for i, o in zip(g, res_offs):
+                offsets[i] = o * a
+            g_arena = res_arena
+        proven = max(proven, min(bound, g_arena))
+    arena = max((o + align_up(lt.size, a) for o, lt in zip(offsets, lts)), default=0)
+    lower = max(lb_global, proven * a)
+    lower = min(lower, arena)
+    return ArenaPlan(arena, offsets, lower, arena <= lower, "cpsat", a, max_live(lts),
+                     time.perf_counter() - t0, stats)
+
+
+def plan(lifetimes: Iterable, method: str = "greedy", alignment: int = 64,
+         time_limit: float = 10.0, **options) -> ArenaPlan:
+    """Offsets for ``lifetimes`` (iterable of `Lifetime` or (size, start, end) tuples).
+
+    ``method``: ``"greedy"`` (fast default), ``"cpsat"`` (exact under ``time_limit``, greedy
+    warm start) or ``"auto"`` (same as cpsat: CP-SAT runs only when greedy is above the bound).
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown arena method {method!r}; choose one of {METHODS}")
+    lts = _normalise(lifetimes)
+    if method == "greedy":
+        return plan_greedy(lts, alignment, **options)
+    return plan_cpsat(lts, alignment, time_limit=time_limit, **options)
+
+
+def stacked_offsets(groups: Sequence[Sequence[int]], group_sizes: Sequence[int],
+                    n: int, alignment: int = 64) -> tuple[int, list[int]]:
+    """Offsets that stack whole storages on top of each other (what a token-reuse plan such
+    as StaticPlanBlockMemory's amounts to): tensor ``i`` of group ``k`` at the group's base."""
+    offsets = [0] * n
+    base = 0
+    for members, size in zip(groups, group_sizes):
+        for i in members:
+            offsets[i] = base
+        base += align_up(size, alignment)
+    return base, offsets
+
