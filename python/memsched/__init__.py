@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "MemoryAwareSchedule": "memsched.transform.memory_aware_schedule",
+    "RewriteConcatConv": "memsched.transform.rewrite_concat_conv",
     "pipeline": "memsched.relax_pipeline",
     "pipeline_passes": "memsched.relax_pipeline",
     "planned_bytes": "memsched.tvm_memory",

@@ -1,2 +1,3 @@
 """TVM passes of memsched (one file each), re-exported from `memsched`."""
 from .memory_aware_schedule import MemoryAwareSchedule  # noqa: F401
+from .rewrite_concat_conv import RewriteConcatConv  # noqa: F401

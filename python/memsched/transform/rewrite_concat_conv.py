@@ -1,0 +1,538 @@
+"""`RewriteConcatConv`: identity graph rewriting of ``concat -> conv2d`` (SERENITY §3.3).
+
+A ``relax.concat`` of several branches followed by a ``relax.nn.conv2d`` keeps every branch and
+the concatenated copy alive while the convolution runs. Two rewrites compute the same values
+without the concat:
+
+* **channel-wise partitioning** (``groups == 1``): ``conv(concat(x_1..x_n), W)`` =
+  ``sum_i conv(x_i, W[:, off_i:off_i+c_i])`` -- the weight is sliced on its input-channel axis
+  (``kernel_layout.index("I")``) and the partial convolutions are added; each partial conv can
+  run as soon as its branch is ready, so the branches need not all be alive at once.
+* **kernel-wise partitioning** (depthwise ``groups == C``, channel multiplier ``m >= 1``, and
+  any grouped conv whose branch boundaries fall on group boundaries):
+  ``conv(concat(x_i), W)`` = ``concat(conv(x_i, W[o_i:o_i+c_i*m], groups=c_i))`` -- the weight is
+  sliced on its output-channel axis (``kernel_layout.index("O")``).
+
+A grouped conv whose branch boundaries cut through a group is left alone. NCHW, NHWC and any
+other permutation of N/C/H/W (O/I/H/W for the kernel) are handled; strides, padding, dilation,
+layouts and ``out_dtype`` are copied. Constant weights are sliced in numpy; any other weight
+(a function parameter, a computed value) through ``R.strided_slice``. Only the convolution is
+replaced: the rewritten value is bound to the conv's own variable, so the bias add, activation
+and every other user downstream are untouched. The concat (and a tuple bound to a variable for
+it) is removed only when no other binding or return value uses it; otherwise it stays for them.
+
+**Memory-aware by default.** Each dataflow block is imported as an `OpGraph` and scheduled
+exactly (`memsched.schedule`, memory model ``"tvm"`` by default, anytime under ``time_limit``
+seconds per search). A set of sites is kept only if it lowers the block's optimal peak; the set
+is chosen from two searches: greedy addition of one concat at a time, and starting from all
+sites and dropping every concat whose removal does not raise the peak (this finds sites that
+only help together, e.g. the same cell repeated). The lower peak wins, fewer rewrites on a tie.
+``force=True`` rewrites every matched site. A function's peak is the maximum over its blocks,
+so it never rises.
+
+Results are function attributes (bytes for peaks), set on every function with at least one
+matched site: ``memsched.rewrite_sites`` (convolutions rewritten), ``memsched.rewrite_candidates``
+(convolutions matched), ``memsched.rewrite_peak_before`` / ``memsched.rewrite_peak_after``
+(optimal peak without / with the chosen rewrites; both under ``memsched.rewrite_memory_model``),
+``memsched.rewrite_optimal`` (1 when every search was certified optimal), and
+``memsched.rewrite_unmatched`` (why a concat -> conv2d pair was not matched) when there is one.
+
+Functions that cannot be modelled (dynamic shapes, impure bindings inside a dataflow block) are
+left exactly as they were, with a warning naming the reason. Rewriting changes the float
+summation order (relative differences around 1e-6), nothing else.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..importers.relax import UnsupportedModelError, block_graph
+from ..memory import MemoryModel
+from ..schedulers import schedule
+from ..schedulers.base import available
+from . import config
+
+from tvm.ir.prim.expr import IntImm as _IntImm  # noqa: E402  (tvm.tir is gone in 0.27)
+
+_CONST = type(relax.const(0.0))  # tvm.ir.GenericConst in 0.27 (relax.Constant is gone)
+
+CONV2D = "relax.nn.conv2d"
+CONCAT = "relax.concat"
+# Elementwise ops of one tensor that commute with a channel concat: f(concat(x_i)) =
+# concat(f(x_i)). Between the concat and the conv (e.g. ReLU-Conv-BN of DARTS/NASNet cells) they
+# are moved onto the branches.
+UNARY = frozenset({
+    "relax.nn.relu", "relax.nn.relu6", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu",
+    "relax.nn.leakyrelu", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.negative",
+    "relax.exp", "relax.abs", "relax.astype"})
+
+
+# ----------------------------------------------------------------------------- matching
+@dataclass
+class Site:
+    """One ``conv2d(concat(fields))`` found in a dataflow block."""
+
+    conv_index: int  # binding index of the conv in the block
+    conv_var: object
+    concat_var: object
+    fields: list  # the concat's input expressions, in concat order
+    channels: list[int]  # channel count of each field
+    kind: str  # "channel" (partial convs summed) or "kernel" (per-branch convs concatenated)
+    tuple_var: object = None  # a var bound to the tuple the concat reads, if any
+    chain: list = field(default_factory=list)  # (var, call) of unary ops concat -> conv
+    order: list[int] = field(default_factory=list)  # field indices in summation order
+
+    @property
+    def name(self) -> str:
+        return self.conv_var.name
+
+
+def _op_name(value) -> str | None:
+    if isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op):
+        return value.op.name
+    return None
+
+
+def _static_shape(ty) -> list[int] | None:
+    """The static shape of a tensor type, or None (unknown rank or a symbolic dimension)."""
+    if not isinstance(ty, relax.TensorType):
+        return None
+    shape = ty.shape
+    if shape is None or not isinstance(shape, relax.ShapeExpr):
+        return None
+    out = []
+    for d in shape.values:
+        if not isinstance(d, _IntImm):
+            return None
+        out.append(int(d.value))
+    return out
+
+
+def _dim(ty, axis: int) -> int | None:
+    """One static dimension of a tensor type (other dims may be symbolic), or None."""
+    if not isinstance(ty, relax.TensorType):
+        return None
+    shape = ty.shape
+    if shape is None or not isinstance(shape, relax.ShapeExpr) or axis >= len(shape.values):
+        return None
+    d = shape.values[axis]
+    return int(d.value) if isinstance(d, _IntImm) else None
+
+
+def _is_layout(layout: str, letters: str) -> bool:
+    return len(layout) == len(letters) and sorted(layout) == sorted(letters)
+
+
+def _match(block, index: int, defs: dict, unary: bool = True) -> tuple[Site | None, str | None]:
+    """(site, None) when binding ``index`` is conv2d(concat(...)) (with elementwise `UNARY` ops
+    in between when ``unary``); (None, reason) when it is that pattern but cannot be rewritten;
+    (None, None) when it is not."""
+    binding = block.bindings[index]
+    value = binding.value
+    if not isinstance(binding, relax.VarBinding) or _op_name(value) != CONV2D:
+        return None, None
+    data, weight = value.args[0], value.args[1]
+    chain = []
+    while unary and isinstance(data, tvm.ir.Var) and _op_name(defs.get(data)) in UNARY:
+        call = defs[data]
+        if any(isinstance(getattr(a, "ty", None), relax.TensorType) for a in call.args[1:]):
+            return None, None
+        chain.insert(0, (data, call))
+        data = call.args[0]
+    if not isinstance(data, tvm.ir.Var) or data not in defs:
+        return None, None
+    concat = defs[data]
+    if _op_name(concat) != CONCAT:
+        return None, None
+    via = "".join(f"{_op_name(c).split('.')[-1]}(" for _, c in reversed(chain))
+    where = f"{binding.var.name} = conv2d({via}{data.name} = concat{')' * len(chain)})"
+    tup, tuple_var = concat.args[0], None
+    if isinstance(tup, tvm.ir.Var):
+        tuple_var = tup
+        tup = defs.get(tup)
+    if not isinstance(tup, relax.Tuple):
+        return None, f"{where}: the concatenated tuple is not built in this block"
+    fields = list(tup.fields)
+    if len(fields) < 2:
+        return None, f"{where}: concat of fewer than two tensors"
+    attrs = value.attrs
+    dl, kl = str(attrs.data_layout), str(attrs.kernel_layout)
+    ol = str(attrs.out_layout) if attrs.out_layout else dl
+    if not (_is_layout(dl, "NCHW") and _is_layout(ol, "NCHW") and _is_layout(kl, "OIHW")):
+        return None, f"{where}: unsupported layouts {dl}/{kl}/{ol}"
+    c_axis = dl.index("C")
+    axis = concat.attrs.axis
+    if axis is None:
+        return None, f"{where}: concat without an axis"
+    axis = int(axis)
+    if axis < 0:
+        axis += 4
+    if axis != c_axis:
+        return None, f"{where}: concat axis {axis} is not the channel axis {c_axis}"
+    channels = [_dim(f.ty, c_axis) for f in fields]
+    if any(c is None for c in channels):
+        return None, f"{where}: dynamic shape: a concatenated tensor has a symbolic channel count"
+    wshape = _static_shape(weight.ty)
+    if wshape is None:
+        return None, f"{where}: dynamic shape: weight shape is not static"
+    groups = int(attrs.groups)
+    total = sum(channels)
+    cin_g = wshape[kl.index("I")]
+    if groups < 1 or cin_g * groups != total or wshape[kl.index("O")] % groups:
+        return None, f"{where}: weight shape {wshape} does not fit {total} input channels " \
+                     f"and groups={groups}"
+    if groups == 1:
+        kind = "channel"
+    else:
+        offs = np.cumsum([0] + channels)[:-1]
+        if any(int(o) % cin_g or c % cin_g for o, c in zip(offs, channels)):
+            return None, f"{where}: grouped conv (groups={groups}) whose branches cut " \
+                         "through a group"
+        kind = "kernel"
+    return Site(index, binding.var, data, fields, channels, kind, tuple_var, chain,
+                list(range(len(fields)))), None
+
+
+def find_sites(block, unary: bool = True) -> tuple[list[Site], list[str]]:
+    """Matched sites of a dataflow block and the reasons of unmatched concat -> conv2d pairs."""
+    defs = {b.var: b.value for b in block.bindings if isinstance(b, relax.VarBinding)}
+    sites, reasons = [], []
+    for i in range(len(block.bindings)):
+        site, why = _match(block, i, defs, unary)
+        if site is not None:
+            sites.append(site)
+        elif why is not None:
+            reasons.append(why)
+    return sites, reasons
+
+
+# ----------------------------------------------------------------------------- rewriting
+def _slice_weight(weight, axis: int, begin: int, end: int, name: str, out: list):
+    """The weight sliced on ``axis``: a new constant, or a strided_slice binding."""
+    if isinstance(weight, _CONST):
+        arr = weight.value.numpy()
+        idx = [slice(None)] * arr.ndim
+        idx[axis] = slice(begin, end)
+        return relax.const(np.ascontiguousarray(arr[tuple(idx)]), str(arr.dtype))
+    return _bind(relax.op.strided_slice(weight, axes=[axis], begin=[begin], end=[end]),
+                 name, out)
+
+
+def _bind(expr, name: str, out: list, var=None):
+    """Append ``var = expr`` (a new DataflowVar unless given) to ``out``; return the var."""
+    expr = relax.BlockBuilder().normalize(expr)
+    if var is None:
+        var = relax.DataflowVar(name, expr.ty)
+    out.append(relax.VarBinding(var, expr))
+    return var
+
+
+def _conv(data, weight, attrs, groups: int):
+    return relax.op.nn.conv2d(
+        data, weight, strides=[int(s) for s in attrs.strides],
+        padding=[int(p) for p in attrs.padding], dilation=[int(d) for d in attrs.dilation],
+        groups=groups, data_layout=str(attrs.data_layout),
+        kernel_layout=str(attrs.kernel_layout),
+        out_layout=str(attrs.out_layout) if attrs.out_layout else None,
+        out_dtype=attrs.out_dtype if attrs.out_dtype else None)
+
+
+def rewrite_site(block, site: Site) -> list:
+    """The bindings replacing the conv binding of ``site`` (the last binds the conv's var)."""
+    call = block.bindings[site.conv_index].value
+    attrs, weight = call.attrs, call.args[1]
+    kl = str(attrs.kernel_layout)
+    offs = [int(o) for o in np.cumsum([0] + site.channels)]
+    name = site.name
+    out: list = []
+    inputs = {}
+
+    def branch(f):  # field f with the unary chain applied (emitted on first use)
+        if f not in inputs:
+            x = site.fields[f]
+            for k, (_, call) in enumerate(site.chain):
+                x = _bind(relax.Call(call.op, [x] + list(call.args[1:]), call.attrs),
+                          f"{name}_in{f}_{k}", out)
+            inputs[f] = x
+        return inputs[f]
+    if site.kind == "channel":
+        i_axis = kl.index("I")
+        acc = None
+        for k, f in enumerate(site.order):
+            w = _slice_weight(weight, i_axis, offs[f], offs[f + 1], f"{name}_w{f}", out)
+            part = _bind(_conv(branch(f), w, attrs, 1), f"{name}_part{f}", out)
+            if acc is None:
+                acc = part
+                continue
+            last = k == len(site.order) - 1
+            acc = _bind(relax.op.add(acc, part), f"{name}_sum{k}", out,
+                        site.conv_var if last else None)
+        return out
+    groups = int(attrs.groups)
+    o_axis = kl.index("O")
+    wshape = _static_shape(weight.ty)
+    cin_g, cout_g = wshape[kl.index("I")], wshape[o_axis] // groups
+    parts = []
+    for f, c in enumerate(site.channels):
+        g0, g1 = offs[f] // cin_g, offs[f + 1] // cin_g
+        w = _slice_weight(weight, o_axis, g0 * cout_g, g1 * cout_g, f"{name}_w{f}", out)
+        parts.append(_bind(_conv(branch(f), w, attrs, g1 - g0), f"{name}_part{f}", out))
+    ol = str(attrs.out_layout) if attrs.out_layout else str(attrs.data_layout)
+    _bind(relax.op.concat(parts, axis=ol.index("C")), name, out, site.conv_var)
+    return out
+
+
+def _outside_uses(func, block_pos: int) -> set:
+    """Vars of block ``block_pos`` used outside it (other blocks, the return value)."""
+    used = set()
+    for i, blk in enumerate(func.body.blocks):
+        if i == block_pos:
+            continue
+        for b in blk.bindings:
+            used.update(relax.analysis.free_vars(b.value))
+    used.update(relax.analysis.free_vars(func.body.body))
+    return used
+
+
+def apply_sites(block, sites: list[Site], outside: set):
+    """``block`` with ``sites`` rewritten; concats (and their tuple vars) left without users
+    are removed."""
+    by_index = {s.conv_index: s for s in sites}
+    bindings = []
+    for i, b in enumerate(block.bindings):
+        if i in by_index:
+            bindings += rewrite_site(block, by_index[i])
+        else:
+            bindings.append(b)
+    candidates = {s.concat_var for s in sites} | {s.tuple_var for s in sites if s.tuple_var} \
+        | {v for s in sites for v, _ in s.chain}
+    while True:  # drop dead unary ops, concats and the tuples only they read
+        used = set(outside)
+        for b in bindings:
+            used.update(relax.analysis.free_vars(b.value))
+        dead = {v for v in candidates if v not in used}
+        if not dead:
+            break
+        bindings = [b for b in bindings if b.var not in dead]
+        candidates -= dead
+    return relax.DataflowBlock(bindings, block.span)
+
+
+# ----------------------------------------------------------------------------- the pass
+@dataclass
+class _Eval:
+    peak: int
+    optimal: bool
+    order: list[int] | None = None
+
+
+@tvm.transform.module_pass(opt_level=0, name="RewriteConcatConv")
+class RewriteConcatConv:
+    """Partition ``conv2d`` after ``concat`` (SERENITY identity graph rewriting), where it lowers
+    the optimal peak memory.
+
+    Parameters
+    ----------
+    force : bool
+        Rewrite every matched site, whether or not it lowers the peak (default False).
+    memory_model : str or MemoryModel
+        Memory model of the peak comparison: ``"tvm"`` (default) or ``"paper"``.
+    time_limit : float or None
+        Seconds for each exact search (anytime: on timeout the best order found is used, and
+        ``memsched.rewrite_optimal`` is 0). None means no limit.
+    algorithm : str
+        Scheduler for the comparison (default ``"auto"``, the exact search).
+    conv, depthwise : bool
+        Enable channel-wise (groups == 1) / kernel-wise (grouped, depthwise) partitioning.
+    elementwise : bool
+        Also match elementwise ops of one tensor between the concat and the conv
+        (``conv(relu(concat(x_i)))``, the ReLU-Conv-BN of NAS cells); they are moved onto the
+        branches (default True).
+    functions : list of str, optional
+        Only these functions (default: every Relax function).
+    """
+
+    def __init__(self, force: bool = False, memory_model: str | MemoryModel | None = None,
+                 time_limit: float | None = -1.0, algorithm: str | None = None,
+                 conv: bool = True, depthwise: bool = True, elementwise: bool = True,
+                 functions=None):
+        self.force = bool(force)
+        self.memory_model = memory_model
+        self.time_limit = time_limit
+        self.algorithm = algorithm
+        self.conv = conv
+        self.depthwise = depthwise
+        self.elementwise = elementwise
+        self.functions = None if functions is None else set(functions)
+        if algorithm is not None and algorithm not in available():
+            raise ValueError(f"unknown scheduling algorithm {algorithm!r}; choose one of "
+                             f"{sorted(available())}")
+        if memory_model is not None:
+            MemoryModel.get(memory_model)  # fail early on a bad name
+
+    def _options(self, ctx):
+        algo = self.algorithm or config.get(ctx, "memsched.algorithm", "auto")
+        tl = self.time_limit
+        if tl is not None and tl < 0:
+            tl = float(config.get(ctx, "memsched.time_limit_s", 2.0))
+            tl = None if tl <= 0 else tl
+        model = MemoryModel.get(self.memory_model or config.get(ctx, "memsched.memory_model",
+                                                                "tvm"))
+        return algo, tl, model
+
+    def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
+        self._algorithm, self._time_limit, self._model = self._options(ctx)
+        updates = {}
+        for gv, func in mod.functions_items():
+            if not isinstance(func, relax.Function):
+                continue
+            if self.functions is not None and gv.name_hint not in self.functions:
+                continue
+            new = self._rewrite_function(func, gv.name_hint)
+            if new is not None:
+                updates[gv] = new
+        if not updates:
+            return mod
+        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
+        for gv, func in updates.items():
+            out[gv] = func
+        return out
+
+    # -- evaluation
+    def _evaluate(self, block, name) -> _Eval:
+        graph = block_graph(block, name=name)
+        s = schedule(graph, self._algorithm, self._model, time_limit=self._time_limit)
+        return _Eval(s.peak, bool(s.optimal), [graph.ops[v].source for v in s.order])
+
+    def _enabled(self, site: Site) -> bool:
+        return self.conv if site.kind == "channel" else self.depthwise
+
+    def _rewrite_function(self, func, name):
+        body = func.body
+        if not isinstance(body, relax.SeqExpr):
+            return None
+        blocks = list(body.blocks)
+        found = []  # (block position, sites)
+        unmatched = []
+        for i, blk in enumerate(blocks):
+            if not isinstance(blk, relax.DataflowBlock):
+                continue
+            sites, why = find_sites(blk, self.elementwise)
+            unmatched += why
+            sites = [s for s in sites if self._enabled(s)]
+            if sites:
+                found.append((i, sites))
+        candidates = sum(len(s) for _, s in found)
+        dynamic = [w for w in unmatched if "dynamic shape" in w]
+        if dynamic:
+            warnings.warn(f"RewriteConcatConv: {name}: not rewritten: " + "; ".join(dynamic),
+                          stacklevel=3)
+        if not candidates:
+            return None
+        before = after = 0
+        optimal = True
+        measured = True
+        rewritten = 0
+        t0 = time.perf_counter()
+        # Peaks of the blocks with no candidate site count for the function's peak too.
+        for i, blk in enumerate(blocks):
+            if not isinstance(blk, relax.DataflowBlock) or i in dict(found):
+                continue
+            try:
+                e = self._evaluate(blk, f"{name}.block{i}")
+            except UnsupportedModelError:
+                continue  # not ours to judge; the sites' blocks decide
+            before, after = max(before, e.peak), max(after, e.peak)
+            optimal = optimal and e.optimal
+        for i, sites in found:
+            blk = blocks[i]
+            outside = _outside_uses(func, i)
+            try:
+                base = self._evaluate(blk, f"{name}.block{i}")
+            except UnsupportedModelError as e:
+                if not self.force:
+                    warnings.warn(f"RewriteConcatConv: {name}: left function unchanged: block "
+                                  f"{i} cannot be modelled ({e}); use force=True to rewrite "
+                                  "without a memory check", stacklevel=3)
+                    return None
+                measured = False
+                blocks[i] = apply_sites(blk, sites, outside)
+                rewritten += len(sites)
+                continue
+            pos = {src: k for k, src in enumerate(base.order)}
+            for s in sites:  # sum the branches in the order the best schedule makes them
+                s.order = sorted(range(len(s.fields)),
+                                 key=lambda f, s=s: self._field_pos(blk, s.fields[f], pos))
+            chosen, ev = self._choose(blk, sites, outside, base, f"{name}.block{i}")
+            before = max(before, base.peak)
+            after = max(after, ev.peak)
+            optimal = optimal and base.optimal and ev.optimal
+            if chosen:
+                blocks[i] = apply_sites(blk, chosen, outside)
+                rewritten += len(chosen)
+        attrs = {
+            "memsched.rewrite_sites": int(rewritten),
+            "memsched.rewrite_candidates": int(candidates),
+            "memsched.rewrite_memory_model": self._model.name,
+            "memsched.rewrite_seconds": float(round(time.perf_counter() - t0, 6)),
+        }
+        if measured:
+            attrs.update({"memsched.rewrite_peak_before": int(before),
+                          "memsched.rewrite_peak_after": int(after),
+                          "memsched.rewrite_optimal": int(optimal)})
+        if unmatched:
+            attrs["memsched.rewrite_unmatched"] = "; ".join(unmatched)
+        if rewritten:
+            seq = relax.SeqExpr(blocks, body.body, body.span)
+            func = relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs,
+                                  func.span)
+            func = relax.BlockBuilder().normalize(func)
+        return func.with_attrs(attrs)
+
+    @staticmethod
+    def _field_pos(block, expr, pos) -> int:
+        if isinstance(expr, tvm.ir.Var):
+            for k, b in enumerate(block.bindings):
+                if b.var.same_as(expr):
+                    return pos.get(k, -1)
+        return -1  # parameters, constants: available from the start
+
+    def _choose(self, block, sites, outside, base: _Eval, name):
+        """(sites to rewrite, evaluation of the block with them)."""
+        units: dict = {}  # concat var -> its sites: a concat disappears only with all of them
+        for s in sites:
+            units.setdefault(s.concat_var, []).append(s)
+        units = list(units.values())
+        cache: dict = {}
+
+        def ev(keep: frozenset) -> _Eval:
+            if keep not in cache:
+                chosen = [s for u in sorted(keep) for s in units[u]]
+                cache[keep] = self._evaluate(apply_sites(block, chosen, outside), name) \
+                    if chosen else base
+            return cache[keep]
+
+        every = frozenset(range(len(units)))
+        if self.force:
+            return [s for u in units for s in u], ev(every)
+        # greedy: add one concat at a time when it lowers the peak
+        greedy = frozenset()
+        for u in range(len(units)):
+            trial = greedy | {u}
+            if ev(trial).peak < ev(greedy).peak:
+                greedy = trial
+        # from all: drop every concat whose rewrite is not needed for the peak
+        pruned = every
+        for u in range(len(units)):
+            trial = pruned - {u}
+            if ev(trial).peak <= ev(pruned).peak:
+                pruned = trial
+        best = min((greedy, pruned), key=lambda k: (ev(k).peak, len(k)))
+        if ev(best).peak >= base.peak:
+            return [], base
+        return [s for u in sorted(best) for s in units[u]], ev(best)
