@@ -65,12 +65,9 @@ def _is_call(expr, name) -> bool:
 
 
 def _int(expr):
-    """Python int of a constant integer expression (IntImm / PrimValue), else None."""
-    if isinstance(expr, IntImm):
-        return int(expr.value)
-    if isinstance(expr, relax.PrimValue) and isinstance(expr.value, IntImm):
-        return int(expr.value.value)
-    return None
+    """Python int of a constant integer expression (an IntImm, also what ``prim_value`` gives
+    in TVM 0.27), else None."""
+    return int(expr.value) if isinstance(expr, IntImm) else None
 
 
 def _static_bytes(shape, dtype) -> int | None:
