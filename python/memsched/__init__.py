@@ -17,6 +17,8 @@ _LAZY = {
     "planned_bytes": "memsched.tvm_memory",
     "from_relax": "memsched.importers.relax",
     "from_onnx": "memsched.importers.onnx",
+    "load_graph": "memsched.importers.load",
+    "load_relax": "memsched.importers.load",
 }
 
 

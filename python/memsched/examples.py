@@ -160,16 +160,75 @@ def two_branch_net() -> _Net:
     return net
 
 
+def _to_onnx(net: _Net, in_shape, emit: str, seed: int):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, inits, shapes, names = [], [], {}, {}
+    order = _emit_order(net, emit)
+    for v in order:
+        op, params, ins = net.nodes[v]
+        args = [names[u] for u in ins]
+        out = f"v{v}"
+        if op == "input":
+            names[v], shapes[v] = "x", in_shape
+            continue
+        if op == "conv":
+            cout, k = params
+            w = f"w{v}"
+            inits.append(numpy_helper.from_array(
+                _rng_weights(rng, (cout, shapes[ins[0]][1], k, k)), w))
+            nodes.append(helper.make_node("Conv", [args[0], w], [out], pads=[k // 2] * 4,
+                                          name=f"conv{v}"))
+            shapes[v] = (1, cout) + tuple(shapes[ins[0]][2:])
+        elif op in ("relu", "sum"):
+            cur = args[0]
+            for j, a in enumerate(args[1:]):
+                nodes.append(helper.make_node("Add", [cur, a], [f"{out}_add{j}"],
+                                              name=f"add{v}_{j}"))
+                cur = f"{out}_add{j}"
+            nodes.append(helper.make_node("Relu", [cur], [out], name=f"relu{v}"))
+            shapes[v] = shapes[ins[0]]
+        elif op == "maxpool":
+            nodes.append(helper.make_node("MaxPool", args, [out], kernel_shape=[3, 3],
+                                          pads=[1] * 4, name=f"pool{v}"))
+            shapes[v] = shapes[ins[0]]
+        elif op == "concat":
+            nodes.append(helper.make_node("Concat", args, [out], axis=1, name=f"concat{v}"))
+            shapes[v] = (1, sum(shapes[u][1] for u in ins)) + tuple(shapes[ins[0]][2:])
+        names[v] = out
+    last = order[-1]
+    graph = helper.make_graph(
+        nodes, "memsched_example",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))],
+        [helper.make_tensor_value_info(names[last], TensorProto.FLOAT, list(shapes[last]))],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="memsched.examples")
+    model.ir_version = 8  # onnxruntime rejects onnx's newest IR version
+    return model
+
+
+def _net(name: str, seed: int, **kw):
+    if name == "randwire":
+        return randwire_net(seed=seed, **kw), (1, 8, 16, 16)
+    if name == "nas_cell":
+        return nas_cell_net(**kw), (1, 8, 16, 16)
+    if name == "two_branch":
+        return two_branch_net(), (1, 8, 32, 32)
+    raise ValueError(f"unknown example {name!r}; choose one of {EXAMPLES}")
+
+
+def example_onnx(name: str = "randwire", emit: str = "bfs", seed: int = 0, **kw):
+    """The named example as an ONNX ModelProto (Conv/Add/Relu/MaxPool/Concat, opset 13)."""
+    net, shape = _net(name, seed, **kw)
+    return _to_onnx(net, shape, emit, seed)
+
+
 def example_model(name: str = "randwire", emit: str = "bfs", seed: int = 0, **kw):
     """A Relax IRModule of the named example (see module docstring)."""
-    if name == "randwire":
-        net, shape = randwire_net(seed=seed, **kw), (1, 8, 16, 16)
-    elif name == "nas_cell":
-        net, shape = nas_cell_net(**kw), (1, 8, 16, 16)
-    elif name == "two_branch":
-        net, shape = two_branch_net(), (1, 8, 32, 32)
-    else:
-        raise ValueError(f"unknown example {name!r}; choose one of {EXAMPLES}")
+    net, shape = _net(name, seed, **kw)
     return _to_relax(net, shape, emit, seed)
 
 
