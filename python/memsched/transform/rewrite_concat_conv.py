@@ -309,7 +309,7 @@ def apply_sites(block, sites: list[Site], outside: set):
             bindings += rewrite_site(block, by_index[i])
         else:
             bindings.append(b)
-    candidates = {s.concat_var for s in sites} | {s.tuple_var for s in sites if s.tuple_var} \
+    candidates = {s.concat_var for s in sites} | {s.tuple_var for s in sites if s.tuple_var is not None} \
         | {v for s in sites for v, _ in s.chain}
     while True:  # drop dead unary ops, concats and the tuples only they read
         used = set(outside)
