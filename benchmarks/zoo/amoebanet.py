@@ -21,13 +21,13 @@ AMOEBA_A_REDUCTION = CellSpec(
     (1, 1, 0, 0, 0, 0, 0))
 
 
-def amoebanet_a_mobile(num_classes=1000):
+def amoebanet_a_mobile(num_classes=1000, num_cells=12, filters=50, image_size=224):
     """AmoebaNet-A (N=4, F=50), 224x224, stem 32 filters."""
-    return NASNetFamily(AMOEBA_A_NORMAL, AMOEBA_A_REDUCTION, num_cells=12, filters=50,
-                        stem="imagenet", stem_filters=32, num_classes=num_classes, image_size=224)
+    return NASNetFamily(AMOEBA_A_NORMAL, AMOEBA_A_REDUCTION, num_cells, filters, "imagenet", 32,
+                        num_classes, image_size)
 
 
-def amoebanet_a_cifar(num_classes=10):
+def amoebanet_a_cifar(num_classes=10, num_cells=18, filters=36, image_size=32):
     """AmoebaNet-A (N=6, F=36), 32x32, CIFAR stem (3x3 conv, 3F filters)."""
-    return NASNetFamily(AMOEBA_A_NORMAL, AMOEBA_A_REDUCTION, num_cells=18, filters=36,
-                        stem="cifar", stem_filters=108, num_classes=num_classes, image_size=32)
+    return NASNetFamily(AMOEBA_A_NORMAL, AMOEBA_A_REDUCTION, num_cells, filters, "cifar",
+                        3 * filters, num_classes, image_size)

@@ -223,16 +223,16 @@ class NASNetFamily(nn.Module):
         return self.classifier(y)
 
 
-def nasnet_a_mobile(num_classes=1000):
+def nasnet_a_mobile(num_classes=1000, num_cells=12, filters=44, image_size=224):
     """NASNet-A Mobile (4 @ 1056): 224x224, N=4 normal cells per stage, 44 filters."""
-    return NASNetFamily(NASNET_NORMAL, NASNET_REDUCTION, num_cells=12, filters=44,
-                        stem="imagenet", stem_filters=32, num_classes=num_classes, image_size=224)
+    return NASNetFamily(NASNET_NORMAL, NASNET_REDUCTION, num_cells, filters, "imagenet", 32,
+                        num_classes, image_size)
 
 
-def nasnet_a_cifar(num_classes=10):
-    """NASNet-A CIFAR-10 (6 @ 768): 32x32, N=6, 32 filters, stem 3x3 conv with 96 filters."""
-    return NASNetFamily(NASNET_NORMAL, NASNET_REDUCTION, num_cells=18, filters=32,
-                        stem="cifar", stem_filters=96, num_classes=num_classes, image_size=32)
+def nasnet_a_cifar(num_classes=10, num_cells=18, filters=32, image_size=32):
+    """NASNet-A CIFAR-10 (6 @ 768): 32x32, N=6, 32 filters, stem 3x3 conv with 3F filters."""
+    return NASNetFamily(NASNET_NORMAL, NASNET_REDUCTION, num_cells, filters, "cifar",
+                        3 * filters, num_classes, image_size)
 
 
 __all__ = ["CellSpec", "TFCell", "NASNetFamily", "nasnet_a_mobile", "nasnet_a_cifar", "BN_EPS"]

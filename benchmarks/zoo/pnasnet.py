@@ -15,7 +15,6 @@ PNASNET5 = CellSpec(
     (1, 1, 0, 0, 0, 0, 0))
 
 
-def pnasnet5_mobile(num_classes=1000):
-    return NASNetFamily(PNASNET5, PNASNET5, num_cells=9, filters=54, stem="imagenet",
-                        stem_filters=32, num_classes=num_classes, image_size=224,
-                        style="pnasnet")
+def pnasnet5_mobile(num_classes=1000, num_cells=9, filters=54, image_size=224):
+    return NASNetFamily(PNASNET5, PNASNET5, num_cells, filters, "imagenet", 32, num_classes,
+                        image_size, style="pnasnet")
