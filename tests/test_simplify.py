@@ -1,0 +1,99 @@
+"""Optimality-preserving fusion (memsched.simplify): the fused problem has the same optimum, and
+every fused order expands to an original order of exactly the same peak."""
+import random
+
+from hypothesis import given, settings, strategies as st
+
+from memsched import MemoryModel, Problem
+from memsched.random_graphs import random_dag
+from memsched.schedulers.base import run
+from memsched.schedulers.heuristics import _kahn
+from memsched.simplify import simplify
+
+MODELS = [MemoryModel.get("paper"), MemoryModel.get("tvm"),
+          MemoryModel(inplace=True, name="inplace")]
+
+
+def _random_orders(p, seed, k=4):
+    rng = random.Random(seed)
+    for _ in range(k):
+        yield _kahn(p, lambda r: r.pop(rng.randrange(len(r))))
+
+
+def _check_representation(p, s, seed):
+    q = s.problem
+    assert sorted(v for ms in s.members for v in ms) == list(range(p.n))
+    for o in _random_orders(q, seed):
+        full = s.expand(o)
+        assert q.evaluate(o).peak == p.evaluate(full).peak
+        pos = {v: i for i, v in enumerate(full)}
+        for ms in s.members:  # every group runs contiguously, in its internal order
+            assert [pos[v] for v in ms] == list(range(pos[ms[0]], pos[ms[0]] + len(ms)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(2, 10), seed=st.integers(0, 10_000), m=st.sampled_from(MODELS),
+       window=st.sampled_from([2, 3, 6]))
+def test_fusion_keeps_brute_force_optimum(n, seed, m, window):
+    g = random_dag(n, seed, window=window)
+    p = Problem.from_graph(g, m)
+    s = simplify(p)
+    _check_representation(p, s, seed)
+    opt = p.evaluate(run(p, "brute")[0]).peak
+    fused = s.problem.evaluate(run(s.problem, "brute")[0]).peak
+    assert fused == opt
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(10, 24), seed=st.integers(0, 10_000), m=st.sampled_from(MODELS),
+       window=st.sampled_from([2, 3, 4, 6]), fanin=st.sampled_from([1, 2, 3]))
+def test_fusion_keeps_exact_optimum(n, seed, m, window, fanin):
+    g = random_dag(n, seed, window=window, max_fanin=fanin)
+    p = Problem.from_graph(g, m)
+    s = simplify(p)
+    _check_representation(p, s, seed)
+    o1, _, ok1, _ = run(p, "exact", time_limit=None)
+    o2, _, ok2, _ = run(s.problem, "exact", time_limit=None)
+    assert ok1 and ok2
+    assert p.evaluate(o1).peak == s.problem.evaluate(o2).peak
+    assert p.evaluate(s.expand(o2)).peak == p.evaluate(o1).peak
+
+
+def test_chains_and_blocks_fuse_to_a_fixed_point():
+    from memsched.graph import GraphBuilder
+
+    # x -> [a -> b -> c] residual block added back to x, three times: everything fuses
+    b = GraphBuilder("res")
+    x = b.input("x", 64)
+    for i in range(3):
+        a = b.ops[b.op(f"a{i}", "conv", [x], [(f"ta{i}", 128)])].outputs[0]
+        c = b.ops[b.op(f"b{i}", "relu", [a], [(f"tb{i}", 128)])].outputs[0]
+        d = b.ops[b.op(f"c{i}", "conv", [c], [(f"tc{i}", 64)])].outputs[0]
+        x = b.ops[b.op(f"add{i}", "add", [d, x], [(f"x{i + 1}", 64)])].outputs[0]
+    b.mark_output(x)
+    g = b.build()
+    p = Problem.from_graph(g)
+    s = simplify(p)
+    assert s.problem.n == 1
+    assert s.expand([0]) == list(range(len(g)))
+    assert s.problem.evaluate([0]).peak == p.evaluate(range(len(g))).peak
+
+
+def test_parallel_branches_are_not_forced_together():
+    # Two branches that must interleave for the optimum: fusion must not serialise them.
+    from memsched.graph import GraphBuilder
+
+    b = GraphBuilder("interleave")
+    x = b.input("x", 10)
+    big1 = b.ops[b.op("up1", "conv", [x], [("u1", 100)])].outputs[0]
+    small1 = b.ops[b.op("down1", "conv", [big1], [("d1", 1)])].outputs[0]
+    big2 = b.ops[b.op("up2", "conv", [x], [("u2", 100)])].outputs[0]
+    small2 = b.ops[b.op("down2", "conv", [big2], [("d2", 1)])].outputs[0]
+    y = b.ops[b.op("cat", "concat", [small1, small2], [("y", 2)])].outputs[0]
+    b.mark_output(y)
+    g = b.build()
+    p = Problem.from_graph(g)
+    s = simplify(p)
+    opt = p.evaluate(run(p, "brute")[0]).peak
+    assert s.problem.evaluate(run(s.problem, "brute")[0]).peak == opt
+    _check_representation(p, s, 0)
