@@ -23,11 +23,14 @@ from benchmarks import zoo  # noqa: E402
 
 SMALL = {
     # name: builder overrides giving a small network with the same structure
-    "darts-v2-cifar": dict(c=8, layers=5),
-    "randwire-ws-1": dict(n=8, c=16, image_size=64),
+    "darts-v2-cifar": dict(c=8, layers=3),  # one normal and two reduction cells
+    "randwire-ws-1": dict(n=6, c=16, image_size=64),
     "mobilenet-v2": dict(image_size=64),
     "nasnet-a-cifar": dict(num_cells=3, filters=8),
+    "hrnet-w18-small-v1": dict(image_size=64),
 }
+FAST = [("darts-v2-cifar", False), ("randwire-ws-1", True), ("mobilenet-v2", True)]
+SLOW = [(n, f) for n in sorted(SMALL) for f in (False, True) if (n, f) not in FAST]
 
 
 def run_relax(mod, x):
@@ -51,8 +54,8 @@ def test_registry():
     assert set(zoo.names("ilp")) >= {"hrnet-w18-small-v1", "hrnet-w18-small-v2", "hrnet-w32"}
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
-@pytest.mark.parametrize("fold_bn", [False, True])
+@pytest.mark.parametrize("name,fold_bn",
+                         FAST + [pytest.param(*a, marks=pytest.mark.heavy) for a in SLOW])
 def test_relax_matches_torch(name, fold_bn):
     kw = SMALL[name]
     model, x = zoo.build_torch(name, fold_bn=fold_bn, **kw)
