@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 __all__ = ["Lifetime", "ArenaPlan", "plan", "plan_greedy", "plan_cpsat", "max_live",
-           "verify", "align_up", "stacked_offsets", "METHODS"]
+           "verify", "align_up", "stacked_offsets", "METHODS", "GREEDY_ORDERS"]
 
 METHODS = ("greedy", "cpsat", "auto")
 
@@ -131,19 +131,36 @@ def verify(lifetimes: Sequence, offsets: Sequence[int], alignment: int = 1,
 # greedy
 
 
-def _greedy_place(lts: list[Lifetime], sizes: list[int], order: list[int]) -> tuple[int, list[int]]:
+def _conflicts(lts: list[Lifetime]) -> list[list[int]]:
+    """For each tensor the others whose lifetimes overlap its own (a sweep over starts)."""
+    adj: list[list[int]] = [[] for _ in lts]
+    order = sorted(range(len(lts)), key=lambda i: lts[i].start)
+    active: list[int] = []
+    for i in order:
+        if not lts[i].size:
+            continue
+        start = lts[i].start
+        active = [j for j in active if lts[j].end >= start]
+        for j in active:
+            adj[i].append(j)
+            adj[j].append(i)
+        active.append(i)
+    return adj
+
+
+def _greedy_place(lts: list[Lifetime], sizes: list[int], order: list[int],
+                  adj: list[list[int]]) -> tuple[int, list[int]]:
     """Place tensors in ``order``; each goes to the best-fitting gap among the placed tensors
-    overlapping it in time. ``sizes`` are already aligned; returns (arena, offsets)."""
+    overlapping it in time (``adj``). ``sizes`` are already aligned; returns (arena, offsets)."""
     n = len(lts)
     offsets = [0] * n
-    placed: list[int] = []
+    placed = [False] * n
     arena = 0
     for i in order:
         size = sizes[i]
         if size == 0:
             continue
-        lt = lts[i]
-        busy = sorted((offsets[j], offsets[j] + sizes[j]) for j in placed if lts[j].overlaps(lt))
+        busy = sorted((offsets[j], offsets[j] + sizes[j]) for j in adj[i] if placed[j])
         best_off, best_gap = None, None
         cursor = 0
         for lo, hi in busy:
@@ -154,26 +171,61 @@ def _greedy_place(lts: list[Lifetime], sizes: list[int], order: list[int]) -> tu
         if best_off is None:
             best_off = cursor  # on top of everything live at the same time
         offsets[i] = best_off
-        placed.append(i)
+        placed[i] = True
         arena = max(arena, best_off + size)
     return arena, offsets
 
 
 _GREEDY_ORDERS = {
-    # largest first (TFLite's "greedy by size"); ties: earlier, longer first
-    "size": lambda lt, s: (-s, lt.start, -(lt.end - lt.start)),
+    # largest first (TFLite's "greedy by size"); among equal sizes the latest-ending first
+    # (measured on NAS cells with many equal tensors: 1.00-1.06x the bound vs 1.08-1.20x for
+    # earliest-start first)
+    "size": lambda lt, s: (-s, -lt.end, lt.start),
+    "size_start": lambda lt, s: (-s, lt.start, -(lt.end - lt.start)),
+    "size_duration": lambda lt, s: (-s, -(lt.end - lt.start), lt.start),
     # biggest rectangles in (time x memory) first
     "area": lambda lt, s: (-s * (lt.end - lt.start + 1), -s, lt.start),
-    # as allocated in time (what an online allocator would see), larger first on ties
-    "start": lambda lt, s: (lt.start, -s, -(lt.end - lt.start)),
     # long-lived first: they constrain everybody
     "duration": lambda lt, s: (-(lt.end - lt.start), -s, lt.start),
+    # as allocated in time (what an online allocator would see), larger first on ties
+    "start": lambda lt, s: (lt.start, -s, -(lt.end - lt.start)),
 }
+GREEDY_ORDERS = (*_GREEDY_ORDERS, "breadth")
+
+
+def _breadth_order(lts: list[Lifetime], sizes: list[int]) -> list[int]:
+    """Greedy by breadth: visit steps from the most to the least live bytes; at each step take
+    its not yet placed tensors, largest first."""
+    if not lts:
+        return []
+    t0 = min(lt.start for lt in lts)
+    horizon = max(lt.end for lt in lts) - t0 + 2
+    diff = [0] * horizon
+    for lt, s in zip(lts, sizes):
+        diff[lt.start - t0] += s
+        diff[lt.end - t0 + 1] -= s
+    load, cur = [], 0
+    for t in range(horizon - 1):
+        cur += diff[t]
+        load.append((-cur, t + t0))
+    load.sort()
+    unseen = sorted(range(len(lts)), key=lambda i: (-sizes[i], -lts[i].end, lts[i].start, i))
+    order: list[int] = []
+    for _, t in load:
+        if not unseen:
+            break
+        rest = []
+        for i in unseen:  # stays sorted largest first
+            (order if lts[i].start <= t <= lts[i].end else rest).append(i)
+        unseen = rest
+    return order + unseen
 
 
 def plan_greedy(lifetimes: Iterable, alignment: int = 64,
-                orders: Sequence[str] = ("size", "area", "duration", "start")) -> ArenaPlan:
-    """Greedy by size with best-fit gaps, tried with each ordering in ``orders``; best kept."""
+                orders: Sequence[str] = GREEDY_ORDERS) -> ArenaPlan:
+    """Greedy with best-fit gaps, tried with each ordering in ``orders`` (by size with three
+    tie-breaks, by area, duration, start, and by breadth) until one reaches the lower bound;
+    best kept."""
     t0 = time.perf_counter()
     lts = _normalise(lifetimes)
     _check_alignment(alignment)
@@ -181,10 +233,14 @@ def plan_greedy(lifetimes: Iterable, alignment: int = 64,
     lb = max_live(lts, alignment)
     best = None
     tried = {}
+    adj = _conflicts(lts)
     for name in orders:
-        key = _GREEDY_ORDERS[name]
-        order = sorted(range(len(lts)), key=lambda i: (*key(lts[i], sizes[i]), i))
-        arena, offsets = _greedy_place(lts, sizes, order)
+        if name == "breadth":
+            order = _breadth_order(lts, sizes)
+        else:
+            key = _GREEDY_ORDERS[name]
+            order = sorted(range(len(lts)), key=lambda i: (*key(lts[i], sizes[i]), i))
+        arena, offsets = _greedy_place(lts, sizes, order, adj)
         tried[name] = arena
         if best is None or arena < best[0]:
             best = (arena, offsets, name)

@@ -96,6 +96,8 @@ class ArenaResult:
     storages_replaced: int
     seconds: float
     plans: list = field(default_factory=list)  # memsched.arena.ArenaPlan per arena
+    lifetimes: list = field(default_factory=list)  # per arena: list of memsched.arena.Lifetime
+    names: list = field(default_factory=list)  # per arena: the tensors' variable names
 
 
 @dataclass
@@ -204,7 +206,7 @@ class PlanArena:
             groups.setdefault((t.storage.device, t.storage.scope), []).append(t)
         offsets: dict[relax.Var, tuple[tuple, int]] = {}
         arenas: dict[tuple, int] = {}
-        plans = []
+        plans, all_lts, all_names = [], [], []
         for key, ts in groups.items():
             lts = [_arena.Lifetime(t.nbytes, t.index, t.end) for t in ts]
             p = _arena.plan(lts, self.method, self.alignment, self.time_limit,
@@ -227,6 +229,8 @@ class PlanArena:
                     pass
             _arena.verify(lts, p.offsets, self.alignment, p.arena)
             plans.append(p)
+            all_lts.append(lts)
+            all_names.append([t.var.name for t in ts])
             arenas[key] = p.arena
             for t, o in zip(ts, p.offsets):
                 offsets[t.var] = (key, o)
@@ -240,7 +244,7 @@ class PlanArena:
             optimal=all(p.optimal for p in plans),
             method="+".join(sorted({p.method for p in plans})), tensors=len(tensors),
             storages_replaced=sum(s.movable for s in storages.values()),
-            seconds=time.perf_counter() - t0, plans=plans)
+            seconds=time.perf_counter() - t0, plans=plans, lifetimes=all_lts, names=all_names)
         self.results[name] = res
         return new_func.with_attrs({
             "memsched.arena_bytes": int(res.arena_bytes),
