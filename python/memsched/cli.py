@@ -4,7 +4,7 @@
     memsched compile model.onnx --pass MemoryAwareSchedule --target llvm -o out.so
     tvmc compile --pass MemoryAwareSchedule model.onnx -o out.so
 
-MODEL is a .onnx, .tflite, .pt2 (saved torch.export program) or .json (saved IRModule) file,
+MODEL is a .onnx, .tflite or .pt2 (saved torch.export program) file,
 or ``example:NAME`` for a built-in example (randwire, nas_cell, two_branch). Errors are one
 line on stderr naming the problem, exit status 2.
 """
@@ -167,7 +167,7 @@ def cmd_compile(args) -> int:
 
 
 def _add_compile_args(p):
-    p.add_argument("model", help="model file (.onnx/.tflite/.pt2/.json) or example:NAME")
+    p.add_argument("model", help="model file (.onnx/.tflite/.pt2) or example:NAME")
     p.add_argument("--pass", dest="passes", action="append", metavar="NAME",
                    help="pass to run (repeatable): MemoryAwareSchedule, RewriteConcatConv, "
                         "... or any relax.transform.NAME")
@@ -183,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"memsched {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     a = sub.add_parser("analyze", help="peak memory per scheduling method")
-    a.add_argument("model", help="model file (.onnx/.tflite/.pt2/.json) or example:NAME")
+    a.add_argument("model", help="model file (.onnx/.tflite/.pt2) or example:NAME")
     a.add_argument("--json", action="store_true", help="one JSON object on stdout")
     a.add_argument("--memory-model", default="paper", choices=["paper", "tvm"],
                    help="paper: inputs/outputs counted (default); tvm: what TVM plans")

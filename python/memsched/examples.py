@@ -59,7 +59,6 @@ def _emit_order(net: _Net, emit: str) -> list[int]:
 
 
 def _to_relax(net: _Net, in_shape, emit: str, seed: int, name: str = "main"):
-    import tvm
     from tvm import relax
 
     rng = np.random.default_rng(seed)
@@ -161,7 +160,6 @@ def two_branch_net() -> _Net:
 
 
 def _to_onnx(net: _Net, in_shape, emit: str, seed: int):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(seed)

@@ -2,8 +2,7 @@
 
 Formats: ``.onnx`` (TVM's ONNX frontend; the op graph for analysis is read from the ONNX graph
 itself), ``.tflite`` (TVM's TFLite frontend with the ``tflite`` parser), ``.pt2`` (a saved
-``torch.export`` program, TVM's torch frontend), ``.json`` (an IRModule saved with
-``tvm.ir.save_json``) and ``example:NAME`` (`memsched.examples`). Every failure is a
+``torch.export`` program, TVM's torch frontend) and ``example:NAME`` (`memsched.examples`). Every failure is a
 `ModelLoadError` naming the file and the problem.
 """
 from __future__ import annotations
@@ -13,7 +12,8 @@ import os
 from ..graph import OpGraph
 from .relax import UnsupportedModelError
 
-FORMATS = (".onnx", ".tflite", ".pt2", ".json")
+# No .json (tvm.ir.save_json): in TVM 0.27 it segfaults on modules holding constants.
+FORMATS = (".onnx", ".tflite", ".pt2")
 
 
 class ModelLoadError(ValueError):
@@ -51,7 +51,6 @@ def _check_file(path: str) -> str:
 
 def load_relax(path: str, input_shapes: dict | None = None):
     """A Relax IRModule for the model (constants folded, parameters bound as constants)."""
-    import tvm
     from tvm import relax
 
     kind = _check_file(path)
@@ -75,18 +74,13 @@ def load_relax(path: str, input_shapes: dict | None = None):
                 buf = f.read()
             tfl = tflite.Model.GetRootAsModel(buf, 0)
             mod = from_tflite(tfl, input_shapes or None, None)
-        elif kind == ".pt2":
+        else:  # .pt2
             import torch
             from tvm.relax.frontend.torch import from_exported_program
 
             ep = torch.export.load(path)
             mod = from_exported_program(ep, keep_params_as_input=False,
                                         unwrap_unit_return_tuple=True)
-        else:  # .json
-            with open(path) as f:
-                mod = tvm.ir.load_json(f.read())
-            if not isinstance(mod, tvm.IRModule):
-                raise ModelLoadError(f"{path!r} does not hold an IRModule")
         return relax.transform.FoldConstant()(mod)
     except (ModelLoadError, UnsupportedModelError):
         raise

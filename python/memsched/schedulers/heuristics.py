@@ -14,7 +14,6 @@ All run in O((V + E) log V) or O(V * ready) time and return a valid topological 
 """
 from __future__ import annotations
 
-import heapq
 
 from ..memory import Problem
 from .base import register, trivial_bound
