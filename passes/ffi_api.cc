@@ -1,0 +1,167 @@
+// tvm-ffi entry points of libmemsched_native and memsched's PassContext config keys.
+//
+//   memsched.native.astar(problem, ub_order, ub, target, time_limit_s, max_states)
+//       -> [peak, lower_bound, states, order...]
+//   memsched.native.evaluate(problem, order) -> [peak, steps (n)..., lives (n + 1)...]
+//   memsched.native.register_pass_config() -> bool   (idempotent)
+//   memsched.native.version() -> str
+//
+// `problem` is the flat int64 array described in problem.h.
+#include <dlfcn.h>
+#include <link.h>
+
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <tvm/ffi/any.h>
+#include <tvm/ffi/container/array.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/function.h>
+#include <tvm/ffi/reflection/registry.h>
+#include <tvm/ffi/string.h>
+
+#include "astar.h"
+#include "problem.h"
+
+namespace memsched {
+namespace {
+
+namespace ffi = tvm::ffi;
+
+std::vector<int64_t> ToVector(const ffi::Array<int64_t>& a) {
+  std::vector<int64_t> out;
+  out.reserve(a.size());
+  for (int64_t x : a) out.push_back(x);
+  return out;
+}
+
+std::vector<int> ToOrder(const ffi::Array<int64_t>& a) {
+  std::vector<int> out;
+  out.reserve(a.size());
+  for (int64_t x : a) out.push_back(static_cast<int>(x));
+  return out;
+}
+
+Problem UnpackOrThrow(const ffi::Array<int64_t>& a) {
+  try {
+    return Problem::Unpack(ToVector(a));
+  } catch (const std::invalid_argument& e) {
+    TVM_FFI_THROW(ValueError) << e.what();
+  }
+  TVM_FFI_UNREACHABLE();
+}
+
+ffi::Array<int64_t> AstarFn(ffi::Array<int64_t> problem, ffi::Array<int64_t> ub_order, int64_t ub,
+                            int64_t target, double time_limit_s, int64_t max_states) {
+  Problem p = UnpackOrThrow(problem);
+  std::vector<int> order = ToOrder(ub_order);
+  if (static_cast<int>(order.size()) != p.n)
+    TVM_FFI_THROW(ValueError) << "upper-bound order has " << order.size() << " ops, problem has "
+                              << p.n;
+  SearchResult r = Astar(p, order, ub, target, time_limit_s, max_states);
+  std::vector<int64_t> out = {r.peak, r.lower_bound, r.states};
+  out.insert(out.end(), r.order.begin(), r.order.end());
+  return ffi::Array<int64_t>(out.begin(), out.end());
+}
+
+ffi::Array<int64_t> EvaluateFn(ffi::Array<int64_t> problem, ffi::Array<int64_t> order) {
+  Problem p = UnpackOrThrow(problem);
+  Footprint fp;
+  try {
+    fp = Evaluate(p, ToOrder(order));
+  } catch (const std::invalid_argument& e) {
+    TVM_FFI_THROW(ValueError) << e.what();
+  }
+  std::vector<int64_t> out = {fp.peak};
+  out.insert(out.end(), fp.steps.begin(), fp.steps.end());
+  out.insert(out.end(), fp.lives.begin(), fp.lives.end());
+  return ffi::Array<int64_t>(out.begin(), out.end());
+}
+
+// ---------------------------------------------------------------- PassContext config keys
+//
+// `tvm::transform::PassContext::RegisterConfigOption(const char*, ffi::String,
+// std::function<ffi::Any(ffi::Any)>)` is exported by libtvm_compiler, but the tvm wheel ships no
+// compiler headers and loads libtvm_compiler RTLD_LOCAL. We therefore find the already loaded
+// library, look the symbol up by its mangled name and call it: the same thing
+// TVM_REGISTER_PASS_CONFIG_OPTION expands to, without a link-time dependency on TVM (the library
+// also works with tvm-ffi alone; the keys then simply do not exist).
+using RegisterConfigOptionFn = void (*)(const char*, ffi::String,
+                                        std::function<ffi::Any(ffi::Any)>);
+constexpr const char* kRegisterSymbol =
+    "_ZN3tvm9transform11PassContext20RegisterConfigOptionEPKcNS_3ffi6StringESt8functionIFNS4_"
+    "3AnyES7_EE";
+
+int FindCompiler(struct dl_phdr_info* info, size_t, void* out) {
+  const char* name = info->dlpi_name;
+  if (name != nullptr) {
+    size_t len = std::strlen(name);
+    const char* want = "libtvm_compiler.so";
+    size_t wl = std::strlen(want);
+    if (len >= wl && std::strcmp(name + len - wl, want) == 0) {
+      *static_cast<std::string*>(out) = name;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+RegisterConfigOptionFn LookupRegister() {
+  if (void* sym = dlsym(RTLD_DEFAULT, kRegisterSymbol))
+    return reinterpret_cast<RegisterConfigOptionFn>(sym);
+  std::string path;
+  dl_iterate_phdr(FindCompiler, &path);
+  if (path.empty()) return nullptr;
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+  if (handle == nullptr) return nullptr;
+  return reinterpret_cast<RegisterConfigOptionFn>(dlsym(handle, kRegisterSymbol));
+}
+
+template <typename T>
+std::function<ffi::Any(ffi::Any)> Legalize(std::string key, std::string type) {
+  return [key, type](ffi::Any value) -> ffi::Any {
+    std::optional<T> v = value.try_cast<T>();
+    if (!v.has_value())
+      TVM_FFI_THROW(AttributeError) << "Expect config " << key << " to have type " << type
+                                    << ", but instead get " << value.GetTypeKey();
+    return ffi::Any(*v);
+  };
+}
+
+std::mutex g_config_mu;
+bool g_config_registered = false;
+
+bool RegisterPassConfig() {
+  std::lock_guard<std::mutex> lock(g_config_mu);
+  if (g_config_registered) return true;
+  RegisterConfigOptionFn reg = LookupRegister();
+  if (reg == nullptr) return false;
+  reg("memsched.algorithm", ffi::String("str"), Legalize<ffi::String>("memsched.algorithm", "str"));
+  reg("memsched.memory_model", ffi::String("str"),
+      Legalize<ffi::String>("memsched.memory_model", "str"));
+  reg("memsched.time_limit_s", ffi::String("float"),
+      Legalize<double>("memsched.time_limit_s", "float"));
+  g_config_registered = true;
+  return true;
+}
+
+}  // namespace
+}  // namespace memsched
+
+TVM_FFI_STATIC_INIT_BLOCK() {
+  namespace refl = tvm::ffi::reflection;
+  refl::GlobalDef()
+      .def("memsched.native.astar", memsched::AstarFn,
+           "Exact min-peak search on one (sub-)problem: [peak, lower_bound, states, order...]")
+      .def("memsched.native.evaluate", memsched::EvaluateFn,
+           "Footprint of an order: [peak, steps..., lives...]")
+      .def("memsched.native.register_pass_config", memsched::RegisterPassConfig,
+           "Register the memsched.* PassContext config keys (needs TVM loaded); idempotent")
+      .def("memsched.native.version", []() { return tvm::ffi::String("memsched-native 0.1.0"); });
+  // If TVM is already loaded (the normal case: memsched.native imports tvm first), the config
+  // keys exist as soon as the library is loaded.
+  memsched::RegisterPassConfig();
+}

@@ -1,0 +1,157 @@
+// The memory model of python/memsched/memory.py (`Problem`) on plain integer arrays.
+//
+// A problem arrives as one flat int64 array (built by memsched.native.pack):
+//   n, T, base,
+//   for each of the n ops:     preds list, creates list, reads list, inplace list, workspace
+//   for each of the T tensors: size, initial, pinned, consumers list
+// where a "list" is its length followed by its items.
+#ifndef MEMSCHED_PASSES_PROBLEM_H_
+#define MEMSCHED_PASSES_PROBLEM_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace memsched {
+
+// A set of ops as a runtime-sized bitset (n can exceed 64).
+class Bits {
+ public:
+  Bits() = default;
+  explicit Bits(int n) : w_((n + 63) / 64, 0) {}
+  bool test(int i) const { return w_[i >> 6] >> (i & 63) & 1; }
+  void set(int i) { w_[i >> 6] |= uint64_t(1) << (i & 63); }
+  // this is a subset of other
+  bool subset_of(const Bits& o) const {
+    for (size_t k = 0; k < w_.size(); ++k)
+      if (w_[k] & ~o.w_[k]) return false;
+    return true;
+  }
+  int count() const {
+    int c = 0;
+    for (uint64_t x : w_) c += __builtin_popcountll(x);
+    return c;
+  }
+  const std::vector<uint64_t>& words() const { return w_; }
+  std::vector<uint64_t>& words() { return w_; }
+
+ private:
+  std::vector<uint64_t> w_;
+};
+
+struct Problem {
+  int n = 0;
+  int T = 0;
+  int64_t base = 0;
+  std::vector<std::vector<int>> preds, creates, reads, inplace, consumers;
+  std::vector<int64_t> workspace, size;
+  std::vector<char> initial, pinned;
+  std::vector<Bits> pred_mask;
+
+  static Problem Unpack(const std::vector<int64_t>& a) {
+    size_t i = 0;
+    auto next = [&]() -> int64_t {
+      if (i >= a.size()) throw std::invalid_argument("memsched.native: truncated problem array");
+      return a[i++];
+    };
+    Problem p;
+    p.n = static_cast<int>(next());
+    p.T = static_cast<int>(next());
+    p.base = next();
+    if (p.n < 0 || p.T < 0) throw std::invalid_argument("memsched.native: bad problem header");
+    auto list = [&](int bound) {
+      int64_t len = next();
+      if (len < 0) throw std::invalid_argument("memsched.native: negative list length");
+      std::vector<int> out;
+      out.reserve(static_cast<size_t>(len));
+      for (int64_t k = 0; k < len; ++k) {
+        int64_t x = next();
+        if (x < 0 || x >= bound) throw std::invalid_argument("memsched.native: index out of range");
+        out.push_back(static_cast<int>(x));
+      }
+      return out;
+    };
+    p.preds.resize(p.n);
+    p.creates.resize(p.n);
+    p.reads.resize(p.n);
+    p.inplace.resize(p.n);
+    p.workspace.resize(p.n);
+    for (int v = 0; v < p.n; ++v) {
+      p.preds[v] = list(p.n);
+      p.creates[v] = list(p.T);
+      p.reads[v] = list(p.T);
+      p.inplace[v] = list(p.T);
+      p.workspace[v] = next();
+    }
+    p.size.resize(p.T);
+    p.initial.resize(p.T);
+    p.pinned.resize(p.T);
+    p.consumers.resize(p.T);
+    for (int t = 0; t < p.T; ++t) {
+      p.size[t] = next();
+      p.initial[t] = next() != 0;
+      p.pinned[t] = next() != 0;
+      p.consumers[t] = list(p.n);
+      std::sort(p.consumers[t].begin(), p.consumers[t].end());
+      p.consumers[t].erase(std::unique(p.consumers[t].begin(), p.consumers[t].end()),
+                           p.consumers[t].end());
+    }
+    if (i != a.size()) throw std::invalid_argument("memsched.native: trailing problem data");
+    p.pred_mask.assign(p.n, Bits(p.n));
+    for (int v = 0; v < p.n; ++v)
+      for (int u : p.preds[v]) p.pred_mask[v].set(u);
+    return p;
+  }
+
+  // every consumer of t is in mask
+  bool all_consumed(int t, const Bits& mask) const {
+    for (int c : consumers[t])
+      if (!mask.test(c)) return false;
+    return true;
+  }
+
+  bool ready(int v, const Bits& mask) const { return !mask.test(v) && pred_mask[v].subset_of(mask); }
+
+  int64_t initial_live() const {
+    int64_t live = base;
+    for (int t = 0; t < T; ++t)
+      if (initial[t] && (pinned[t] || !consumers[t].empty())) live += size[t];
+    return live;
+  }
+
+  // Problem.step: run v from `mask` (v not in mask) with `live` bytes live.
+  // `mask_with_v` must be mask | {v}. Returns footprint; sets *after.
+  int64_t step(const Bits& mask_with_v, int64_t live, int v, int64_t* after) const {
+    int64_t created = 0, freed = 0;
+    for (int t : creates[v]) {
+      created += size[t];
+      if (!pinned[t] && consumers[t].empty()) freed += size[t];
+    }
+    for (int t : reads[v])
+      if (!pinned[t] && all_consumed(t, mask_with_v)) freed += size[t];
+    int64_t foot = live + created + workspace[v];
+    for (int t : inplace[v]) {
+      if (!pinned[t] && all_consumed(t, mask_with_v)) {
+        foot -= std::min(size[t], created);
+        break;
+      }
+    }
+    *after = live + created - freed;
+    return foot;
+  }
+
+  int64_t static_bound(int v) const {
+    int64_t created = 0, reads_b = 0, credit = 0;
+    for (int t : creates[v]) created += size[t];
+    for (int t : reads[v]) reads_b += size[t];
+    for (int t : inplace[v])
+      if (!pinned[t]) credit = std::max(credit, std::min(size[t], created));
+    return base + reads_b + created + workspace[v] - credit;
+  }
+};
+
+}  // namespace memsched
+
+#endif  // MEMSCHED_PASSES_PROBLEM_H_
