@@ -35,3 +35,38 @@ def test_pt2_analyze_and_compile(pt2_path, capsys, tmp_path):
     assert main(["compile", pt2_path, "--pass", "MemoryAwareSchedule", "-o",
                  str(tmp_path / "cell.so")]) == 0
     assert (tmp_path / "cell.so").exists()
+
+
+def test_tflite_analyze_compile_and_match_litert(tmp_path, capsys):
+    pytest.importorskip("tflite")
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from memsched.importers.load import load_relax
+    from test_rewrite_concat_conv import _tflite_concat_conv
+
+    buf, sa, sb = _tflite_concat_conv("conv")
+    path = tmp_path / "cell.tflite"
+    path.write_bytes(buf)
+    assert main(["analyze", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["optimal"] and out["ops"] >= 2
+    assert main(["compile", str(path), "--pass", "MemoryAwareSchedule", "-o",
+                 str(tmp_path / "cell.so")]) == 0
+    mod = load_relax(str(path))
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(sa).astype("float32"), rng.standard_normal(sb).astype("float32")
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "cell.so")), tvm.cpu())
+    names = [p.name for p in mod["main"].params]
+    feed = {"a": a, "b": b}
+    got = vm["main"](*[tvm.runtime.tensor(feed[n]) for n in names]).numpy()
+    from ai_edge_litert.interpreter import Interpreter
+
+    it = Interpreter(model_content=buf)
+    it.allocate_tensors()
+    for d in it.get_input_details():
+        it.set_tensor(d["index"], feed[d["name"]])
+    it.invoke()
+    ref = it.get_tensor(it.get_output_details()[0]["index"])
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
