@@ -100,7 +100,7 @@ def concat_conv(channels=(3, 5), layout="NCHW", kernel_layout=None, kind="conv",
             c = bb.emit(relax.op.concat(tup, axis=c_axis if seed % 2 else c_axis - 4))
             d = c
             for u in unary or ():
-                d = bb.emit(u(d))
+                d = u(bb, d, layout)
             y = bb.emit(relax.op.nn.conv2d(d, wv, strides=stride, padding=k // 2,
                                            dilation=dilation, groups=groups,
                                            data_layout=layout, kernel_layout=kernel_layout))
@@ -120,6 +120,41 @@ def concat_conv(channels=(3, 5), layout="NCHW", kernel_layout=None, kind="conv",
     return bb.get()
 
 
+def U(op):
+    """A chain step: a one-tensor op."""
+    return lambda bb, x, layout: bb.emit(op(x))
+
+
+def per_channel(op, rank=4, swap=False, full=True):
+    """A chain step: ``op(x, p)`` with a per-channel constant ``p`` of ``rank`` dims (size C on
+    the channel axis when ``full``, else 1)."""
+    def step(bb, x, layout):
+        shape = [1, 1, 1, 1]
+        ax = layout.index("C")
+        shape[ax] = int(x.ty.shape.values[ax]) if full else 1
+        p = relax.const(np.random.default_rng(7).uniform(0.5, 1.5, shape[4 - rank:])
+                        .astype("float32"))
+        return bb.emit(op(p, x) if swap else op(x, p))
+    return step
+
+
+def batch_norm(bb, x, layout):
+    """A chain step: inference batch norm on the channel axis, read through TupleGetItem 0."""
+    ax = layout.index("C")
+    c = int(x.ty.shape.values[ax])
+    rng = np.random.default_rng(8)
+    ps = [relax.const(rng.uniform(0.5, 1.5, c).astype("float32")) for _ in range(4)]
+    t = bb.emit(relax.op.nn.batch_norm(x, *ps, axis=ax, training=False))
+    return bb.emit(relax.TupleGetItem(t, 0))
+
+
+def spatial_slice(bb, x, layout):
+    """A chain step: strided_slice on H and W (FactorizedReduce's shifted input)."""
+    axes = [layout.index("H"), layout.index("W")]
+    hw = int(x.ty.shape.values[axes[0]])
+    return bb.emit(relax.op.strided_slice(x, axes=axes, begin=[1, 1], end=[hw, hw]))
+
+
 def forced(mod, **kw):
     return RewriteConcatConv(force=True, **kw)(mod)
 
@@ -137,9 +172,15 @@ CASES = [
     dict(kind="grouped", groups=4, m=3, channels=(2, 6)),  # cin_g = 2, boundaries aligned
     dict(stride=2, dilation=2, k=3, hw=9, channels=(4, 1)),
     dict(tuple_var=True, channels=(3, 3, 3)),
-    dict(unary=[relax.op.nn.relu]),
-    dict(unary=[lambda x: relax.op.clip(x, 0.0, 6.0), relax.op.sigmoid], kind="depthwise",
-         layout="NHWC"),
+    dict(unary=[U(relax.op.nn.relu)]),
+    dict(unary=[U(lambda x: relax.op.clip(x, 0.0, 6.0)), U(relax.op.sigmoid)],
+         kind="depthwise", layout="NHWC"),
+    dict(unary=[batch_norm, U(relax.op.nn.relu)]),  # DenseNet: BN -> ReLU -> conv
+    dict(unary=[batch_norm, per_channel(relax.op.multiply, rank=3)], layout="NHWC",
+         kind="depthwise"),
+    dict(unary=[per_channel(relax.op.subtract, swap=True), per_channel(relax.op.add, 1),
+                per_channel(relax.op.divide, full=False)], layout="NHWC"),
+    dict(unary=[spatial_slice, U(relax.op.nn.relu)], channels=(2, 4), hw=7),
 ]
 
 
@@ -188,14 +229,58 @@ def test_concat_with_other_users_is_kept():
 
 
 def test_tuple_var_and_unary_ops_are_removed_when_dead():
-    mod = concat_conv(channels=(2, 2, 2), tuple_var=True, unary=[relax.op.nn.relu])
+    mod = concat_conv(channels=(2, 2, 2), tuple_var=True, unary=[U(relax.op.nn.relu)])
     names = ops(forced(mod))
     assert "relax.concat" not in names and "Tuple" not in names
     assert names.count("relax.nn.relu") == 3 + 1  # one per branch + the final activation
 
 
+def test_full_tensor_operand_stops_the_match():
+    def residual(bb, x, layout):
+        other = relax.const(np.ones([int(d) for d in x.ty.shape.values], "float32"))
+        return bb.emit(relax.op.add(x, other))
+
+    mod = concat_conv(unary=[residual])
+    assert not find_sites(mod["main"].body.blocks[0])[0]
+
+
+def _dw_then_pw(branches=4, c=8, hw=12, m=2, from_params=False):
+    """branches -> concat -> depthwise 3x3 (multiplier m) -> ReLU -> narrow 1x1 conv."""
+    rng = np.random.default_rng(9)
+    x = relax.Var("x", relax.TensorType((1, 4, hw, hw), "float32"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            brs = [bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(
+                x, relax.const(rng.standard_normal((c, 4, 3, 3)).astype("float32") / 6),
+                padding=1)))) for _ in range(branches)]
+            cat = bb.emit(relax.op.concat(brs, axis=1))
+            C = branches * c
+            d = bb.emit(relax.op.nn.conv2d(cat, relax.const(
+                rng.standard_normal((C * m, 1, 3, 3)).astype("float32") / 3), padding=1,
+                groups=C))
+            y = bb.emit(relax.op.nn.conv2d(bb.emit(relax.op.nn.relu(d)), relax.const(
+                rng.standard_normal((4, C * m, 1, 1)).astype("float32") / 8)))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_depthwise_then_pointwise_is_rewritten_as_a_chain():
+    mod = _dw_then_pw()
+    new = RewriteConcatConv()(mod)  # memory-aware: the chain lowers the peak
+    assert attr(new, "memsched.rewrite_candidates") == 1
+    assert attr(new, "memsched.rewrite_sites") == 2  # the depthwise conv and the 1x1 after it
+    assert "relax.concat" not in ops(new)
+    assert attr(new, "memsched.rewrite_peak_after") < attr(new, "memsched.rewrite_peak_before")
+    assert_same(mod, new)
+    # without the follow-up (1x1 conv disabled) the depthwise split alone does not pay
+    only_dw = RewriteConcatConv(conv=False)(mod)
+    assert attr(only_dw, "memsched.rewrite_sites") == 0
+
+
 def test_elementwise_can_be_disabled():
-    mod = concat_conv(unary=[relax.op.nn.relu])
+    mod = concat_conv(unary=[U(relax.op.nn.relu)])
     assert forced(mod, elementwise=False).same_as(mod)
 
 

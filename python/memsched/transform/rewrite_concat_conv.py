@@ -63,16 +63,39 @@ _CONST = type(relax.const(0.0))  # tvm.ir.GenericConst in 0.27 (relax.Constant i
 
 CONV2D = "relax.nn.conv2d"
 CONCAT = "relax.concat"
-# Elementwise ops of one tensor that commute with a channel concat: f(concat(x_i)) =
-# concat(f(x_i)). Between the concat and the conv (e.g. ReLU-Conv-BN of DARTS/NASNet cells) they
-# are moved onto the branches.
+# Channel-wise ops that commute with a channel concat, f(concat(x_i)) = concat(f_i(x_i)), and so
+# may stand between the concat and the conv (ReLU-Conv of NAS cells, BN-ReLU-Conv of DenseNet);
+# the rewrite moves them onto the branches:
+# * elementwise ops of one tensor (the other arguments are scalars / attributes),
 UNARY = frozenset({
     "relax.nn.relu", "relax.nn.relu6", "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.silu",
     "relax.nn.leakyrelu", "relax.sigmoid", "relax.tanh", "relax.clip", "relax.negative",
-    "relax.exp", "relax.abs", "relax.astype"})
+    "relax.exp", "relax.abs", "relax.astype", "relax.sqrt", "relax.rsqrt", "relax.square"})
+# * binary elementwise ops whose other operand is per-channel (1 on every other axis; sliced),
+BINARY = frozenset({"relax.add", "relax.subtract", "relax.multiply", "relax.divide",
+                    "relax.maximum", "relax.minimum"})
+# * batch norm on the channel axis (its parameters are sliced) read through TupleGetItem 0,
+BATCH_NORM = "relax.nn.batch_norm"
+# * strided_slice on axes other than the channel axis.
+SLICE = "relax.strided_slice"
 
 
 # ----------------------------------------------------------------------------- matching
+@dataclass
+class Step:
+    """One channel-wise op between the concat and the conv: ``var = value``."""
+
+    var: object
+    value: object
+    kind: str  # "map" (same call per branch), "binary", "batch_norm", "item" (TupleGetItem 0)
+    data_arg: int = 0  # binary: which argument is the data path
+    slice_axis: int | None = None  # binary: axis of the other operand to slice per branch
+
+    @property
+    def label(self) -> str:
+        return "item0" if self.kind == "item" else _op_name(self.value).split(".")[-1]
+
+
 @dataclass
 class Site:
     """One ``conv2d(concat(fields))`` found in a dataflow block."""
@@ -84,7 +107,7 @@ class Site:
     channels: list[int]  # channel count of each field
     kind: str  # "channel" (partial convs summed) or "kernel" (per-branch convs concatenated)
     tuple_var: object = None  # a var bound to the tuple the concat reads, if any
-    chain: list = field(default_factory=list)  # (var, call) of unary ops concat -> conv
+    chain: list = field(default_factory=list)  # Steps of channel-wise ops concat -> conv
     order: list[int] = field(default_factory=list)  # field indices in summation order
 
     @property
@@ -128,28 +151,99 @@ def _is_layout(layout: str, letters: str) -> bool:
     return len(layout) == len(letters) and sorted(layout) == sorted(letters)
 
 
+def _ints(expr) -> list[int] | None:
+    """Integers of a tuple / shape argument (strided_slice axes), or None."""
+    vals = getattr(expr, "fields", None) or getattr(expr, "values", None) or []
+    out = []
+    for v in vals:
+        if not isinstance(v, _IntImm):
+            v = getattr(v, "value", None)  # PrimValue
+        if not isinstance(v, _IntImm):
+            return None
+        out.append(int(v.value))
+    return out
+
+
+def _is_tensor(expr) -> bool:
+    return isinstance(getattr(expr, "ty", None), relax.TensorType)
+
+
+def _rank(expr) -> int:
+    return int(expr.ty.ndim) if _is_tensor(expr) else -1
+
+
+def _per_channel(expr, c_axis: int, rank: int = 4) -> tuple[bool, int | None]:
+    """(ok, axis to slice) for the operand of a binary op next to a rank-``rank`` tensor: ok
+    when the operand is 1 on every axis but the channel axis (so it acts channel by channel)."""
+    shape = _static_shape(expr.ty) if _is_tensor(expr) else None
+    if shape is None or len(shape) > rank:
+        return False, None
+    lead = rank - len(shape)
+    cut = None
+    for j, d in enumerate(shape):
+        if j + lead == c_axis:
+            if d != 1:
+                cut = j
+        elif d != 1:
+            return False, None
+    return True, cut
+
+
+def _walk_chain(data, defs: dict, c_axis: int) -> tuple[list[Step], object]:
+    """Channel-wise ops above a conv's data: (steps from the concat side, the expr above)."""
+    chain: list[Step] = []
+    while isinstance(data, tvm.ir.Var) and data in defs:
+        v = defs[data]
+        op = _op_name(v)
+        if op in UNARY and not any(_is_tensor(a) for a in v.args[1:]):
+            step, nxt = Step(data, v, "map"), v.args[0]
+        elif op == SLICE and (_ints(v.args[1]) is not None) and c_axis not in [
+                a % 4 for a in _ints(v.args[1])]:
+            step, nxt = Step(data, v, "map"), v.args[0]
+        elif op in BINARY and len(v.args) == 2:
+            for k in sorted((0, 1), key=lambda k: v.args[k] not in defs):
+                ok, cut = _per_channel(v.args[1 - k], c_axis)
+                if ok and _rank(v.args[k]) == 4:
+                    break
+            else:
+                break
+            step, nxt = Step(data, v, "binary", k, cut), v.args[k]
+        elif isinstance(v, relax.TupleGetItem) and v.index == 0 \
+                and isinstance(v.tuple_value, tvm.ir.Var) \
+                and _op_name(defs.get(v.tuple_value)) == BATCH_NORM:
+            bn = defs[v.tuple_value]
+            if int(bn.attrs.axis) % 4 != c_axis or any(_per_channel(a, 0, 1) != (True, 0)
+                                                       for a in bn.args[1:5]):
+                break
+            chain.insert(0, Step(data, v, "item"))
+            step, nxt = Step(v.tuple_value, bn, "batch_norm"), bn.args[0]
+        else:
+            break
+        chain.insert(0, step)
+        data = nxt
+    return chain, data
+
+
 def _match(block, index: int, defs: dict, unary: bool = True) -> tuple[Site | None, str | None]:
-    """(site, None) when binding ``index`` is conv2d(concat(...)) (with elementwise `UNARY` ops
-    in between when ``unary``); (None, reason) when it is that pattern but cannot be rewritten;
-    (None, None) when it is not."""
+    """(site, None) when binding ``index`` is conv2d(concat(...)) (with channel-wise ops in
+    between when ``unary``, see `UNARY`); (None, reason) when it is that pattern but cannot be
+    rewritten; (None, None) when it is not."""
     binding = block.bindings[index]
     value = binding.value
     if not isinstance(binding, relax.VarBinding) or _op_name(value) != CONV2D:
         return None, None
     data, weight = value.args[0], value.args[1]
+    attrs = value.attrs
+    dl = str(attrs.data_layout)
     chain = []
-    while unary and isinstance(data, tvm.ir.Var) and _op_name(defs.get(data)) in UNARY:
-        call = defs[data]
-        if any(isinstance(getattr(a, "ty", None), relax.TensorType) for a in call.args[1:]):
-            return None, None
-        chain.insert(0, (data, call))
-        data = call.args[0]
+    if unary and _is_layout(dl, "NCHW"):
+        chain, data = _walk_chain(data, defs, dl.index("C"))
     if not isinstance(data, tvm.ir.Var) or data not in defs:
         return None, None
     concat = defs[data]
     if _op_name(concat) != CONCAT:
         return None, None
-    via = "".join(f"{_op_name(c).split('.')[-1]}(" for _, c in reversed(chain))
+    via = "".join(f"{s.label}(" for s in reversed(chain))
     where = f"{binding.var.name} = conv2d({via}{data.name} = concat{')' * len(chain)})"
     tup, tuple_var = concat.args[0], None
     if isinstance(tup, tvm.ir.Var):
@@ -160,8 +254,7 @@ def _match(block, index: int, defs: dict, unary: bool = True) -> tuple[Site | No
     fields = list(tup.fields)
     if len(fields) < 2:
         return None, f"{where}: concat of fewer than two tensors"
-    attrs = value.attrs
-    dl, kl = str(attrs.data_layout), str(attrs.kernel_layout)
+    kl = str(attrs.kernel_layout)
     ol = str(attrs.out_layout) if attrs.out_layout else dl
     if not (_is_layout(dl, "NCHW") and _is_layout(ol, "NCHW") and _is_layout(kl, "OIHW")):
         return None, f"{where}: unsupported layouts {dl}/{kl}/{ol}"
@@ -242,24 +335,51 @@ def _conv(data, weight, attrs, groups: int):
         out_dtype=attrs.out_dtype if attrs.out_dtype else None)
 
 
-def rewrite_site(block, site: Site) -> list:
-    """The bindings replacing the conv binding of ``site`` (the last binds the conv's var)."""
+def _slice_any(expr, axis: int, begin: int, end: int, name: str, out: list):
+    """A per-channel operand sliced on ``axis`` (numpy for constants)."""
+    if isinstance(expr, _CONST):
+        return _slice_weight(expr, axis, begin, end, name, out)
+    return _bind(relax.op.strided_slice(expr, axes=[axis], begin=[begin], end=[end]), name,
+                 out)
+
+
+def _branch_step(step: Step, x, begin: int, end: int, name: str, out: list):
+    """``step`` applied to one branch ``x`` holding channels ``begin:end`` of the concat."""
+    v = step.value
+    if step.kind == "item":
+        return _bind(relax.TupleGetItem(x, 0), name, out)
+    if step.kind == "map":
+        return _bind(relax.Call(v.op, [x] + list(v.args[1:]), v.attrs), name, out)
+    if step.kind == "binary":
+        other = v.args[1 - step.data_arg]
+        if step.slice_axis is not None:
+            other = _slice_any(other, step.slice_axis, begin, end, f"{name}_arg", out)
+        args = [x, other] if step.data_arg == 0 else [other, x]
+        return _bind(relax.Call(v.op, args, v.attrs), name, out)
+    params = [_slice_any(a, 0, begin, end, f"{name}_p{j}", out) for j, a in enumerate(v.args[1:5])]
+    return _bind(relax.Call(v.op, [x] + params + list(v.args[5:]), v.attrs), name, out)
+
+
+def rewrite_site(block, site: Site, memo: dict | None = None) -> list:
+    """The bindings replacing the conv binding of ``site`` (the last binds the conv's var).
+    ``memo`` shares the branches of channel-wise ops between sites reading the same ones."""
     call = block.bindings[site.conv_index].value
     attrs, weight = call.attrs, call.args[1]
     kl = str(attrs.kernel_layout)
     offs = [int(o) for o in np.cumsum([0] + site.channels)]
     name = site.name
     out: list = []
-    inputs = {}
+    memo = {} if memo is None else memo
 
-    def branch(f):  # field f with the unary chain applied (emitted on first use)
-        if f not in inputs:
-            x = site.fields[f]
-            for k, (_, call) in enumerate(site.chain):
-                x = _bind(relax.Call(call.op, [x] + list(call.args[1:]), call.attrs),
-                          f"{name}_in{f}_{k}", out)
-            inputs[f] = x
-        return inputs[f]
+    def branch(f):  # field f with the chain of channel-wise ops applied (emitted on first use)
+        x = site.fields[f]
+        for step in site.chain:
+            key = (step.var, f)
+            if key not in memo:
+                memo[key] = _branch_step(step, x, offs[f], offs[f + 1],
+                                         f"{step.var.name}_b{f}", out)
+            x = memo[key]
+        return x
     if site.kind == "channel":
         i_axis = kl.index("I")
         acc = None
@@ -304,13 +424,15 @@ def apply_sites(block, sites: list[Site], outside: set):
     are removed."""
     by_index = {s.conv_index: s for s in sites}
     bindings = []
+    memo: dict = {}
     for i, b in enumerate(block.bindings):
         if i in by_index:
-            bindings += rewrite_site(block, by_index[i])
+            bindings += rewrite_site(block, by_index[i], memo)
         else:
             bindings.append(b)
-    candidates = {s.concat_var for s in sites} | {s.tuple_var for s in sites if s.tuple_var is not None} \
-        | {v for s in sites for v, _ in s.chain}
+    candidates = {s.concat_var for s in sites} \
+        | {s.tuple_var for s in sites if s.tuple_var is not None} \
+        | {step.var for s in sites for step in s.chain}
     while True:  # drop dead unary ops, concats and the tuples only they read
         used = set(outside)
         for b in bindings:
@@ -461,20 +583,20 @@ class RewriteConcatConv:
                                   "without a memory check", stacklevel=3)
                     return None
                 measured = False
-                blocks[i] = apply_sites(blk, sites, outside)
-                rewritten += len(sites)
+                blocks[i], n = self._apply(blk, sites, outside)
+                rewritten += n
                 continue
             pos = {src: k for k, src in enumerate(base.order)}
             for s in sites:  # sum the branches in the order the best schedule makes them
                 s.order = sorted(range(len(s.fields)),
                                  key=lambda f, s=s: self._field_pos(blk, s.fields[f], pos))
-            chosen, ev = self._choose(blk, sites, outside, base, f"{name}.block{i}")
+            new, n, ev = self._choose(blk, sites, outside, base, f"{name}.block{i}")
             before = max(before, base.peak)
             after = max(after, ev.peak)
             optimal = optimal and base.optimal and ev.optimal
-            if chosen:
-                blocks[i] = apply_sites(blk, chosen, outside)
-                rewritten += len(chosen)
+            if n:
+                blocks[i] = new
+                rewritten += n
         attrs = {
             "memsched.rewrite_sites": int(rewritten),
             "memsched.rewrite_candidates": int(candidates),
@@ -502,8 +624,27 @@ class RewriteConcatConv:
                     return pos.get(k, -1)
         return -1  # parameters, constants: available from the start
 
+    def _apply(self, block, sites, outside):
+        """(block with ``sites`` rewritten, number of convs rewritten). A kernel-wise rewrite
+        turns the conv into a concat of per-branch convs; convs reading that concat (the
+        pointwise conv after a depthwise one) are rewritten with it, transitively: without them
+        the new concat only moves the memory peak (TVM's concat copies its inputs)."""
+        new = apply_sites(block, sites, outside)
+        count = len(sites)
+        produced = {s.conv_var for s in sites if s.kind == "kernel"}
+        while produced:
+            more, _ = find_sites(new, self.elementwise)
+            more = [s for s in more if s.concat_var in produced and self._enabled(s)]
+            if not more:
+                break
+            new = apply_sites(new, more, outside)
+            count += len(more)
+            produced = {s.conv_var for s in more if s.kind == "kernel"}
+        return new, count
+
     def _choose(self, block, sites, outside, base: _Eval, name):
-        """(sites to rewrite, evaluation of the block with them)."""
+        """(new block, convs rewritten, its evaluation); (block, 0, base) when no subset of the
+        sites lowers the peak."""
         units: dict = {}  # concat var -> its sites: a concat disappears only with all of them
         for s in sites:
             units.setdefault(s.concat_var, []).append(s)
@@ -513,13 +654,17 @@ class RewriteConcatConv:
         def ev(keep: frozenset) -> _Eval:
             if keep not in cache:
                 chosen = [s for u in sorted(keep) for s in units[u]]
-                cache[keep] = self._evaluate(apply_sites(block, chosen, outside), name) \
-                    if chosen else base
-            return cache[keep]
+                if chosen:
+                    new, n = self._apply(block, chosen, outside)
+                    cache[keep] = (new, n, self._evaluate(new, name))
+                else:
+                    cache[keep] = (block, 0, base)
+            return cache[keep][2]
 
         every = frozenset(range(len(units)))
         if self.force:
-            return [s for u in units for s in u], ev(every)
+            ev(every)
+            return cache[every]
         # greedy: add one concat at a time when it lowers the peak
         greedy = frozenset()
         for u in range(len(units)):
@@ -534,5 +679,5 @@ class RewriteConcatConv:
                 pruned = trial
         best = min((greedy, pruned), key=lambda k: (ev(k).peak, len(k)))
         if ev(best).peak >= base.peak:
-            return [], base
-        return [s for u in sorted(best) for s in units[u]], ev(best)
+            return block, 0, base
+        return cache[best]
