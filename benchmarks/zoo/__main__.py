@@ -34,15 +34,23 @@ def _key(name, fold_bn):
 
 def cmd_list(args) -> int:
     stats = load_stats()
-    rows = [("name", "input", "cells / stages", "channels", "params", "bindings", "bind(fold)",
-             "import s")]
+    rows = [("name", "input", "cells / stages", "channels", "params", "bindings",
+             "bindings (folded BN)", "import s", "import s (folded)", "peak MiB (folded)")]
     for n in names(args.tag):
         s = NETWORKS[n]
         a, b = stats.get(_key(n, False), {}), stats.get(_key(n, True), {})
+        peak = b.get("peak_input_order_bytes")
         rows.append((n, f"{s.input_size}x{s.input_size}", s.cells, s.channels,
                      f"{a['params'] / 1e6:.2f}M" if "params" in a else "-",
                      str(a.get("bindings", "-")), str(b.get("bindings", "-")),
-                     str(a.get("import_s", "-"))))
+                     str(a.get("import_s", "-")), str(b.get("import_s", "-")),
+                     f"{peak / 2**20:.2f}" if peak else "-"))
+    if args.markdown:
+        for k, r in enumerate(rows):
+            print("| " + " | ".join(r) + " |")
+            if k == 0:
+                print("|" + "---|" * len(r))
+        return 0
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for k, r in enumerate(rows):
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
@@ -100,6 +108,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("list", help="registry table")
     p.add_argument("--tag", help="only networks with this tag (hmcos, ilp, baseline, heavy)")
+    p.add_argument("--markdown", action="store_true", help="print a Markdown table")
     p.set_defaults(fn=cmd_list)
     for name, fn in (("measure", cmd_measure), ("export", cmd_export)):
         p = sub.add_parser(name)
