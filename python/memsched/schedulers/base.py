@@ -67,8 +67,10 @@ def schedule(graph: OpGraph, algorithm: str = "auto", memory_model: MemoryModel 
              time_limit: float | None = 10.0, progress: bool = False, **options) -> Schedule:
     """Schedule ``graph`` for minimum peak memory.
 
-    ``algorithm``: one of `available()` (``auto``: exact search with divide-and-conquer, anytime
-    under ``time_limit`` seconds). Deterministic: the same graph and options give the same order.
+    ``algorithm``: one of `available()` (``auto``: fusion, divide-and-conquer, upper bounds,
+    exact search and CP-SAT lower bounds, anytime under ``time_limit`` seconds; see
+    `memsched.schedulers.auto`). Deterministic: the same graph and options give the same order
+    (when the time limit does not cut a search short).
     """
     import time
 

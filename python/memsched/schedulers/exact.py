@@ -232,8 +232,3 @@ def solve(p: Problem, time_limit: float | None = None, progress: bool | Callable
 @register("exact", "best-first search over executed sets with divide-and-conquer (anytime)")
 def exact(p: Problem, time_limit: float | None = None, progress=False, **opts):
     return solve(p, time_limit=time_limit, progress=progress, **opts)
-
-
-@register("auto", "exact search, anytime under the time limit (default)")
-def auto(p: Problem, time_limit: float | None = 10.0, progress=False, **opts):
-    return solve(p, time_limit=time_limit, progress=progress, **opts)

@@ -1,0 +1,216 @@
+"""``auto``: the cheapest route to a proof of optimality for each part of the graph.
+
+Pipeline (each stage optional, for ablations):
+
+1. **fuse** (`memsched.simplify`, ILP-fusion §IV-B): contract fusable groups; the optimum is
+   unchanged, every fused order expands to an original order of the same peak.
+2. **divide** at cut points (`exact.cut_segments`): the peak is the maximum over segments,
+   each segment is an independent sub-problem; the largest trivial bound over segments is a
+   global lower bound (the *target*): a segment whose order stays at or below it is done.
+3. per segment, hardest first, until its peak meets the target or its own proven bound:
+   the best baseline order; **HMCOS** for a better upper bound on large segments; the
+   best-first **A\\*** search (`exact.astar`, or its C++ kernel `native_exact.astar` when the
+   library is built; a share of the remaining time); when A* times
+   out, **CP-SAT** (`ilp`) on the segment for a proven lower bound (and maybe a better
+   order). Every proven segment bound raises the target for the others.
+4. the order is expanded back to the original ops and compared with the baselines on the
+   original problem (which see orders the fused problem cannot express).
+
+``stats``: ``proof`` names the technique that proved the segment holding the peak
+(``bound``: the heuristic met a lower bound, ``hmcos``, ``astar``, ``cpsat``), or ``None`` with
+``gap`` > 0; ``proved_by`` counts segments per technique; ``fused_ops``, ``segments``,
+``largest_segment``, ``states`` (A*), ``cpsat_variables`` and the time of each stage.
+"""
+from __future__ import annotations
+
+import time
+
+from ..memory import Problem
+from .base import register, trivial_bound
+from .exact import _Deadline, astar, cut_segments
+from .heuristics import best_heuristic
+
+HMCOS_MIN_OPS = 24  # smaller segments: baselines + A* are cheaper than building a hierarchy
+CPSAT_MAX_VARS = 400_000  # estimated Booleans above which CP-SAT is not attempted
+
+
+def _estimate_vars(p: Problem) -> int:
+    from .ilp import windows
+
+    lo, hi = windows(p)
+    return 2 * sum(h - l + 1 for l, h in zip(lo, hi))
+
+
+NATIVE_AFTER = 20.0  # seconds of A* budget left that justify loading the native kernel
+
+
+def _native_astar(load: bool):
+    """The C++ A* kernel when it is loaded cheaply (TVM already imported, as inside a pass)
+    or ``load`` is set; None when unavailable."""
+    import sys
+
+    if not load and "tvm" not in sys.modules:
+        return None
+    from . import native_exact
+
+    return native_exact.astar if native_exact.available() else None
+
+
+def _astar_stage(sub: Problem, upper, target: int, seconds: float | None, native,
+                 on_progress):
+    """A* on one segment: the Python search first; if it has not finished after a slice of the
+    budget and enough time is left, the native kernel (``native``: None = when worthwhile,
+    True = always, False = never)."""
+    fast = None
+    if native:
+        fast = _native_astar(True)
+        if fast is None:
+            raise RuntimeError("native=True but libmemsched_native is not available")
+    elif native is None:
+        fast = _native_astar(False)
+    if fast is not None:
+        return fast(sub, upper, target, _Deadline(seconds))
+    first = seconds
+    if seconds is not None and native is None:
+        first = min(seconds, max(1.0, 0.2 * seconds))
+    t = time.perf_counter()
+    o, pk, lb, st = astar(sub, upper, target, _Deadline(first), on_progress)
+    if lb >= pk or first == seconds:
+        return o, pk, lb, st
+    left = seconds - (time.perf_counter() - t)
+    if left <= 0.05:
+        return o, pk, lb, st
+    fast = _native_astar(True) if left >= NATIVE_AFTER else None
+    if fast is not None:
+        o2, pk2, lb2, st2 = fast(sub, (o, pk), target, _Deadline(left))
+    else:
+        o2, pk2, lb2, st2 = astar(sub, (o, pk), target, _Deadline(left), on_progress)
+    return o2, pk2, max(lb, lb2), st + st2
+
+
+def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse: bool = True,
+               divide: bool = True, hmcos: bool = True, astar_search: bool = True,
+               cpsat: bool = True, astar_share: float = 0.5, workers: int = 1, seed: int = 0,
+               native: bool | None = None):
+    t0 = time.perf_counter()
+    deadline = _Deadline(time_limit)
+    stats: dict = {"ops": p.n}
+    # 1. fuse
+    simp = None
+    q = p
+    if fuse and p.n > 2:
+        from ..simplify import simplify
+
+        simp = simplify(p, time_limit=None if time_limit is None else 0.3 * time_limit)
+        q = simp.problem
+        stats["fusion_seconds"] = round(simp.seconds, 3)
+    stats["fused_ops"] = q.n
+    # 2. divide
+    segs = cut_segments(q) if divide else ([list(range(q.n))] if q.n else [])
+    subs = []
+    before = 0
+    for seg in segs:
+        sub, ids = q.restrict(seg, before)
+        before |= sum(1 << v for v in seg)
+        o, pk, _ = best_heuristic(sub)
+        subs.append({"sub": sub, "ids": ids, "order": o, "peak": pk, "lb": trivial_bound(sub),
+                     "by": None})
+    target = max((s["lb"] for s in subs), default=0)
+    stats.update(segments=len(segs), largest_segment=max((len(s) for s in segs), default=0))
+    states = 0
+    cp_vars = 0
+    t_hmcos = t_astar = t_cpsat = 0.0
+    report = progress if callable(progress) else None
+    # 3. hardest segments first
+    pending = sorted(range(len(subs)), key=lambda k: -subs[k]["peak"])
+    for idx, k in enumerate(pending):
+        s = subs[k]
+        sub = s["sub"]
+        if s["peak"] <= target:
+            s["by"] = "bound"
+            continue
+        if deadline.expired():
+            continue
+        if hmcos and sub.n >= HMCOS_MIN_OPS:
+            from .hmcos import hmcos_schedule
+
+            t = time.perf_counter()
+            left = None if deadline.end is None else 0.2 * (deadline.end - t)
+            o, pk, _ = hmcos_schedule(sub, left)
+            t_hmcos += time.perf_counter() - t
+            if pk < s["peak"]:
+                s["order"], s["peak"] = o, pk
+            if s["peak"] <= target:
+                s["by"] = "hmcos"
+                continue
+        unresolved = sum(1 for j in pending[idx:] if subs[j]["peak"] > target)
+        if deadline.end is None:
+            budget = None
+        else:
+            left = max(0.0, deadline.end - time.perf_counter())
+            budget = left if unresolved <= 1 else left / 2
+        seg_deadline = _Deadline(budget)
+        if astar_search:
+            t = time.perf_counter()
+            share = None if budget is None else (budget * astar_share if cpsat else budget)
+            o, pk, lb, st = _astar_stage(sub, (s["order"], s["peak"]), target, share, native,
+                                         (lambda n, k=k: report(k, len(subs), states + n))
+                                         if report else None)
+            t_astar += time.perf_counter() - t
+            states += st
+            if pk < s["peak"]:
+                s["order"], s["peak"] = o, pk
+            s["lb"] = max(s["lb"], lb)
+            if s["lb"] >= s["peak"]:
+                s["by"] = "astar"
+        if s["by"] is None and cpsat and not seg_deadline.expired() and \
+                _estimate_vars(sub) <= CPSAT_MAX_VARS:
+            from .ilp import solve_problem
+
+            t = time.perf_counter()
+            left = None if seg_deadline.end is None else seg_deadline.end - t
+            o, pk, lb, st = solve_problem(sub, (s["order"], s["peak"]), max(target, s["lb"]),
+                                          left, workers=workers, seed=seed)
+            t_cpsat += time.perf_counter() - t
+            cp_vars += st.get("variables", 0)
+            if pk < s["peak"]:
+                s["order"], s["peak"] = o, pk
+            s["lb"] = max(s["lb"], lb)
+            if s["lb"] >= s["peak"]:
+                s["by"] = "cpsat"
+        target = max(target, min(s["lb"], s["peak"]))
+    for s in subs:
+        if s["by"] is None and s["peak"] <= target:
+            s["by"] = "bound"
+    order_q = [s["ids"][v] for s in subs for v in s["order"]]
+    peak = max((s["peak"] for s in subs), default=0)
+    lower = min(peak, max([target] + [s["lb"] for s in subs]))
+    order = simp.expand(order_q) if simp else order_q
+    # 4. the baselines on the original problem may express orders the fused one cannot
+    if peak > lower:
+        ho, hpk, _ = best_heuristic(p)
+        if hpk < peak:
+            order, peak = ho, hpk
+    optimal = peak <= lower
+    proof = None
+    if optimal:
+        top = [s for s in subs if s["peak"] == peak]
+        proof = next((s["by"] for s in top if s["by"] not in (None, "bound")), None) or \
+            (top[0]["by"] if top else "bound")
+    proved: dict[str, int] = {}
+    for s in subs:
+        if s["by"]:
+            proved[s["by"]] = proved.get(s["by"], 0) + 1
+    stats.update(proof=proof, proved_by=proved, states=states, cpsat_variables=cp_vars,
+                 hmcos_seconds=round(t_hmcos, 3), astar_seconds=round(t_astar, 3),
+                 cpsat_seconds=round(t_cpsat, 3), gap=0.0 if peak == 0 else
+                 round((peak - min(lower, peak)) / peak, 6),
+                 timed_out=deadline.expired() and not optimal,
+                 seconds=round(time.perf_counter() - t0, 3))
+    return order, min(lower, peak), optimal, stats
+
+
+@register("auto", "fuse, divide at cut points, HMCOS/baseline upper bounds, A* per segment, "
+                  "CP-SAT lower bounds when A* times out (default)")
+def auto(p: Problem, time_limit: float | None = 10.0, progress=False, **opts):
+    return solve_auto(p, time_limit=time_limit, progress=progress, **opts)

@@ -1,0 +1,63 @@
+"""``auto`` (memsched.schedulers.auto): exact on small graphs whatever stages are enabled,
+reports which technique proved optimality, deterministic."""
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from memsched import MemoryModel, schedule
+from memsched.cell_graphs import hrnet_network, nas_network, randwire_network
+from memsched.random_graphs import random_dag
+
+MODELS = [MemoryModel.get("paper"), MemoryModel.get("tvm"),
+          MemoryModel(inplace=True, name="inplace")]
+STAGES = ("fuse", "divide", "hmcos", "cpsat")
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 10), seed=st.integers(0, 10_000), m=st.sampled_from(MODELS),
+       off=st.sets(st.sampled_from(STAGES)), window=st.sampled_from([2, 3, 6]))
+def test_auto_equals_brute_force(n, seed, m, off, window):
+    g = random_dag(n, seed, window=window)
+    brute = schedule(g, "brute", m)
+    s = schedule(g, "auto", m, time_limit=None, native=False, **{k: False for k in off})
+    assert g.is_topological(s.order)
+    assert s.peak == brute.peak and s.optimal and s.lower_bound == s.peak
+    assert s.stats["proof"] in ("bound", "hmcos", "astar", "cpsat")
+
+
+@settings(max_examples=15, deadline=None)
+@given(n=st.integers(10, 40), seed=st.integers(0, 10_000), m=st.sampled_from(MODELS))
+def test_cpsat_stage_alone_proves_optimum(n, seed, m):
+    g = random_dag(n, seed, window=4, max_fanin=2)
+    ex = schedule(g, "exact", m, time_limit=30)
+    s = schedule(g, "auto", m, time_limit=30, astar_search=False, hmcos=False)
+    assert s.lower_bound <= ex.peak and ex.lower_bound <= s.peak
+    if ex.optimal and s.optimal:
+        assert s.peak == ex.peak
+
+
+def test_auto_on_cell_networks_proves_and_reports():
+    for g in (nas_network(cells=4, blocks=4, reductions=(2,), seed=1),
+              randwire_network(nodes=16, stages=1, seed=1),
+              hrnet_network(branches=3, modules=1, blocks=1)):
+        s = schedule(g, "auto", time_limit=20, native=False)
+        assert s.optimal, (g.name, s.stats)
+        st_ = s.stats
+        assert st_["fused_ops"] < len(g)
+        assert st_["proof"] in ("bound", "hmcos", "astar", "cpsat")
+        assert st_["gap"] == 0.0
+        assert schedule(g, "exact", time_limit=20).peak == s.peak
+
+
+def test_auto_is_deterministic():
+    g = nas_network(cells=6, blocks=5, seed=2)
+    a = schedule(g, "auto", time_limit=20, native=False)
+    b = schedule(g, "auto", time_limit=20, native=False)
+    assert a.order == b.order and a.peak == b.peak
+
+
+@pytest.mark.heavy
+def test_auto_proves_a_wide_hrnet():
+    # the Python A* alone does not finish in 60 s; fusion + CP-SAT (or the native kernel) do
+    g = hrnet_network(branches=4, modules=2, blocks=2)
+    s = schedule(g, "auto", "tvm", time_limit=60)
+    assert s.optimal and s.peak == 6016, s.stats
