@@ -129,6 +129,7 @@ PAPER_PARAMS = {  # published parameter counts (millions) the builders must repr
     "amoebanet-a-cifar": 3.2, "darts-v2-cifar": 3.3, "darts-v2-imagenet": 4.7,
     "pnasnet-5-mobile": 5.1, "hrnet-w18-small-v1": 13.2, "hrnet-w18-small-v2": 15.6,
     "resnet-50": 25.6, "densenet-121": 8.0, "mobilenet-v2": 3.5, "xception": 22.9,
+    "randwire-ws-1": 5.6, "randwire-ws-2": 5.6, "randwire-ws-3": 5.6,  # paper: 5.6 +- 0.1
 }
 
 
@@ -136,7 +137,8 @@ PAPER_PARAMS = {  # published parameter counts (millions) the builders must repr
 def test_param_counts_match_papers(name):
     model, _ = zoo.build_torch(name)
     n = sum(p.numel() for p in model.parameters()) / 1e6
-    assert abs(n - PAPER_PARAMS[name]) < 0.06, n
+    tol = 0.1 if name.startswith("randwire") else 0.06
+    assert abs(n - PAPER_PARAMS[name]) < tol, n
 
 
 @pytest.mark.heavy

@@ -75,7 +75,7 @@ def _specs():
           "TF-slim pnasnet.py mobile_imagenet_config; Liu et al. 2018"),
     ] + [
         S(f"randwire-ws-{s}", "randwire", "randwire:randwire_ws", 224, "ImageNet",
-          "2 convs, 3 random stages of 16/32/32 nodes", "C=78: 78/156/312, head 1280",
+          "2 convs, 3 random stages of 32 nodes", "C=78: 78/156/312, head 1280",
           "Xie et al. 2019 Table 2 small regime, WS(4, 0.75), own WS generator",
           kwargs={"seed": s}, tags=("hmcos", "ilp"))
         for s in (1, 2, 3)
