@@ -275,8 +275,33 @@ def solve_problem(p: Problem, upper: tuple[list[int], int] | None = None, lower:
 
 
 def count_variables(p: Problem, prune: bool = True) -> int:
-    """Boolean variables of the model (Table IV's "V")."""
-    return Model(p, prune=prune).n_bool
+    """The paper's variable count (Table IV's "V"): ``O[i,j]`` over each op's step window and
+    ``T[t,j]`` over each tensor's (every step without pruning). The CP-SAT model creates fewer
+    Booleans (`Model.n_bool`): constants are substituted and ``T`` that equals a ``D`` is not
+    created."""
+    n = p.n
+    lo, hi = windows(p) if prune else ([1] * n, [n] * n)
+    prod = [-1] * len(p.size)
+    for v, ts in enumerate(p.creates):
+        for t in ts:
+            prod[t] = v
+    count = sum(h - l + 1 for l, h in zip(lo, hi))
+    for t in range(len(p.size)):
+        pr = prod[t]
+        if pr < 0 and not p.initial[t]:
+            continue
+        cons = p.consumers[t]
+        start = 1 if pr < 0 else lo[pr]
+        if p.pinned[t]:
+            end = n
+        elif cons:
+            end = max(hi[c] for c in cons)
+        elif pr >= 0:
+            end = hi[pr]
+        else:
+            continue
+        count += max(0, end - start + 1)
+    return count
 
 
 @register("ilp", "CP-SAT scheduling ILP with topology-aware pruning (ILP-fusion §IV-A); "
