@@ -97,3 +97,22 @@ def test_parallel_branches_are_not_forced_together():
     opt = p.evaluate(run(p, "brute")[0]).peak
     assert s.problem.evaluate(run(s.problem, "brute")[0]).peak == opt
     _check_representation(p, s, 0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(2, 40), seed=st.integers(0, 10_000), m=st.sampled_from(MODELS),
+       window=st.sampled_from([2, 3, 4, 6]), fanin=st.sampled_from([1, 2, 3]))
+def test_canonicalize_groups_any_order_without_raising_its_peak(n, seed, m, window, fanin):
+    # the exchange arguments of the fusion theorems, executed: any order can be rewritten so
+    # that every group runs contiguously in its internal order, at no higher peak
+    g = random_dag(n, seed, window=window, max_fanin=fanin)
+    p = Problem.from_graph(g, m)
+    s = simplify(p)
+    orders = [list(range(n))] + list(_random_orders(p, seed, 3))
+    for o in orders:
+        c = s.canonicalize(o)
+        assert g.is_topological(c)
+        assert p.evaluate(c).peak <= p.evaluate(o).peak
+        pos = {v: i for i, v in enumerate(c)}
+        for ms in s.members:
+            assert [pos[v] for v in ms] == list(range(pos[ms[0]], pos[ms[0]] + len(ms)))

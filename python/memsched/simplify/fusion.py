@@ -96,9 +96,23 @@ class Simplified:
     rounds: int = 0
     seconds: float = 0.0
     stats: dict = field(default_factory=dict)
+    # per round: (original op ids in internal order, rule) of each group fused in that round
+    history: list[list[tuple[list[int], str]]] = field(default_factory=list)
 
     def expand(self, order: Sequence[int]) -> list[int]:
         return [v for u in order for v in self.members[u]]
+
+    def canonicalize(self, order: Sequence[int]) -> list[int]:
+        """``order`` (of the original problem) with every fused group contiguous in its
+        internal order and a peak no higher: the exchange argument of each group's rule,
+        applied round by round (chain-down: at its first op; chain-up: at its last op;
+        isolated: where the memory of the ops running alongside is least)."""
+        p = self.original
+        blocks: list[list[int]] = [[v] for v in order]
+        for groups in self.history:
+            for ops, rule in groups:
+                blocks = _place_group(p, blocks, ops, rule)
+        return [v for b in blocks for v in b]
 
     @property
     def reduction(self) -> float:
@@ -445,6 +459,43 @@ def find_groups(p: Problem, max_group: int = 32, max_ideals: int = 20000,
     return chosen
 
 
+def _place_group(p: Problem, blocks: list[list[int]], ops: list[int], rule: str):
+    """One exchange step of `Simplified.canonicalize`: ``ops`` (a union of whole blocks)
+    becomes one block, placed as its rule's proof places it."""
+    inside = set(ops)
+    idx = [k for k, b in enumerate(blocks) if b[0] in inside]
+    lo, hi = idx[0], idx[-1]
+    window = blocks[lo:hi + 1]
+    qs = [b for b in window if b[0] not in inside]
+    if rule == "chain-down":
+        split = 0
+    elif rule == "chain-up":
+        split = len(qs)
+    else:  # isolated: the Q-state of least Q memory inside the window
+        touched = set(t for v in ops for t in p.reads[v] + p.creates[v])
+        mask = 0
+        for b in blocks[:lo]:
+            for v in b:
+                mask |= 1 << v
+        live = p.live(mask)
+
+        def q_mem(mask, live):
+            return live - sum(p.size[t] for t in touched
+                              if p._exists(t, mask) and p._live_after(t, mask))
+
+        best, split, j = q_mem(mask, live), 0, 0
+        for b in window:
+            for v in b:
+                _, live = p.step(mask, live, v)
+                mask |= 1 << v
+            if b[0] not in inside:
+                j += 1
+                f = q_mem(mask, live)
+                if f < best:
+                    best, split = f, j
+    return blocks[:lo] + qs[:split] + [list(ops)] + qs[split:] + blocks[hi + 1:]
+
+
 def contract(p: Problem, groups: Sequence[_Check]) -> tuple[Problem, list[list[int]]]:
     """The problem with each group replaced by one op. Returns it and, per new op, the ops of
     ``p`` it runs (in order)."""
@@ -556,6 +607,7 @@ def simplify(p: Problem, max_group: int = 32, max_rounds: int = 50, max_ideals: 
     deltas = [0] * p.n
     rounds = 0
     fused_by_rule: dict[str, int] = {}
+    history: list = []
     while rounds < max_rounds:
         if time_limit is not None and time.perf_counter() - t0 > time_limit:
             break
@@ -566,6 +618,7 @@ def simplify(p: Problem, max_group: int = 32, max_rounds: int = 50, max_ideals: 
         for c in groups:
             fused_by_rule[c.rule] = fused_by_rule.get(c.rule, 0) + 1
         nxt, node_ops = contract(cur, groups)
+        history.append([([v for u in c.order for v in members[u]], c.rule) for c in groups])
         by_first = {c.order[0]: c for c in groups}
         new_members, new_rules, new_peaks, new_deltas = [], [], [], []
         for ops in node_ops:
@@ -585,4 +638,4 @@ def simplify(p: Problem, max_group: int = 32, max_rounds: int = 50, max_ideals: 
               for k, ms in enumerate(members) if len(ms) > 1]
     return Simplified(p, cur, members, groups, rounds, time.perf_counter() - t0,
                       {"ops": p.n, "fused_ops": cur.n, "rounds": rounds,
-                       "fusions": fused_by_rule})
+                       "fusions": fused_by_rule}, history)
