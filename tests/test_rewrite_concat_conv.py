@@ -549,3 +549,28 @@ def test_pipeline_before():
     ref = run(mod, ins)[0]
     got = run(mod, ins, relax_pipeline=memsched.pipeline(before=[RewriteConcatConv()]))[0]
     np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
+
+
+# ----------------------------------------------------------------------------- heavy
+def _bench():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "benchmarks" / "rewrite_concat_conv.py"
+    spec = importlib.util.spec_from_file_location("_bench_rewrite_concat_conv", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("model", ["darts_like", "densenet_like", "dw_cell"])
+def test_nas_like_models_rewrite_plus_order_beats_order_only(model):
+    from memsched.examples import example_inputs
+
+    mod = getattr(_bench(), model)()
+    only = MemoryAwareSchedule(time_limit=10)(mod)
+    both = tvm.transform.Sequential([RewriteConcatConv(time_limit=10),
+                                     MemoryAwareSchedule(time_limit=10)])(mod)
+    assert attr(both, "memsched.peak_after") < attr(only, "memsched.peak_after")
+    assert_same(mod, both, example_inputs(mod))

@@ -13,6 +13,13 @@ without the concat:
   ``conv(concat(x_i), W)`` = ``concat(conv(x_i, W[o_i:o_i+c_i*m], groups=c_i))`` -- the weight is
   sliced on its output-channel axis (``kernel_layout.index("O")``).
 
+Channel-wise ops between the concat and the conv commute with the concat and are moved onto
+the branches (`UNARY`, `BINARY` with a per-channel operand, batch norm, spatial strided_slice):
+``conv(relu(concat(x_i)))`` (ReLU-Conv of NAS cells) and ``conv(relu(bn(concat(x_i))))``
+(DenseNet) are sites too. A kernel-wise rewrite leaves a concat of the per-branch outputs; a
+conv reading it (the pointwise conv after a depthwise one) is rewritten in the same step, since
+TVM's concat copies its inputs and the depthwise split alone would only move the peak.
+
 A grouped conv whose branch boundaries cut through a group is left alone. NCHW, NHWC and any
 other permutation of N/C/H/W (O/I/H/W for the kernel) are handled; strides, padding, dilation,
 layouts and ``out_dtype`` are copied. Constant weights are sliced in numpy; any other weight
@@ -23,17 +30,19 @@ it) is removed only when no other binding or return value uses it; otherwise it 
 
 **Memory-aware by default.** Each dataflow block is imported as an `OpGraph` and scheduled
 exactly (`memsched.schedule`, memory model ``"tvm"`` by default, anytime under ``time_limit``
-seconds per search). A set of sites is kept only if it lowers the block's optimal peak; the set
-is chosen from two searches: greedy addition of one concat at a time, and starting from all
-sites and dropping every concat whose removal does not raise the peak (this finds sites that
-only help together, e.g. the same cell repeated). The lower peak wins, fewer rewrites on a tie.
+seconds per search; ``budget`` caps the whole choice). A set of sites is kept only if it
+lowers the block's optimal peak; the set is chosen from two searches: greedy addition of one
+concat at a time, and starting from all sites and dropping every concat whose removal does not
+raise the peak (this finds sites that only help together, e.g. the same cell repeated). The
+lower peak wins, fewer rewrites on a tie.
 ``force=True`` rewrites every matched site. A function's peak is the maximum over its blocks,
 so it never rises.
 
 Results are function attributes (bytes for peaks), set on every function with at least one
-matched site: ``memsched.rewrite_sites`` (convolutions rewritten), ``memsched.rewrite_candidates``
-(convolutions matched), ``memsched.rewrite_peak_before`` / ``memsched.rewrite_peak_after``
-(optimal peak without / with the chosen rewrites; both under ``memsched.rewrite_memory_model``),
+matched site: ``memsched.rewrite_sites`` (convolutions rewritten, follow-ups included),
+``memsched.rewrite_candidates`` (convolutions matched), ``memsched.rewrite_peak_before`` /
+``memsched.rewrite_peak_after`` (optimal peak without / with the chosen rewrites; both under
+``memsched.rewrite_memory_model``),
 ``memsched.rewrite_optimal`` (1 when every search was certified optimal), and
 ``memsched.rewrite_unmatched`` (why a concat -> conv2d pair was not matched) when there is one.
 
@@ -52,7 +61,7 @@ import tvm
 from tvm import relax
 
 from ..importers.relax import UnsupportedModelError, block_graph
-from ..memory import MemoryModel
+from ..memory import MemoryModel, Problem
 from ..schedulers import schedule
 from ..schedulers.base import available
 from . import config
@@ -445,6 +454,34 @@ def apply_sites(block, sites: list[Site], outside: set):
     return relax.DataflowBlock(bindings, block.span)
 
 
+def _floor(block, sites, model) -> int:
+    """A peak no choice of ``sites`` can go below: the largest footprint of an op the rewrites
+    leave as it is (its inputs and outputs keep their sizes)."""
+    index = {b.var: k for k, b in enumerate(block.bindings)}
+    users: dict = {}
+    for k, b in enumerate(block.bindings):
+        for v in relax.analysis.free_vars(b.value):
+            users.setdefault(v, []).append(k)
+    touched = set()
+    for s in sites:
+        touched.add(s.conv_index)
+        for v in [s.concat_var, s.tuple_var] + [st.var for st in s.chain]:
+            if v is not None and v in index:
+                touched.add(index[v])
+        if s.kind == "kernel":  # follow-ups: channel-wise ops and convs reading the conv
+            todo = [s.conv_var]
+            while todo:
+                for k in users.get(todo.pop(), []):
+                    if k not in touched:
+                        touched.add(k)
+                        if _op_name(block.bindings[k].value) != CONV2D:
+                            todo.append(block.bindings[k].var)
+    graph = block_graph(block)
+    p = Problem.from_graph(graph, model)
+    return max((p.static_bound(v) for v in range(p.n) if graph.ops[v].source not in touched),
+               default=0)
+
+
 # ----------------------------------------------------------------------------- the pass
 @dataclass
 class _Eval:
@@ -475,6 +512,10 @@ class RewriteConcatConv:
         Also match elementwise ops of one tensor between the concat and the conv
         (``conv(relu(concat(x_i)))``, the ReLU-Conv-BN of NAS cells); they are moved onto the
         branches (default True).
+    budget : float or None
+        Seconds for choosing the sites of one block (default None: no limit). The choice
+        costs up to ``2 * concats + 1`` searches; when the budget is spent the best set found
+        so far is kept.
     functions : list of str, optional
         Only these functions (default: every Relax function).
     """
@@ -482,7 +523,7 @@ class RewriteConcatConv:
     def __init__(self, force: bool = False, memory_model: str | MemoryModel | None = None,
                  time_limit: float | None = -1.0, algorithm: str | None = None,
                  conv: bool = True, depthwise: bool = True, elementwise: bool = True,
-                 functions=None):
+                 budget: float | None = None, functions=None):
         self.force = bool(force)
         self.memory_model = memory_model
         self.time_limit = time_limit
@@ -490,6 +531,7 @@ class RewriteConcatConv:
         self.conv = conv
         self.depthwise = depthwise
         self.elementwise = elementwise
+        self.budget = budget
         self.functions = None if functions is None else set(functions)
         if algorithm is not None and algorithm not in available():
             raise ValueError(f"unknown scheduling algorithm {algorithm!r}; choose one of "
@@ -648,7 +690,8 @@ class RewriteConcatConv:
         units: dict = {}  # concat var -> its sites: a concat disappears only with all of them
         for s in sites:
             units.setdefault(s.concat_var, []).append(s)
-        units = list(units.values())
+        # bigger concats first: they have the most to give
+        units = sorted(units.values(), key=lambda u: -sum(u[0].channels))
         cache: dict = {}
 
         def ev(keep: frozenset) -> _Eval:
@@ -665,15 +708,25 @@ class RewriteConcatConv:
         if self.force:
             ev(every)
             return cache[every]
+        end = None if self.budget is None else time.perf_counter() + self.budget
+        floor = _floor(block, sites, self._model)
+
+        def spent():
+            return end is not None and time.perf_counter() > end
+
         # greedy: add one concat at a time when it lowers the peak
         greedy = frozenset()
         for u in range(len(units)):
+            if spent() or ev(greedy).peak <= floor:
+                break
             trial = greedy | {u}
             if ev(trial).peak < ev(greedy).peak:
                 greedy = trial
         # from all: drop every concat whose rewrite is not needed for the peak
         pruned = every
         for u in range(len(units)):
+            if spent() or ev(greedy).peak <= floor:
+                break
             trial = pruned - {u}
             if ev(trial).peak <= ev(pruned).peak:
                 pruned = trial
