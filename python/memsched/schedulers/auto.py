@@ -126,71 +126,74 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     t_hmcos = t_astar = t_cpsat = 0.0
     report = progress if callable(progress) else None
     # 3. hardest segments first
-    pending = sorted(range(len(subs)), key=lambda k: -subs[k]["peak"])
     glob = target
-    for idx, k in enumerate(pending):
-        s = subs[k]
-        sub = s["sub"]
-        if segment_optimal:  # prove every segment's own optimum, not just the global one
-            target = s["lb"]
-        if s["peak"] <= target:
-            s["by"] = "bound"
-            continue
-        if deadline.expired():
-            continue
-        if hmcos and sub.n >= HMCOS_MIN_OPS:
-            from .hmcos import hmcos_schedule
 
-            t = time.perf_counter()
-            left = None if deadline.end is None else 0.2 * (deadline.end - t)
-            o, pk, _ = hmcos_schedule(sub, left)
-            t_hmcos += time.perf_counter() - t
-            if pk < s["peak"]:
-                s["order"], s["peak"] = o, pk
-            if s["peak"] <= target:
-                s["by"] = "hmcos"
+    def goal(s):  # the bound that makes a segment done
+        return s["lb"] if segment_optimal else glob
+
+    by_peak = sorted(range(len(subs)), key=lambda k: -subs[k]["peak"])
+    for passno in range(3):  # later passes get the time earlier segments did not use
+        todo = [k for k in by_peak if subs[k]["by"] is None and subs[k]["peak"] > goal(subs[k])]
+        if not todo or deadline.expired():
+            break
+        for idx, k in enumerate(todo):
+            s = subs[k]
+            sub = s["sub"]
+            if s["peak"] <= goal(s) or deadline.expired():
                 continue
-        unresolved = sum(1 for j in pending[idx:]
-                         if subs[j]["peak"] > (subs[j]["lb"] if segment_optimal else target))
-        if deadline.end is None:
-            budget = None
-        else:
-            left = max(0.0, deadline.end - time.perf_counter())
-            budget = left if unresolved <= 1 else left / 2
-        seg_deadline = _Deadline(budget)
-        if astar_search:
-            t = time.perf_counter()
-            share = None if budget is None else (budget * astar_share if cpsat else budget)
-            o, pk, lb, st = _astar_stage(sub, (s["order"], s["peak"]), target, share, native,
-                                         (lambda n, k=k: report(k, len(subs), states + n))
-                                         if report else None)
-            t_astar += time.perf_counter() - t
-            states += st
-            if pk < s["peak"]:
-                s["order"], s["peak"] = o, pk
-            s["lb"] = max(s["lb"], lb)
-            if s["lb"] >= s["peak"]:
-                s["by"] = "astar"
-        if s["by"] is None and cpsat and not seg_deadline.expired() and \
-                _estimate_vars(sub) <= CPSAT_MAX_VARS:
-            from .ilp import solve_problem
+            if passno == 0 and hmcos and sub.n >= HMCOS_MIN_OPS:
+                from .hmcos import hmcos_schedule
 
-            t = time.perf_counter()
-            left = None if seg_deadline.end is None else seg_deadline.end - t
-            o, pk, lb, st = solve_problem(sub, (s["order"], s["peak"]), max(target, s["lb"]),
-                                          left, workers=workers, seed=seed)
-            t_cpsat += time.perf_counter() - t
-            cp_vars += st.get("variables", 0)
-            if pk < s["peak"]:
-                s["order"], s["peak"] = o, pk
-            s["lb"] = max(s["lb"], lb)
-            if s["lb"] >= s["peak"]:
-                s["by"] = "cpsat"
-        target = max(target, min(s["lb"], s["peak"]))
-        glob = max(glob, target)
+                t = time.perf_counter()
+                left = None if deadline.end is None else 0.2 * (deadline.end - t)
+                o, pk, _ = hmcos_schedule(sub, left)
+                t_hmcos += time.perf_counter() - t
+                if pk < s["peak"]:
+                    s["order"], s["peak"] = o, pk
+                if s["peak"] <= goal(s):
+                    s["by"] = "hmcos"
+                    continue
+            if deadline.end is None:
+                budget = None
+            else:
+                left = max(0.0, deadline.end - time.perf_counter())
+                others = any(subs[j]["peak"] > goal(subs[j]) for j in todo[idx + 1:])
+                budget = left * 0.7 if others else left
+            seg_deadline = _Deadline(budget)
+            if astar_search:
+                t = time.perf_counter()
+                share = None if budget is None else (budget * astar_share if cpsat else budget)
+                o, pk, lb, st = _astar_stage(sub, (s["order"], s["peak"]), goal(s), share,
+                                             native, (lambda n, k=k: report(k, len(subs),
+                                                                             states + n))
+                                             if report else None)
+                t_astar += time.perf_counter() - t
+                states += st
+                if pk < s["peak"]:
+                    s["order"], s["peak"] = o, pk
+                s["lb"] = max(s["lb"], lb)
+                if s["lb"] >= s["peak"]:
+                    s["by"] = "astar"
+            if s["by"] is None and cpsat and not seg_deadline.expired() and \
+                    _estimate_vars(sub) <= CPSAT_MAX_VARS:
+                from .ilp import solve_problem
+
+                t = time.perf_counter()
+                left = None if seg_deadline.end is None else seg_deadline.end - t
+                o, pk, lb, st = solve_problem(sub, (s["order"], s["peak"]),
+                                              max(goal(s), s["lb"]), left, workers=workers,
+                                              seed=seed)
+                t_cpsat += time.perf_counter() - t
+                cp_vars += st.get("variables", 0)
+                if pk < s["peak"]:
+                    s["order"], s["peak"] = o, pk
+                s["lb"] = max(s["lb"], lb)
+                if s["lb"] >= s["peak"]:
+                    s["by"] = "cpsat"
+            glob = max(glob, min(s["lb"], s["peak"]))
     target = glob
     for s in subs:
-        if s["by"] is None and (s["peak"] <= (s["lb"] if segment_optimal else target)):
+        if s["by"] is None and s["peak"] <= goal(s):
             s["by"] = "bound"
     order_q = [s["ids"][v] for s in subs for v in s["order"]]
     peak = max((s["peak"] for s in subs), default=0)
