@@ -191,6 +191,20 @@ def test_offsets_are_zero_copy(model, reference):
     assert [p - base for p in seen] == probed
 
 
+def test_after_lower_alloc_tensor(model, reference):
+    """After LowerAllocTensor the returned tensors have storages too: they stay outside the
+    arena (it would otherwise be kept alive by the result)."""
+    args, ref = reference
+    planned = _seq(LOWER + [T.StaticPlanBlockMemory(), T.LowerAllocTensor()])(model)
+    packed = PlanArena()(planned)
+    relax.analysis.well_formed(packed)
+    n_out = len(model["main"].ret_ty.fields)
+    assert len(storage_sizes(packed)) == 1 + n_out
+    ex = tvm.compile(model, target="llvm", relax_pipeline=_seq(
+        LOWER + [T.StaticPlanBlockMemory(), T.LowerAllocTensor(), PlanArena()] + FINALIZE[1:]))
+    _assert_bit_equal(_run(ex, args), ref)
+
+
 def test_dynamic_shapes_left_alone():
     """Symbolic shapes: storages without a constant size are not touched; still runs."""
     mod = irregular_model(dynamic=True)

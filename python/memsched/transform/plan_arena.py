@@ -30,7 +30,8 @@ Lifetimes (conservative, in top-level binding order): a tensor lives from its
 tuples, results of calls taking it); a tensor reaching the function's result lives to the end.
 A storage is moved into the arena only when it has a constant size and is used by nothing but
 top-level ``alloc_tensor`` calls with static shapes (and ``kill_storage``); everything else is
-left as it was.
+left as it was, and so is a storage with a tensor that reaches the function's result (which
+would keep the arena alive after the call).
 
 Results are attached to each rewritten function as attributes (bytes):
 ``memsched.arena_bytes`` (the arena), ``memsched.arena_planned_before`` (the storages it
@@ -42,6 +43,7 @@ The pass object also keeps them: ``PlanArena(...).results[func_name]``.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import tvm
@@ -153,6 +155,10 @@ class PlanArena:
             raise ValueError(f"unknown arena method {method!r}; choose one of {_arena.METHODS}")
         if int(alignment) < 1:
             raise ValueError("alignment must be >= 1")
+        if int(alignment) % 64:
+            warnings.warn(f"PlanArena: alignment {alignment} is not a multiple of 64: the VM "
+                          "copies tensors at such offsets (vm.builtin.ensure_zero_offset)",
+                          stacklevel=2)
         self.method = method
         self.alignment = int(alignment)
         self.time_limit = float(time_limit)
@@ -199,6 +205,16 @@ class PlanArena:
         if not tensors:
             return None
         _lifetimes(bindings, body.body, tensors)
+        # a tensor reaching the result would keep the whole arena alive after the call
+        # (possible when LowerAllocTensor ran before): leave its storage as it was
+        escaping = {id(t.storage) for t in tensors if t.end >= len(bindings)}
+        if escaping:
+            for st in storages.values():
+                if id(st) in escaping:
+                    st.movable = False
+            tensors = [t for t in tensors if t.storage.movable]
+            if not tensors:
+                return None
 
         # one arena per (device, scope)
         groups: dict[tuple, list[_Tensor]] = {}
