@@ -31,10 +31,11 @@ it) is removed only when no other binding or return value uses it; otherwise it 
 **Memory-aware by default.** Each dataflow block is imported as an `OpGraph` and scheduled
 exactly (`memsched.schedule`, memory model ``"tvm"`` by default, anytime under ``time_limit``
 seconds per search; ``budget`` caps the whole choice). A set of sites is kept only if it
-lowers the block's optimal peak; the set is chosen from two searches: greedy addition of one
-concat at a time, and starting from all sites and dropping every concat whose removal does not
-raise the peak (this finds sites that only help together, e.g. the same cell repeated). The
-lower peak wins, fewer rewrites on a tie.
+lowers the block's optimal peak. The set is grown from the peak: only concats whose tensors are
+live at a step at the current peak can lower it; they are tried together (repeated cells peak
+at several steps at once) and then one at a time, an improvement is kept minus the concats it
+does not need, and the next round looks at the new peak, until nothing improves or the peak
+reaches a floor no rewrite can pass (the largest footprint of an op the rewrites leave alone).
 ``force=True`` rewrites every matched site. A function's peak is the maximum over its blocks,
 so it never rises.
 
@@ -487,7 +488,28 @@ def _floor(block, sites, model) -> int:
 class _Eval:
     peak: int
     optimal: bool
-    order: list[int] | None = None
+    order: list[int] | None = None  # binding indices in schedule order
+    hot: set = field(default_factory=set)  # vars live (or computed) at a step at the peak
+
+
+def _hot_vars(block, graph, problem, order) -> set:
+    """Vars of ``block`` whose value is live, or computed, at a step whose footprint is the
+    peak of ``order`` (op ids of ``graph``)."""
+    prof = problem.evaluate(order)
+    steps = [k for k, f in enumerate(prof.steps) if f == prof.peak]
+    if not steps:
+        return set()
+    pos = {v: k for k, v in enumerate(order)}
+    n = len(order)
+    hot = set()
+    for v, op in enumerate(graph.ops):
+        lo = hi = pos[v]
+        for t in op.outputs:
+            ten = graph.tensors[t]
+            hi = max([hi] + [pos[c] for c in ten.consumers] + ([n] if ten.is_output else []))
+        if any(lo <= k <= hi for k in steps):
+            hot.add(block.bindings[op.source].var)
+    return hot
 
 
 @tvm.transform.module_pass(opt_level=0, name="RewriteConcatConv")
@@ -571,7 +593,8 @@ class RewriteConcatConv:
     def _evaluate(self, block, name) -> _Eval:
         graph = block_graph(block, name=name)
         s = schedule(graph, self._algorithm, self._model, time_limit=self._time_limit)
-        return _Eval(s.peak, bool(s.optimal), [graph.ops[v].source for v in s.order])
+        hot = _hot_vars(block, graph, Problem.from_graph(graph, self._model), s.order)
+        return _Eval(s.peak, bool(s.optimal), [graph.ops[v].source for v in s.order], hot)
 
     def _enabled(self, site: Site) -> bool:
         return self.conv if site.kind == "channel" else self.depthwise
@@ -628,10 +651,10 @@ class RewriteConcatConv:
                 blocks[i], n = self._apply(blk, sites, outside)
                 rewritten += n
                 continue
-            pos = {src: k for k, src in enumerate(base.order)}
-            for s in sites:  # sum the branches in the order the best schedule makes them
-                s.order = sorted(range(len(s.fields)),
-                                 key=lambda f, s=s: self._field_pos(blk, s.fields[f], pos))
+            # sum the branches in the order the best schedule makes them (inputs first)
+            at = {blk.bindings[src].var: k for k, src in enumerate(base.order)}
+            for s in sites:
+                s.order = sorted(range(len(s.fields)), key=lambda f, s=s: at.get(s.fields[f], -1))
             new, n, ev = self._choose(blk, sites, outside, base, f"{name}.block{i}")
             before = max(before, base.peak)
             after = max(after, ev.peak)
@@ -658,14 +681,6 @@ class RewriteConcatConv:
             func = relax.BlockBuilder().normalize(func)
         return func.with_attrs(attrs)
 
-    @staticmethod
-    def _field_pos(block, expr, pos) -> int:
-        if isinstance(expr, tvm.ir.Var):
-            for k, b in enumerate(block.bindings):
-                if b.var.same_as(expr):
-                    return pos.get(k, -1)
-        return -1  # parameters, constants: available from the start
-
     def _apply(self, block, sites, outside):
         """(block with ``sites`` rewritten, number of convs rewritten). A kernel-wise rewrite
         turns the conv into a concat of per-branch convs; convs reading that concat (the
@@ -686,12 +701,25 @@ class RewriteConcatConv:
 
     def _choose(self, block, sites, outside, base: _Eval, name):
         """(new block, convs rewritten, its evaluation); (block, 0, base) when no subset of the
-        sites lowers the peak."""
+        sites lowers the peak.
+
+        Peak-directed: only concats whose tensors (branches, concat, ops up to the conv) are
+        live at a step at the current peak can lower it. Each round tries all of those together
+        (repeated cells peak at several steps at once), then one at a time; an improvement is
+        kept, minus the concats it does not need, and the next round looks at the new peak.
+        The search stops when nothing improves, at a proven floor, or when the budget is spent.
+        """
         units: dict = {}  # concat var -> its sites: a concat disappears only with all of them
         for s in sites:
             units.setdefault(s.concat_var, []).append(s)
-        # bigger concats first: they have the most to give
-        units = sorted(units.values(), key=lambda u: -sum(u[0].channels))
+        units = list(units.values())
+        touch = []
+        for u in units:
+            vs = {u[0].concat_var, u[0].tuple_var} | {f for f in u[0].fields
+                                                       if isinstance(f, tvm.ir.Var)}
+            for s in u:
+                vs |= {s.conv_var} | {st.var for st in s.chain}
+            touch.append(vs - {None})
         cache: dict = {}
 
         def ev(keep: frozenset) -> _Eval:
@@ -704,8 +732,8 @@ class RewriteConcatConv:
                     cache[keep] = (block, 0, base)
             return cache[keep][2]
 
-        every = frozenset(range(len(units)))
         if self.force:
+            every = frozenset(range(len(units)))
             ev(every)
             return cache[every]
         end = None if self.budget is None else time.perf_counter() + self.budget
@@ -714,23 +742,29 @@ class RewriteConcatConv:
         def spent():
             return end is not None and time.perf_counter() > end
 
-        # greedy: add one concat at a time when it lowers the peak
-        greedy = frozenset()
-        for u in range(len(units)):
-            if spent() or ev(greedy).peak <= floor:
+        cur = frozenset()
+        while not spent() and ev(cur).peak > floor:
+            peak, hot = ev(cur).peak, ev(cur).hot
+            crit = [u for u in range(len(units)) if u not in cur and touch[u] & hot]
+            trials = [cur | frozenset(crit)]
+            if len(crit) > 1:
+                trials += [cur | {u} for u in crit]
+            better = None
+            for trial in trials:
+                if spent():
+                    break
+                if ev(trial).peak < peak:
+                    better = trial
+                    break
+            if better is None:
                 break
-            trial = greedy | {u}
-            if ev(trial).peak < ev(greedy).peak:
-                greedy = trial
-        # from all: drop every concat whose rewrite is not needed for the peak
-        pruned = every
-        for u in range(len(units)):
-            if spent() or ev(greedy).peak <= floor:
-                break
-            trial = pruned - {u}
-            if ev(trial).peak <= ev(pruned).peak:
-                pruned = trial
-        best = min((greedy, pruned), key=lambda k: (ev(k).peak, len(k)))
-        if ev(best).peak >= base.peak:
+            for u in sorted(better - cur):  # drop what the improvement does not need
+                if spent():
+                    break
+                fewer = better - {u}
+                if fewer != cur and ev(fewer).peak <= ev(better).peak:
+                    better = fewer
+            cur = better
+        if ev(cur).peak >= base.peak:
             return block, 0, base
-        return cache[best]
+        return cache[cur]
