@@ -66,7 +66,7 @@ def _shape(layout, n, c, h, w):
 
 def concat_conv(channels=(3, 5), layout="NCHW", kernel_layout=None, kind="conv", cout=4, m=1,
                 groups=None, k=3, stride=1, dilation=1, hw=6, weight="const", tuple_var=False,
-                extra_user=False, unary=None, bias=True, seed=0, batch=1):
+                extra_user=False, unary=None, bias=True, seed=0, batch=1, out_dtype=None):
     """x_i -> concat -> [unary] -> conv2d -> bias add -> relu, as a Relax module.
 
     kind: "conv" (groups=1), "depthwise" (groups=C, multiplier m), "grouped" (``groups``).
@@ -103,7 +103,8 @@ def concat_conv(channels=(3, 5), layout="NCHW", kernel_layout=None, kind="conv",
                 d = u(bb, d, layout)
             y = bb.emit(relax.op.nn.conv2d(d, wv, strides=stride, padding=k // 2,
                                            dilation=dilation, groups=groups,
-                                           data_layout=layout, kernel_layout=kernel_layout))
+                                           data_layout=layout, kernel_layout=kernel_layout,
+                                           out_dtype=out_dtype))
             if bias:
                 bshape = [1, 1, 1, 1]
                 bshape[c_axis] = oc
@@ -170,7 +171,7 @@ CASES = [
     dict(kind="depthwise", m=2, layout="NHWC"),
     dict(kind="depthwise", m=3, weight="param", channels=(1, 4, 2)),
     dict(kind="grouped", groups=4, m=3, channels=(2, 6)),  # cin_g = 2, boundaries aligned
-    dict(stride=2, dilation=2, k=3, hw=9, channels=(4, 1)),
+    dict(stride=2, dilation=2, k=3, hw=9, channels=(4, 1), out_dtype="float32"),
     dict(tuple_var=True, channels=(3, 3, 3)),
     dict(unary=[U(relax.op.nn.relu)]),
     dict(unary=[U(lambda x: relax.op.clip(x, 0.0, 6.0)), U(relax.op.sigmoid)],
