@@ -94,7 +94,7 @@ def main(argv=None) -> int:
 
     hdr = ["model", "order", "tensors", "TVM KiB", "arena KiB", "x"]
     if args.cpsat is not None:
-        hdr += ["CP-SAT KiB", "opt"]
+        hdr += ["CP-SAT KiB", "opt", "CP-SAT s"]
     hdr += ["live KiB", "TVM/live", "arena/live", "greedy s"]
     if args.run:
         hdr.append("bit-equal")
@@ -109,7 +109,8 @@ def main(argv=None) -> int:
             cells = [name, "memsched" if schedule else "input", str(r["tensors"]),
                      kib(r["tvm"]), kib(r["greedy"]), f"{r['tvm'] / max(best, 1):.2f}"]
             if args.cpsat is not None:
-                cells += [kib(r["cpsat"]), "yes" if r["optimal"] else "no"]
+                cells += [kib(r["cpsat"]), "yes" if r["optimal"] else "no",
+                          f"{r['cpsat_s']:.1f}"]
             cells += [kib(r["live"]), f"{r['tvm'] / max(r['live'], 1):.2f}",
                       f"{best / max(r['live'], 1):.3f}", f"{r['greedy_s']:.2f}"]
             if args.run:

@@ -139,18 +139,21 @@ def test_in_place_of_static_plan(model, reference):
     _assert_bit_equal(_run(ex, args), ref)
 
 
-def test_memsched_pipeline_option(model, reference):
-    """``memsched.pipeline(plan_arena=True)`` (no reorder here) plans no more than TVM."""
+@pytest.mark.parametrize("option", [True, "cpsat"])
+def test_memsched_pipeline_option(model, reference, option):
+    """``memsched.pipeline(plan_arena=...)`` (no reorder here) plans no more than TVM."""
     from memsched.relax_pipeline import pipeline
 
     args, ref = reference
     with tvm.target.Target("llvm"):
         tvm_planned = _seq(pipeline_passes(schedule=False, stop_after_planning=True))(model)
-        arena_planned = _seq(pipeline_passes(schedule=False, plan_arena=True,
+        arena_planned = _seq(pipeline_passes(schedule=False, plan_arena=option,
                                              stop_after_planning=True))(model)
+    assert arena_planned["main"].attrs["memsched.arena_method"] == \
+        ("greedy" if option is True else "cpsat")
     assert sum(storage_sizes(arena_planned)) <= sum(storage_sizes(tvm_planned))
     ex = tvm.compile(model, target="llvm", relax_pipeline=pipeline(schedule=False,
-                                                                   plan_arena=True))
+                                                                   plan_arena=option))
     _assert_bit_equal(_run(ex, args), ref)
 
 

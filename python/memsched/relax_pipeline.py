@@ -17,7 +17,7 @@ from tvm import relax
 def pipeline_passes(*, schedule: bool = True, algorithm: str | None = None,
                     time_limit: float | None = -1.0, memory_model: str = "tvm",
                     fold_constants: bool = True, fuse: bool = False, before=(),
-                    plan_arena: bool = False, stop_after_planning: bool = False) -> list:
+                    plan_arena: bool | str = False, stop_after_planning: bool = False) -> list:
     """The list of passes of `pipeline` (see there)."""
     from .transform import MemoryAwareSchedule
 
@@ -38,7 +38,9 @@ def pipeline_passes(*, schedule: bool = True, algorithm: str | None = None,
     if plan_arena:
         from .transform.plan_arena import PlanArena
 
-        passes.append(PlanArena())
+        # True: greedy packing; or a PlanArena method name ("greedy", "cpsat", "auto")
+        method = plan_arena if isinstance(plan_arena, str) else "greedy"
+        passes.append(PlanArena(method=method))
     if stop_after_planning:
         return passes
     passes += [t.RewriteCUDAGraph(), t.LowerAllocTensor(), t.KillAfterLastUse(),
@@ -54,7 +56,8 @@ def pipeline(**options) -> tvm.transform.Pass:
     Options: ``schedule`` (False gives the plain TVM order, for comparison), ``algorithm``,
     ``time_limit``, ``memory_model`` (default ``"tvm"``), ``fold_constants`` (default True),
     ``fuse`` (FuseOps/FuseTIR before scheduling), ``before`` (passes run first, e.g.
-    ``[RewriteConcatConv()]``), ``plan_arena`` (pack planned storage into one arena).
+    ``[RewriteConcatConv()]``), ``plan_arena`` (pack planned storage into one arena: True or
+    a `PlanArena` method, ``"greedy"``, ``"cpsat"``, ``"auto"``).
     """
     seq = tvm.transform.Sequential(pipeline_passes(**options), name="memsched_pipeline")
 
