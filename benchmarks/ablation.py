@@ -19,7 +19,8 @@ and whether it is optimal. Configurations:
 
 ``--zoo`` builds networks of `benchmarks.zoo` (torch.export -> Relax, ~30-60 s each; cached as
 pickled OpGraphs in out/zoo_cache/) and imports them with
-``memsched.importers.relax.from_relax(benchmarks.zoo.build_relax(name, fold_bn=True))``.
+``memsched.importers.relax.from_relax(benchmarks.zoo.build_relax(name, fold_bn=True))``
+(``--no-fold-bn``: batch norms kept, as in benchmarks/run.py).
 ``--segments`` asks for every segment's own optimum (on ImageNet networks the global peak is
 usually in the stem, proven by the trivial bound alone). ``--model`` picks the memory model
 (``tvm`` default, ``paper``). One configuration runs at a time (single-threaded CP-SAT).
@@ -60,8 +61,8 @@ DEFAULT = ["exact", "ilp", "ilp+fuse", "auto", "-fuse", "-divide", "-hmcos", "-c
            "btsearch", "hmcos"]
 
 
-def zoo_graph(name: str, cache_dir: str):
-    path = os.path.join(cache_dir, f"{name}.pkl")
+def zoo_graph(name: str, cache_dir: str, fold_bn: bool = True):
+    path = os.path.join(cache_dir, f"{name}{'' if fold_bn else '.nofold'}.pkl")
     if os.path.exists(path):
         with open(path, "rb") as f:
             return pickle.load(f)
@@ -69,7 +70,7 @@ def zoo_graph(name: str, cache_dir: str):
     from memsched.importers.relax import from_relax
 
     t = time.perf_counter()
-    g = from_relax(zoo.build_relax(name, fold_bn=True))
+    g = from_relax(zoo.build_relax(name, fold_bn=fold_bn))
     os.makedirs(cache_dir, exist_ok=True)
     with open(path, "wb") as f:
         pickle.dump(g, f)
@@ -119,6 +120,8 @@ def main(argv=None) -> int:
                     help="prove every segment's own optimum (runs the auto configurations only)")
     ap.add_argument("--native", action="store_true",
                     help="let auto use the C++ A* kernel (default: Python only)")
+    ap.add_argument("--no-fold-bn", action="store_true",
+                    help="keep batch norms separate (benchmarks/run.py's graphs)")
     ap.add_argument("--cache", default=os.path.join(ROOT, "out", "zoo_cache"))
     args = ap.parse_args(argv)
 
@@ -135,7 +138,7 @@ def main(argv=None) -> int:
 
         names += [n for n in zoo.names(args.zoo_tag) if n not in names]
     for name in names:
-        graphs.append((name, zoo_graph(name, args.cache)))
+        graphs.append((name, zoo_graph(name, args.cache, not args.no_fold_bn)))
 
     cols = ["graph", "ops", "fused", "V", "V pruned", "V fused"]
     cols += [f"T {c}" for c in args.configs] + ["peak", "lower bound", "optimal"]

@@ -94,7 +94,7 @@ def _astar_stage(sub: Problem, upper, target: int, seconds: float | None, native
 
 def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse: bool = True,
                divide: bool = True, hmcos: bool = True, astar_search: bool = True,
-               cpsat: bool = True, astar_share: float = 0.5, workers: int = 1, seed: int = 0,
+               cpsat: bool = True, astar_share: float = 0.25, workers: int = 1, seed: int = 0,
                native: bool | None = None, segment_optimal: bool = False):
     t0 = time.perf_counter()
     deadline = _Deadline(time_limit)
