@@ -21,6 +21,10 @@ Pipeline (each stage optional, for ablations):
 ``gap`` > 0; ``proved_by`` counts segments per technique; ``fused_ops``, ``segments``,
 ``largest_segment``, ``states`` (A*), ``cpsat_variables`` and the time of each stage.
 
+Determinism: every stage is deterministic except where a wall-clock limit cuts a search short;
+CP-SAT runs one worker with a fixed ``seed`` (``deterministic_time`` additionally bounds it in
+CP-SAT's deterministic time units, reproducible across runs and machines).
+
 ``segment_optimal=True`` proves every segment's own optimum (a per-segment memory profile that
 is optimal everywhere, and a harder benchmark than the global peak, which on ImageNet networks
 usually sits in the stem and is proven by the trivial bound alone).
@@ -95,7 +99,8 @@ def _astar_stage(sub: Problem, upper, target: int, seconds: float | None, native
 def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse: bool = True,
                divide: bool = True, hmcos: bool = True, astar_search: bool = True,
                cpsat: bool = True, astar_share: float = 0.25, workers: int = 1, seed: int = 0,
-               native: bool | None = None, segment_optimal: bool = False):
+               native: bool | None = None, segment_optimal: bool = False,
+               deterministic_time: float | None = None):
     t0 = time.perf_counter()
     deadline = _Deadline(time_limit)
     stats: dict = {"ops": p.n}
@@ -182,7 +187,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                 left = None if seg_deadline.end is None else seg_deadline.end - t
                 o, pk, lb, st = solve_problem(sub, (s["order"], s["peak"]),
                                               max(goal(s), s["lb"]), left, workers=workers,
-                                              seed=seed)
+                                              seed=seed, deterministic_time=deterministic_time)
                 t_cpsat += time.perf_counter() - t
                 cp_vars += st.get("variables", 0)
                 if pk < s["peak"]:
