@@ -17,8 +17,9 @@ block (concat -> BN -> ReLU -> 1x1 conv), and a NAS cell whose concat feeds a de
         [--planned] [--zoo darts-v2-cifar ...]
 
 ``--planned`` adds TVM's real planned storage (default CPU pipeline) for
-`memsched.pipeline()` and `memsched.pipeline(before=[RewriteConcatConv()])`, and checks the two
-compiled modules give the same outputs.
+`memsched.pipeline()` and `memsched.pipeline(before=[RewriteConcatConv()])`, with TVM's
+StaticPlanBlockMemory alone and with PlanArena after it, and checks the two compiled modules
+give the same outputs.
 """
 from __future__ import annotations
 
@@ -217,11 +218,12 @@ def measure(mod, time_limit, memory_model, planned=False):
         from memsched.examples import example_inputs
         from tvm import relax
 
-        row["planned_order"] = memsched.planned_bytes(mod, time_limit=time_limit,
-                                                      memory_model=memory_model)
-        row["planned_both"] = memsched.planned_bytes(
-            mod, time_limit=time_limit, memory_model=memory_model,
-            before=[RewriteConcatConv(time_limit=time_limit, memory_model=memory_model)])
+        for arena in (False, True):
+            for key, before in (("order", []), ("both", [RewriteConcatConv(
+                    time_limit=time_limit, memory_model=memory_model)])):
+                row[f"planned_{key}{'_arena' if arena else ''}"] = memsched.planned_bytes(
+                    mod, time_limit=time_limit, memory_model=memory_model, before=before,
+                    plan_arena=arena)
         ins = example_inputs(mod)
         outs = []
         for before in ([], [RewriteConcatConv(time_limit=time_limit,
@@ -259,8 +261,9 @@ def main(argv=None):
             "rewrite+order (s) |")
     sep = "|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|"
     if args.planned:
-        head += " TVM planned: order (KiB) | rewrite + order (KiB) | max abs diff |"
-        sep += "---:|---:|---:|"
+        head += (" TVM planned: order (KiB) | rewrite + order (KiB) | with PlanArena: order "
+                 "(KiB) | rewrite + order (KiB) | max abs diff |")
+        sep += "---:|---:|---:|---:|---:|"
     print(f"memory model: {args.memory_model}; time limit {args.time_limit:g} s per search\n")
     print(head)
     print(sep)
@@ -276,6 +279,7 @@ def main(argv=None):
                 f"{r['seconds_order']:.1f} / {r['seconds_both']:.1f} |")
         if args.planned:
             line += (f" {_kib(r['planned_order'])} | {_kib(r['planned_both'])} | "
+                     f"{_kib(r['planned_order_arena'])} | {_kib(r['planned_both_arena'])} | "
                      f"{r['max_abs_diff']:.1e} |")
         print(line, flush=True)
     if changes:
