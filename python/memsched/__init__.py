@@ -12,6 +12,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "MemoryAwareSchedule": "memsched.transform.memory_aware_schedule",
     "RewriteConcatConv": "memsched.transform.rewrite_concat_conv",
+    "PlanArena": "memsched.transform.plan_arena",
+    "FuseIsolatedSubgraphs": "memsched.transform.fuse_isolated_subgraphs",
     "pipeline": "memsched.relax_pipeline",
     "pipeline_passes": "memsched.relax_pipeline",
     "planned_bytes": "memsched.tvm_memory",

@@ -18,8 +18,8 @@ def storage_sizes(mod: tvm.IRModule, func_name: str | None = None) -> list[int]:
     def visit(e):
         if isinstance(e, tvm.ir.Call) and e.op.same_as(op):
             shape = e.args[0]
-            if isinstance(shape, relax.ShapeExpr):
-                sizes.append(int(shape.values[0].value))
+            if isinstance(shape, relax.ShapeExpr) and hasattr(shape.values[0], "value"):
+                sizes.append(int(shape.values[0].value))  # symbolic sizes are not static plans
 
     for gv, f in mod.functions_items():
         if isinstance(f, relax.Function) and (func_name is None or gv.name_hint == func_name):
