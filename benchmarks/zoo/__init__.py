@@ -243,8 +243,9 @@ def relax_stats(mod) -> dict:
 
 def measure(name: str, fold_bn: bool = False) -> dict:
     """Build the Relax module and time each step; optional liveness peak via memsched."""
-    import torch
+    import os
 
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     model, x = build_torch(name, fold_bn=fold_bn)
     t1 = time.perf_counter()
@@ -266,7 +267,7 @@ def measure(name: str, fold_bn: bool = False) -> dict:
            "params": int(sum(p.numel() for p in model.parameters())),
            "torch_build_s": round(t1 - t0, 2), "export_s": round(t2 - t1, 2),
            "from_exported_program_s": round(t3 - t2, 2), "fold_constant_s": round(t4 - t3, 2),
-           "import_s": round(t4 - t1, 2), **st}
+           "import_s": round(t4 - t1, 2), "loadavg_1min": round(load, 2), **st}
     try:  # input-order liveness peak of the activations (fp32), when memsched is importable
         import memsched
 
@@ -274,5 +275,4 @@ def measure(name: str, fold_bn: bool = False) -> dict:
         out["peak_input_order_bytes"] = int(memsched.peak_memory(g))
     except Exception:  # noqa: BLE001 - optional number
         pass
-    del torch
     return out

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .ops import BN_EPS, ConvBN, FactorizedReduce, SepConvTF, pool, relu
+from .ops import ConvBN, FactorizedReduce, SepConvTF, pool, relu
 
 
 @dataclass(frozen=True)
@@ -235,4 +235,4 @@ def nasnet_a_cifar(num_classes=10, num_cells=18, filters=32, image_size=32):
                         3 * filters, num_classes, image_size)
 
 
-__all__ = ["CellSpec", "TFCell", "NASNetFamily", "nasnet_a_mobile", "nasnet_a_cifar", "BN_EPS"]
+__all__ = ["CellSpec", "TFCell", "NASNetFamily", "nasnet_a_mobile", "nasnet_a_cifar"]

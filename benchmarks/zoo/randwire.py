@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import random
 
-import torch
 from torch import nn
 
 from .ops import ConvBN, WeightedSum, relu
