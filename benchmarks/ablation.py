@@ -8,8 +8,8 @@ and whether it is optimal. Configurations:
 
 * ``exact``: the best-first search alone (with divide-and-conquer at cut points);
 * ``ilp``: CP-SAT alone (per segment); ``ilp+fuse``: CP-SAT on the fused problem;
-* ``auto``: everything (fusion, cut points, HMCOS, A*, CP-SAT); ``-fuse``, ``-divide``,
-  ``-hmcos``, ``-astar``, ``-cpsat``: auto without that stage;
+* ``auto``: everything (fusion, cut points, HMCOS, A*, CP-SAT); ``no-fuse``, ``no-divide``,
+  ``no-hmcos``, ``no-astar``, ``no-cpsat``: auto without that stage;
 * ``btsearch``, ``hmcos``, ``ilp-part``: peaks of the other schedulers (not proofs).
 
     .venv/bin/python benchmarks/ablation.py                         # synthetic cells (fast)
@@ -48,16 +48,16 @@ CONFIGS = {
     "ilp": ("ilp", {}, True),
     "ilp+fuse": ("ilp", {"_fused": True}, True),
     "auto": ("auto", {}, True),
-    "-fuse": ("auto", {"fuse": False}, True),
-    "-divide": ("auto", {"divide": False}, True),
-    "-hmcos": ("auto", {"hmcos": False}, True),
-    "-astar": ("auto", {"astar_search": False}, True),
-    "-cpsat": ("auto", {"cpsat": False}, True),
+    "no-fuse": ("auto", {"fuse": False}, True),
+    "no-divide": ("auto", {"divide": False}, True),
+    "no-hmcos": ("auto", {"hmcos": False}, True),
+    "no-astar": ("auto", {"astar_search": False}, True),
+    "no-cpsat": ("auto", {"cpsat": False}, True),
     "btsearch": ("btsearch", {}, True),
     "hmcos": ("hmcos", {}, False),
     "ilp-part": ("ilp-partition", {}, False),
 }
-DEFAULT = ["exact", "ilp", "ilp+fuse", "auto", "-fuse", "-divide", "-hmcos", "-cpsat",
+DEFAULT = ["exact", "ilp", "ilp+fuse", "auto", "no-fuse", "no-divide", "no-hmcos", "no-cpsat",
            "btsearch", "hmcos"]
 
 
