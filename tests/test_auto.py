@@ -61,3 +61,23 @@ def test_auto_proves_a_wide_hrnet():
     g = hrnet_network(branches=4, modules=2, blocks=2)
     s = schedule(g, "auto", "tvm", time_limit=60)
     assert s.optimal and s.peak == 6016, s.stats
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("name", ["nasnet-a-cifar", "amoebanet-a-mobile", "hrnet-w18-small-v2"])
+def test_auto_proves_zoo_networks(name):
+    # whole networks of 580-1135 ops: fusion + cut points + A*/CP-SAT prove the optimum
+    import pathlib
+    import sys
+
+    pytest.importorskip("torch")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from benchmarks import zoo
+    from memsched.importers.relax import from_relax
+
+    g = from_relax(zoo.build_relax(name, fold_bn=True))
+    s = schedule(g, "auto", "paper", time_limit=120)
+    assert s.optimal, s.stats
+    assert s.stats["fused_ops"] < len(g) / 2
