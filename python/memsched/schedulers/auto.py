@@ -9,8 +9,9 @@ Pipeline (each stage optional, for ablations):
    global lower bound (the *target*): a segment whose order stays at or below it is done.
 3. per segment, hardest first, until its peak meets the target or its own proven bound:
    the best baseline order; **HMCOS** for a better upper bound on large segments; the
-   best-first **A\\*** search (`exact.astar`, or its C++ kernel `native_exact.astar` when the
-   library is built; a share of the remaining time); when A* times
+   best-first **A\\*** search (its C++ kernel `native_exact.astar` when the library is built
+   and TVM is loaded or the time limit is at least 30 s, else `exact.astar`; half of the
+   segment's time with the C++ kernel, a quarter with Python); when A* times
    out, **CP-SAT** (`ilp`) on the segment for a proven lower bound (and maybe a better
    order). Every proven segment bound raises the target for the others.
 4. the order is expanded back to the original ops and compared with the baselines on the
@@ -49,7 +50,7 @@ def _estimate_vars(p: Problem) -> int:
     return 2 * sum(h - l + 1 for l, h in zip(lo, hi))
 
 
-NATIVE_AFTER = 20.0  # seconds of A* budget left that justify loading the native kernel
+NATIVE_LOAD_MIN_LIMIT = 30.0  # time limits from which loading the native kernel pays off
 
 
 def _native_astar(load: bool):
@@ -64,33 +65,47 @@ def _native_astar(load: bool):
     return native_exact.astar if native_exact.available() else None
 
 
-def _astar_stage(sub: Problem, upper, target: int, seconds: float | None, native,
+class _Kernel:
+    """Which A* runs: the C++ kernel when loaded (or worth loading: importing TVM takes
+    seconds, paid once per process), else the Python reference."""
+
+    def __init__(self, native: bool | None, time_limit: float | None):
+        self.fast = None
+        self.may_load = False
+        if native:
+            self.fast = _native_astar(True)
+            if self.fast is None:
+                raise RuntimeError("native=True but libmemsched_native is not available")
+        elif native is None:
+            self.fast = _native_astar(False)
+            self.may_load = self.fast is None and (time_limit is None or
+                                                   time_limit >= NATIVE_LOAD_MIN_LIMIT)
+
+    @property
+    def strong(self) -> bool:
+        return self.fast is not None or self.may_load
+
+
+def _astar_stage(sub: Problem, upper, target: int, seconds: float | None, kernel: _Kernel,
                  on_progress):
-    """A* on one segment: the Python search first; if it has not finished after a slice of the
-    budget and enough time is left, the native kernel (``native``: None = when worthwhile,
-    True = always, False = never)."""
-    fast = None
-    if native:
-        fast = _native_astar(True)
-        if fast is None:
-            raise RuntimeError("native=True but libmemsched_native is not available")
-    elif native is None:
-        fast = _native_astar(False)
-    if fast is not None:
-        return fast(sub, upper, target, _Deadline(seconds))
+    """A* on one segment: the native kernel if available; else the Python search, and if that
+    has not finished after a tenth of the budget, the native kernel when it may be loaded."""
+    if kernel.fast is not None:
+        return kernel.fast(sub, upper, target, _Deadline(seconds))
     first = seconds
-    if seconds is not None and native is None:
-        first = min(seconds, max(1.0, 0.2 * seconds))
+    if seconds is not None and kernel.may_load:
+        first = min(seconds, max(0.5, 0.1 * seconds))
     t = time.perf_counter()
     o, pk, lb, st = astar(sub, upper, target, _Deadline(first), on_progress)
     if lb >= pk or first == seconds:
         return o, pk, lb, st
+    kernel.fast = _native_astar(True)
+    kernel.may_load = False
     left = seconds - (time.perf_counter() - t)
     if left <= 0.05:
         return o, pk, lb, st
-    fast = _native_astar(True) if left >= NATIVE_AFTER else None
-    if fast is not None:
-        o2, pk2, lb2, st2 = fast(sub, (o, pk), target, _Deadline(left))
+    if kernel.fast is not None:
+        o2, pk2, lb2, st2 = kernel.fast(sub, (o, pk), target, _Deadline(left))
     else:
         o2, pk2, lb2, st2 = astar(sub, (o, pk), target, _Deadline(left), on_progress)
     return o2, pk2, max(lb, lb2), st + st2
@@ -98,12 +113,16 @@ def _astar_stage(sub: Problem, upper, target: int, seconds: float | None, native
 
 def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse: bool = True,
                divide: bool = True, hmcos: bool = True, astar_search: bool = True,
-               cpsat: bool = True, astar_share: float = 0.25, workers: int = 1, seed: int = 0,
+               cpsat: bool = True, astar_share: float | None = None, workers: int = 1,
+               seed: int = 0,
                native: bool | None = None, segment_optimal: bool = False,
                deterministic_time: float | None = None):
     t0 = time.perf_counter()
     deadline = _Deadline(time_limit)
     stats: dict = {"ops": p.n}
+    kernel = _Kernel(native, time_limit) if astar_search else None
+    if astar_share is None:  # the C++ A* is 10-20x faster: give it more of the budget
+        astar_share = 0.5 if kernel is not None and kernel.strong else 0.25
     # 1. fuse
     simp = None
     q = p
@@ -169,7 +188,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                 t = time.perf_counter()
                 share = None if budget is None else (budget * astar_share if cpsat else budget)
                 o, pk, lb, st = _astar_stage(sub, (s["order"], s["peak"]), goal(s), share,
-                                             native, (lambda n, k=k: report(k, len(subs),
+                                             kernel, (lambda n, k=k: report(k, len(subs),
                                                                              states + n))
                                              if report else None)
                 t_astar += time.perf_counter() - t
@@ -221,6 +240,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     for s in subs:
         if s["by"]:
             proved[s["by"]] = proved.get(s["by"], 0) + 1
+    stats["astar_kernel"] = None if kernel is None else ("native" if kernel.fast else "python")
     stats.update(proof=proof, proved_by=proved, states=states, cpsat_variables=cp_vars,
                  hmcos_seconds=round(t_hmcos, 3), astar_seconds=round(t_astar, 3),
                  cpsat_seconds=round(t_cpsat, 3), gap=0.0 if peak == 0 else
