@@ -7,6 +7,7 @@ not within the time limit, with the remaining gap), then the best peak, the best
 and whether it is optimal. Configurations:
 
 * ``exact``: the best-first search alone (with divide-and-conquer at cut points);
+  ``exact-native``: the same in C++ (when libmemsched_native is built);
 * ``ilp``: CP-SAT alone (per segment); ``ilp+fuse``: CP-SAT on the fused problem;
 * ``auto``: everything (fusion, cut points, HMCOS, A*, CP-SAT); ``no-fuse``, ``no-divide``,
   ``no-hmcos``, ``no-astar``, ``no-cpsat``: auto without that stage;
@@ -45,6 +46,7 @@ from memsched.simplify import simplify  # noqa: E402
 CONFIGS = {
     # name: (algorithm, options, proves)
     "exact": ("exact", {}, True),
+    "exact-native": ("exact_native", {}, True),
     "ilp": ("ilp", {}, True),
     "ilp+fuse": ("ilp", {"_fused": True}, True),
     "auto": ("auto", {}, True),
@@ -118,8 +120,9 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", nargs="*", default=DEFAULT, choices=list(CONFIGS))
     ap.add_argument("--segments", action="store_true",
                     help="prove every segment's own optimum (runs the auto configurations only)")
-    ap.add_argument("--native", action="store_true",
-                    help="let auto use the C++ A* kernel (default: Python only)")
+    ap.add_argument("--native", choices=["off", "on", "auto"], default="off",
+                    help="C++ A* kernel in the auto configurations: off (default: Python only, "
+                         "a clean ablation), on, or auto (auto's own policy)")
     ap.add_argument("--no-fold-bn", action="store_true",
                     help="keep batch norms separate (benchmarks/run.py's graphs)")
     ap.add_argument("--cache", default=os.path.join(ROOT, "out", "zoo_cache"))
@@ -143,8 +146,8 @@ def main(argv=None) -> int:
     cols = ["graph", "ops", "fused", "V", "V pruned", "V fused"]
     cols += [f"T {c}" for c in args.configs] + ["peak", "lower bound", "optimal"]
     print(f"<!-- memory model {args.model}, time limit {args.time_limit:g} s per "
-          f"configuration{', every segment' if args.segments else ''}; T: seconds to prove "
-          f"optimality, >limit (gap) otherwise -->")
+          f"configuration{', every segment' if args.segments else ''}, native A* in auto: "
+          f"{args.native}; T: seconds to prove optimality, >limit (gap) otherwise -->")
     print("| " + " | ".join(cols) + " |")
     print("|" + "|".join("---" for _ in cols) + "|")
     for name, g in graphs:
@@ -155,7 +158,8 @@ def main(argv=None) -> int:
                str(count_variables(p)), str(count_variables(q))]
         best_peak, best_lb, proven = None, 0, False
         for c in args.configs:
-            r = run_config(p, q, c, args.time_limit, args.segments, args.native)
+            native = {"off": False, "on": True, "auto": None}[args.native]
+            r = run_config(p, q, c, args.time_limit, args.segments, native)
             row.append(fmt_time(r, args.time_limit) if CONFIGS[c][2] else
                        f"{r['seconds']:.2f} (peak {r['peak']})")
             best_peak = r["peak"] if best_peak is None else min(best_peak, r["peak"])
