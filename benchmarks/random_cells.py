@@ -33,8 +33,9 @@ def main(argv=None):
     ap.add_argument("--no-tvm", action="store_true", help="skip TVM planned-storage columns")
     args = ap.parse_args(argv)
     print("| graph | ops | input order (B) | best heuristic (B) | ours (B) | lower bound (B) | "
-          "optimal | time (s) | TVM planned, TVM order (B) | TVM planned, ours (B) |")
-    print("|---|---:|---:|---:|---:|---:|:---:|---:|---:|---:|")
+          "optimal | time (s) | TVM planned, TVM order (B) | TVM planned, ours (B) | "
+          "memsched.pipeline, ours + PlanArena (B) |")
+    print("|---|---:|---:|---:|---:|---:|:---:|---:|---:|---:|---:|")
     for name, kw in CASES:
         model = example_onnx(name, **kw)
         g = from_onnx(model)
@@ -42,7 +43,7 @@ def main(argv=None):
         base = p.evaluate(range(len(g))).peak
         _, hpeak, hname = best_heuristic(p)
         s = schedule(g, "auto", "paper", time_limit=args.time_limit)
-        tvm_cols = ["-", "-"]
+        tvm_cols = ["-", "-", "-"]
         if not args.no_tvm:
             import memsched
 
@@ -50,12 +51,13 @@ def main(argv=None):
                 path = os.path.join(d, "m.onnx")
                 onnx.save(model, path)
                 mod = memsched.load_relax(path)
-            tvm_cols = [f"{memsched.planned_bytes(mod, schedule=False):,}",
+            tvm_cols = [f"{memsched.planned_bytes(mod, schedule=False, plan_arena=False):,}",
+                        f"{memsched.planned_bytes(mod, plan_arena=False):,}",
                         f"{memsched.planned_bytes(mod):,}"]
         label = f"{name}({', '.join(f'{k}={v}' for k, v in kw.items())})"
         print(f"| {label} | {len(g)} | {base:,} | {hpeak:,} ({hname}) | {s.peak:,} | "
               f"{s.lower_bound:,} | {'yes' if s.optimal else 'no'} | {s.seconds:.2f} | "
-              f"{tvm_cols[0]} | {tvm_cols[1]} |", flush=True)
+              f"{tvm_cols[0]} | {tvm_cols[1]} | {tvm_cols[2]} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -66,11 +66,14 @@ def measure(name: str, time_limit: float, fold_bn: bool, tvm_columns: bool) -> d
         "peak_bytes": s.peak, "lower_bound": s.lower_bound, "gap": round(s.gap, 4),
         "optimal": bool(s.optimal), "schedule_seconds": round(s.seconds, 3),
         "build_seconds": round(build_s, 1), "stats": s.stats,
-        "tvm_planned_bytes_input_order": None, "tvm_planned_bytes": None,
+        "tvm_planned_bytes_input_order": None, "tvm_planned_bytes": None, "arena_bytes": None,
     }
     if tvm_columns:
-        row["tvm_planned_bytes_input_order"] = memsched.planned_bytes(mod, schedule=False)
-        row["tvm_planned_bytes"] = memsched.planned_bytes(mod, time_limit=time_limit)
+        row["tvm_planned_bytes_input_order"] = memsched.planned_bytes(mod, schedule=False,
+                                                                      plan_arena=False)
+        row["tvm_planned_bytes"] = memsched.planned_bytes(mod, time_limit=time_limit,
+                                                          plan_arena=False)
+        row["arena_bytes"] = memsched.planned_bytes(mod, time_limit=time_limit)
     return row
 
 
@@ -95,8 +98,9 @@ def main(argv=None):
     if unknown:
         ap.error(f"unknown networks {unknown}; see python -m benchmarks.zoo list")
     print("| network | ops | input order | RPO | best heuristic | ours | lower bound | gap | "
-          "optimal | TVM planned, input order | TVM planned, ours | time (s) | papers (MB) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|---|")
+          "optimal | TVM planned, input order | TVM planned, ours | memsched.pipeline (ours + "
+          "PlanArena) | time (s) | papers (MB) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|---:|---|")
     rows = []
     for name in names:
         try:
@@ -110,7 +114,8 @@ def main(argv=None):
               f"{mb(r['rpo_peak_bytes'])} | {mb(r['heuristic_peak_bytes'])} ({r['heuristic']}) | "
               f"{mb(r['peak_bytes'])} | {mb(r['lower_bound'])} | {100 * r['gap']:.1f}% | "
               f"{'yes' if r['optimal'] else 'no'} | {mb(r['tvm_planned_bytes_input_order'])} | "
-              f"{mb(r['tvm_planned_bytes'])} | {r['schedule_seconds']:.2f} | "
+              f"{mb(r['tvm_planned_bytes'])} | {mb(r['arena_bytes'])} | "
+              f"{r['schedule_seconds']:.2f} | "
               f"{PAPERS.get(name, '')} |", flush=True)
     print("\nPeaks in MiB (2^20 B), memory model 'paper'. Our graphs are torch.export imports: "
           "batch norm and ReLU are separate ops unless --fold-bn, pooling and padding follow "

@@ -17,7 +17,7 @@ from tvm import relax
 def pipeline_passes(*, schedule: bool = True, algorithm: str | None = None,
                     time_limit: float | None = -1.0, memory_model: str = "tvm",
                     fold_constants: bool = True, fuse: bool = False, before=(),
-                    plan_arena: bool | str = False, stop_after_planning: bool = False) -> list:
+                    plan_arena: bool | str = "auto", stop_after_planning: bool = False) -> list:
     """The list of passes of `pipeline` (see there)."""
     from .transform import MemoryAwareSchedule
 
@@ -56,8 +56,9 @@ def pipeline(**options) -> tvm.transform.Pass:
     Options: ``schedule`` (False gives the plain TVM order, for comparison), ``algorithm``,
     ``time_limit``, ``memory_model`` (default ``"tvm"``), ``fold_constants`` (default True),
     ``fuse`` (FuseOps/FuseTIR before scheduling), ``before`` (passes run first, e.g.
-    ``[RewriteConcatConv()]``), ``plan_arena`` (pack planned storage into one arena: True or
-    a `PlanArena` method, ``"greedy"``, ``"cpsat"``, ``"auto"``).
+    ``[RewriteConcatConv()]``), ``plan_arena`` (default ``"auto"``: pack StaticPlanBlockMemory's
+    storage into one arena at offsets, greedy then CP-SAT when greedy is above the liveness
+    bound; ``False`` keeps TVM's token plan, which can stay far above the schedule's peak).
     """
     seq = tvm.transform.Sequential(pipeline_passes(**options), name="memsched_pipeline")
 

@@ -30,7 +30,8 @@ def storage_sizes(mod: tvm.IRModule, func_name: str | None = None) -> list[int]:
 def planned_bytes(mod: tvm.IRModule, *, target: str = "llvm", func_name: str | None = "main",
                   **pipeline_options) -> int:
     """Bytes of storage TVM plans for ``mod`` under `memsched.pipeline(**pipeline_options)`
-    (``schedule=False`` measures TVM's own order)."""
+    (``schedule=False`` keeps TVM's own order, ``plan_arena=False`` TVM's own token plan:
+    both give what plain ``tvm.compile`` plans)."""
     from .relax_pipeline import pipeline_passes
 
     seq = tvm.transform.Sequential(pipeline_passes(stop_after_planning=True, **pipeline_options))
