@@ -8,7 +8,9 @@ Pipeline (each stage optional, for ablations):
    each segment is an independent sub-problem; the largest trivial bound over segments is a
    global lower bound (the *target*): a segment whose order stays at or below it is done.
 3. per segment, hardest first, until its peak meets the target or its own proven bound:
-   the best baseline order; **HMCOS** for a better upper bound on large segments; the
+   the best baseline order, of the segment and of the whole original problem (mapped into the
+   fused problem by `Simplified.canonicalize`); **HMCOS** on the original problem and on
+   large segments for better upper bounds; the
    best-first **A\\*** search (its C++ kernel `native_exact.astar` when the library is built
    and TVM is loaded or the time limit is at least 30 s, else `exact.astar`; half of the
    segment's time with the C++ kernel, a quarter with Python); when A* times
@@ -111,6 +113,30 @@ def _astar_stage(sub: Problem, upper, target: int, seconds: float | None, kernel
     return o2, pk2, max(lb, lb2), st + st2
 
 
+def _seed_segments(order, simp, subs) -> None:
+    """Improve each segment's order with the corresponding piece of ``order`` (an order of
+    the original problem): made fusion-compatible by `Simplified.canonicalize` (peak no
+    higher), mapped to fused ops, cut into segments (every topological order runs each segment
+    contiguously)."""
+    if simp is not None:
+        node_of = {}
+        for k, ms in enumerate(simp.members):
+            for v in ms:
+                node_of[v] = k
+        fused = []
+        for v in simp.canonicalize(order):
+            k = node_of[v]
+            if not fused or fused[-1] != k:
+                fused.append(k)
+        order = fused
+    pos = {v: i for i, v in enumerate(order)}
+    for s in subs:
+        local = sorted(range(len(s["ids"])), key=lambda i: pos[s["ids"][i]])
+        pk = s["sub"].evaluate(local).peak
+        if pk < s["peak"]:
+            s["order"], s["peak"] = local, pk
+
+
 def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse: bool = True,
                divide: bool = True, hmcos: bool = True, astar_search: bool = True,
                cpsat: bool = True, astar_share: float | None = None, workers: int = 1,
@@ -144,10 +170,24 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
         subs.append({"sub": sub, "ids": ids, "order": o, "peak": pk, "lb": trivial_bound(sub),
                      "by": None})
     target = max((s["lb"] for s in subs), default=0)
+    # upper bounds from orders of the *original* problem (baselines, HMCOS): they can express
+    # orders the fused problem cannot, and `canonicalize` maps them into it at no higher peak
+    t_hmcos = 0.0
+    if subs and any(s["peak"] > target for s in subs):
+        seeds = [best_heuristic(p)[0]]
+        if hmcos and p.n >= HMCOS_MIN_OPS:
+            from .hmcos import hmcos_schedule
+
+            t = time.perf_counter()
+            seeds.append(hmcos_schedule(p, None if time_limit is None else
+                                        0.1 * time_limit)[0])
+            t_hmcos += time.perf_counter() - t
+        for o in seeds:
+            _seed_segments(o, simp, subs)
     stats.update(segments=len(segs), largest_segment=max((len(s) for s in segs), default=0))
     states = 0
     cp_vars = 0
-    t_hmcos = t_astar = t_cpsat = 0.0
+    t_astar = t_cpsat = 0.0
     report = progress if callable(progress) else None
     # 3. hardest segments first
     glob = target
