@@ -46,7 +46,7 @@ def _measure(mod, schedule: bool, cpsat: float | None, run: bool):
 
     with tvm.target.Target("llvm"):
         planned = tvm.transform.Sequential(
-            pipeline_passes(schedule=schedule, stop_after_planning=True))(mod)
+            pipeline_passes(schedule=schedule, stop_after_planning=True, plan_arena=False))(mod)
     row = {"tvm": sum(storage_sizes(planned))}
     t0 = time.perf_counter()
     g = PlanArena()

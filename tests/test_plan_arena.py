@@ -146,7 +146,8 @@ def test_memsched_pipeline_option(model, reference, option):
 
     args, ref = reference
     with tvm.target.Target("llvm"):
-        tvm_planned = _seq(pipeline_passes(schedule=False, stop_after_planning=True))(model)
+        tvm_planned = _seq(pipeline_passes(schedule=False, stop_after_planning=True,
+                                               plan_arena=False))(model)
         arena_planned = _seq(pipeline_passes(schedule=False, plan_arena=option,
                                              stop_after_planning=True))(model)
     assert arena_planned["main"].attrs["memsched.arena_method"] == \
@@ -226,7 +227,8 @@ def test_example_models_never_worse():
         for emit in ("bfs", "dfs"):
             mod = example_model(name, emit=emit)
             with tvm.target.Target("llvm"):
-                planned = _seq(pipeline_passes(schedule=False, stop_after_planning=True))(mod)
+                planned = _seq(pipeline_passes(schedule=False, stop_after_planning=True,
+                                               plan_arena=False))(mod)
             pa = PlanArena()
             packed = pa(planned)
             res = pa.results["main"]
@@ -261,7 +263,8 @@ def _check_network(mod, cpsat: bool):
 
     args = _inputs(mod)
     with tvm.target.Target("llvm"):
-        planned = _seq(pipeline_passes(schedule=False, stop_after_planning=True))(mod)
+        planned = _seq(pipeline_passes(schedule=False, stop_after_planning=True,
+                                               plan_arena=False))(mod)
     pa = PlanArena(method="cpsat" if cpsat else "greedy", time_limit=30)
     packed = pa(planned)
     relax.analysis.well_formed(packed)
