@@ -76,6 +76,15 @@ def test_compile_and_tvmc_entry_point(rw_onnx, tmp_path):
     assert out.exists() and "planned storage" in r.stderr
 
 
+def test_compile_plan_arena_reaches_peak(tmp_path, capsys):
+    assert main(["compile", "example:randwire", "--pass", "MemoryAwareSchedule", "--pass",
+                 "PlanArena", "-o", str(tmp_path / "a.so")]) == 0
+    err = capsys.readouterr().err
+    planned = int(err.split("planned storage ")[1].split(" B")[0].replace(",", ""))
+    after = int(err.split(" -> ")[1].split(" B")[0].replace(",", ""))
+    assert planned == after
+
+
 @pytest.mark.parametrize("args,needle", [
     (["analyze", "/nonexistent/model.onnx"], "no such file"),
     (["analyze", __file__], "unknown format"),

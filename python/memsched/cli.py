@@ -140,14 +140,17 @@ def cmd_compile(args) -> int:
 
     mod = load_relax(args.model, parse_shapes(args.input_shapes))
     names = list(args.passes or [])
+    # Our two planning-related passes have a fixed place in the build (before / after
+    # StaticPlanBlockMemory); every other named pass runs first, in the order given.
     schedule = "MemoryAwareSchedule" in names
-    others = [_resolve_pass(n) for n in names if n != "MemoryAwareSchedule"]
+    arena = "auto" if "PlanArena" in names else False
+    others = [_resolve_pass(n) for n in names if n not in ("MemoryAwareSchedule", "PlanArena")]
     try:
         target = tvm.target.Target(args.target)
     except Exception as e:  # noqa: BLE001
         raise CLIError(f"bad --target {args.target!r}: {e}") from None
     t0 = time.perf_counter()
-    opts = dict(schedule=schedule, time_limit=args.time_limit, before=others)
+    opts = dict(schedule=schedule, time_limit=args.time_limit, before=others, plan_arena=arena)
     planning = pipeline_passes(stop_after_planning=True, **opts)
     rest = pipeline_passes(**opts)[len(planning):]
     # Plan once, measure the plan, then finish the build from the planned module.
@@ -169,8 +172,8 @@ def cmd_compile(args) -> int:
 def _add_compile_args(p):
     p.add_argument("model", help="model file (.onnx/.tflite/.pt2) or example:NAME")
     p.add_argument("--pass", dest="passes", action="append", metavar="NAME",
-                   help="pass to run (repeatable): MemoryAwareSchedule, RewriteConcatConv, "
-                        "... or any relax.transform.NAME")
+                   help="pass to run (repeatable): MemoryAwareSchedule, PlanArena, "
+                        "RewriteConcatConv, FuseIsolatedSubgraphs or any relax.transform.NAME")
     p.add_argument("--target", default="llvm", help="TVM target (default: llvm)")
     p.add_argument("-o", "--output", default="out.so", help="output library (default out.so)")
     p.add_argument("--input-shapes", help="static input shapes, e.g. x:1x3x224x224")
