@@ -25,9 +25,8 @@ from __future__ import annotations
 import time
 
 from ..memory import Problem
-from .base import register, trivial_bound
-from .exact import _Deadline, cut_segments
-from .heuristics import best_heuristic
+from .base import register
+from .exact import _Deadline, segment_problems
 
 
 def btsearch_problem(p: Problem, upper: tuple[list[int], int], target: int, deadline: _Deadline,
@@ -118,15 +117,7 @@ def btsearch_problem(p: Problem, upper: tuple[list[int], int], target: int, dead
 def btsearch(p: Problem, time_limit: float | None = 10.0, progress=False, divide: bool = True,
              max_states: int | None = None, bound: bool = True, **_):
     deadline = _Deadline(time_limit)
-    segs = cut_segments(p) if divide else [list(range(p.n))]
-    subs = []
-    before = 0
-    for seg in segs:
-        sub, ids = p.restrict(seg, before)
-        before |= sum(1 << v for v in seg)
-        o, pk, _ = best_heuristic(sub)
-        subs.append([sub, ids, o, pk, trivial_bound(sub)])
-    target = max((s[4] for s in subs), default=0)
+    segs, subs, target = segment_problems(p, divide)
     states = 0
     all_done = True
     for k in sorted(range(len(subs)), key=lambda k: -subs[k][3]):

@@ -192,10 +192,10 @@ def astar(p: Problem, upper: tuple[list[int], int], target: int, deadline: _Dead
     return ub_order, ub, min(lower, ub), states
 
 
-def solve(p: Problem, time_limit: float | None = None, progress: bool | Callable = False,
-          divide: bool = True, max_states: int | None = None):
-    """Exact scheduling of a whole problem with divide-and-conquer; see module docstring."""
-    deadline = _Deadline(time_limit)
+def segment_problems(p: Problem, divide: bool = True):
+    """The sub-problems between cut points (`cut_segments`), in execution order, each as
+    ``[sub, ids, order, peak, lower_bound]`` seeded with its best heuristic order, plus the
+    largest of their lower bounds (a proven global lower bound). ``divide=False``: one segment."""
     segs = cut_segments(p) if divide else [list(range(p.n))]
     subs = []
     before = 0
@@ -204,7 +204,14 @@ def solve(p: Problem, time_limit: float | None = None, progress: bool | Callable
         before |= sum(1 << v for v in seg)
         order, peak, _ = best_heuristic(sub)
         subs.append([sub, ids, order, peak, trivial_bound(sub)])
-    target = max((s[4] for s in subs), default=0)  # proven global lower bound so far
+    return segs, subs, max((s[4] for s in subs), default=0)
+
+
+def solve(p: Problem, time_limit: float | None = None, progress: bool | Callable = False,
+          divide: bool = True, max_states: int | None = None):
+    """Exact scheduling of a whole problem with divide-and-conquer; see module docstring."""
+    deadline = _Deadline(time_limit)
+    segs, subs, target = segment_problems(p, divide)
     total_states = 0
     report = progress if callable(progress) else None
     # Hardest segments first: they set the global peak, after which easier ones need no search.

@@ -39,7 +39,7 @@ from typing import Sequence
 
 from ..memory import Problem
 from .base import register, trivial_bound
-from .exact import cut_segments
+from .exact import segment_problems
 from .heuristics import best_heuristic
 
 
@@ -310,15 +310,7 @@ def ilp(p: Problem, time_limit: float | None = 10.0, progress=False, divide: boo
         prune: bool = True, workers: int = 1, seed: int = 0,
         deterministic_time: float | None = None, **_):
     t0 = time.perf_counter()
-    segs = cut_segments(p) if divide else [list(range(p.n))]
-    subs = []
-    before = 0
-    for seg in segs:
-        sub, ids = p.restrict(seg, before)
-        before |= sum(1 << v for v in seg)
-        o, pk, _ = best_heuristic(sub)
-        subs.append([sub, ids, o, pk, trivial_bound(sub)])
-    target = max((s[4] for s in subs), default=0)
+    segs, subs, target = segment_problems(p, divide)
     variables = 0
     statuses = []
     for k in sorted(range(len(subs)), key=lambda k: -subs[k][3]):

@@ -14,9 +14,8 @@ import time
 
 from .. import native
 from ..memory import Problem
-from .base import register, trivial_bound
-from .exact import cut_segments
-from .heuristics import best_heuristic
+from .base import register
+from .exact import segment_problems
 
 
 def available() -> bool:
@@ -46,15 +45,7 @@ def solve(p: Problem, time_limit: float | None = None, divide: bool = True,
     def left():
         return None if end is None else max(0.0, end - time.perf_counter())
 
-    segs = cut_segments(p) if divide else [list(range(p.n))]
-    subs = []
-    before = 0
-    for seg in segs:
-        sub, ids = p.restrict(seg, before)
-        before |= sum(1 << v for v in seg)
-        order, peak, _ = best_heuristic(sub)
-        subs.append([sub, ids, order, peak, trivial_bound(sub)])
-    target = max((s[4] for s in subs), default=0)
+    segs, subs, target = segment_problems(p, divide)
     total_states = 0
     for k in sorted(range(len(subs)), key=lambda k: -subs[k][3]):
         sub, ids, order, peak, lb = subs[k]
