@@ -26,6 +26,7 @@ from tvm import relax
 from ..importers.relax import UnsupportedModelError, block_graph, reorder_block
 from ..memory import MemoryModel, Problem
 from ..simplify import simplify
+from .common import map_relax_functions, with_blocks
 
 
 def block_groups(graph, memory_model="tvm", max_group: int = 32):
@@ -55,21 +56,7 @@ class FuseIsolatedSubgraphs:
         self.functions = None if functions is None else set(functions)
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
-        updates = {}
-        for gv, func in mod.functions_items():
-            if not isinstance(func, relax.Function):
-                continue
-            if self.functions is not None and gv.name_hint not in self.functions:
-                continue
-            new = self._function(func, gv.name_hint)
-            if new is not None:
-                updates[gv] = new
-        if not updates:
-            return mod
-        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-        for gv, func in updates.items():
-            out[gv] = func
-        return out
+        return map_relax_functions(mod, self.functions, self._function)
 
     def _function(self, func, name):
         body = func.body
@@ -118,8 +105,5 @@ class FuseIsolatedSubgraphs:
         if skipped:
             attrs["memsched.fusion_skipped"] = "; ".join(skipped)
         if changed:
-            seq = relax.SeqExpr(blocks, body.body, body.span)
-            func = relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs,
-                                  func.span)
-            func = relax.BlockBuilder().normalize(func)
+            func = with_blocks(func, blocks)
         return func.with_attrs(attrs)

@@ -26,8 +26,8 @@ from tvm import relax
 from ..importers.relax import UnsupportedModelError, block_graph, reorder_block
 from ..memory import MemoryModel, Problem
 from ..schedulers import schedule
-from ..schedulers.base import available
-from . import config
+from .common import (check_scheduler_options, map_relax_functions, scheduler_options,
+                     with_blocks)
 
 
 @tvm.transform.module_pass(opt_level=0, name="MemoryAwareSchedule")
@@ -61,40 +61,17 @@ class MemoryAwareSchedule:
         self.memory_model = memory_model
         self.functions = None if functions is None else set(functions)
         self.progress = progress
-        if algorithm is not None and algorithm not in available():
-            raise ValueError(f"unknown scheduling algorithm {algorithm!r}; choose one of "
-                             f"{sorted(available())}")
-        if memory_model is not None:
-            MemoryModel.get(memory_model)  # fail early on a bad name
+        check_scheduler_options(algorithm, memory_model)
 
     def _options(self, ctx):
-        algo = self.algorithm or config.get(ctx, "memsched.algorithm", "auto")
-        tl = self.time_limit
-        if tl is not None and tl < 0:
-            tl = float(config.get(ctx, "memsched.time_limit_s", 10.0))
-            tl = None if tl <= 0 else tl
-        model = MemoryModel.get(self.memory_model or config.get(ctx, "memsched.memory_model",
-                                                                "tvm"))
-        return algo, tl, model
+        return scheduler_options(ctx, self.algorithm, self.time_limit, self.memory_model, 10.0)
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         algorithm, time_limit, model = self._options(ctx)
         deadline = None if time_limit is None else time.perf_counter() + time_limit
-        updates = {}
-        for gv, func in mod.functions_items():
-            if not isinstance(func, relax.Function):
-                continue
-            if self.functions is not None and gv.name_hint not in self.functions:
-                continue
-            new = self._schedule_function(func, gv.name_hint, algorithm, deadline, model)
-            if new is not None:
-                updates[gv] = new
-        if not updates:
-            return mod
-        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-        for gv, func in updates.items():
-            out[gv] = func
-        return out
+        return map_relax_functions(
+            mod, self.functions,
+            lambda func, name: self._schedule_function(func, name, algorithm, deadline, model))
 
     def _schedule_function(self, func, name, algorithm, deadline, model):
         body = func.body
@@ -146,8 +123,5 @@ class MemoryAwareSchedule:
         if skipped:
             attrs["memsched.skipped"] = "; ".join(skipped)
         if reordered:
-            seq = relax.SeqExpr(blocks, body.body, body.span)
-            func = relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs,
-                                  func.span)
-            func = relax.BlockBuilder().normalize(func)
+            func = with_blocks(func, blocks)
         return func.with_attrs(attrs)

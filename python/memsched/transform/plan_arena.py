@@ -51,6 +51,7 @@ from tvm import relax
 from tvm.ir.prim.expr import IntImm
 
 from .. import arena as _arena
+from .common import map_relax_functions, with_blocks
 
 _OPS = {}
 
@@ -176,23 +177,13 @@ class PlanArena:
                 _has_call(mod, "relax.builtin.alloc_tensor")
         if run_spbm:
             mod = relax.transform.StaticPlanBlockMemory()(mod)
-        updates = {}
-        for gv, func in mod.functions_items():
-            if not isinstance(func, relax.Function):
-                continue
-            if self.functions is not None and gv.name_hint not in self.functions:
-                continue
+
+        def one(func, name):
             if func.attrs is not None and "memsched.arena_bytes" in func.attrs:
-                continue  # already packed
-            new = self._plan_function(func, gv.name_hint)
-            if new is not None:
-                updates[gv] = new
-        if not updates:
-            return mod
-        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-        for gv, func in updates.items():
-            out[gv] = func
-        return out
+                return None  # already packed
+            return self._plan_function(func, name)
+
+        return map_relax_functions(mod, self.functions, one)
 
     # ---------------------------------------------------------------------------------------
     def _plan_function(self, func: relax.Function, name: str):
@@ -419,6 +410,4 @@ def _rewrite(func, storages, offsets, arenas):
         out.append(relax.BindingBlock(arena_bindings))
     for kind, bs, span in blocks:
         out.append(kind(bs, span))
-    seq = relax.SeqExpr(out, func.body.body, func.body.span)
-    new = relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs, func.span)
-    return relax.BlockBuilder().normalize(new)
+    return with_blocks(func, out)

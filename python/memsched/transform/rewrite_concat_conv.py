@@ -64,8 +64,8 @@ from tvm import relax
 from ..importers.relax import UnsupportedModelError, block_graph
 from ..memory import MemoryModel, Problem
 from ..schedulers import schedule
-from ..schedulers.base import available
-from . import config
+from .common import (check_scheduler_options, map_relax_functions, scheduler_options,
+                     with_blocks)
 
 from tvm.ir.prim.expr import IntImm as _IntImm  # noqa: E402  (tvm.tir is gone in 0.27)
 
@@ -555,39 +555,14 @@ class RewriteConcatConv:
         self.elementwise = elementwise
         self.budget = budget
         self.functions = None if functions is None else set(functions)
-        if algorithm is not None and algorithm not in available():
-            raise ValueError(f"unknown scheduling algorithm {algorithm!r}; choose one of "
-                             f"{sorted(available())}")
-        if memory_model is not None:
-            MemoryModel.get(memory_model)  # fail early on a bad name
+        check_scheduler_options(algorithm, memory_model)
 
     def _options(self, ctx):
-        algo = self.algorithm or config.get(ctx, "memsched.algorithm", "auto")
-        tl = self.time_limit
-        if tl is not None and tl < 0:
-            tl = float(config.get(ctx, "memsched.time_limit_s", 2.0))
-            tl = None if tl <= 0 else tl
-        model = MemoryModel.get(self.memory_model or config.get(ctx, "memsched.memory_model",
-                                                                "tvm"))
-        return algo, tl, model
+        return scheduler_options(ctx, self.algorithm, self.time_limit, self.memory_model, 2.0)
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         self._algorithm, self._time_limit, self._model = self._options(ctx)
-        updates = {}
-        for gv, func in mod.functions_items():
-            if not isinstance(func, relax.Function):
-                continue
-            if self.functions is not None and gv.name_hint not in self.functions:
-                continue
-            new = self._rewrite_function(func, gv.name_hint)
-            if new is not None:
-                updates[gv] = new
-        if not updates:
-            return mod
-        out = tvm.IRModule(dict(mod.functions_items()), attrs=mod.attrs)
-        for gv, func in updates.items():
-            out[gv] = func
-        return out
+        return map_relax_functions(mod, self.functions, self._rewrite_function)
 
     # -- evaluation
     def _evaluate(self, block, name) -> _Eval:
@@ -675,10 +650,7 @@ class RewriteConcatConv:
         if unmatched:
             attrs["memsched.rewrite_unmatched"] = "; ".join(unmatched)
         if rewritten:
-            seq = relax.SeqExpr(blocks, body.body, body.span)
-            func = relax.Function(func.params, seq, func.ret_ty, func.is_pure, func.attrs,
-                                  func.span)
-            func = relax.BlockBuilder().normalize(func)
+            func = with_blocks(func, blocks)
         return func.with_attrs(attrs)
 
     def _apply(self, block, sites, outside):
