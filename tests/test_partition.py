@@ -1,0 +1,164 @@
+"""Pipeline partition: the objective on hand-checked graphs, solvers against brute force."""
+import itertools
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from memsched.graph import GraphBuilder
+from memsched.partition import (PartitionError, PartitionProblem, evaluate, solve,
+                                param_balanced_cut)
+from memsched.random_graphs import random_dag
+
+
+def residual():
+    """x -> conv0 -> t0 -> conv1 -> t1 -> add(t0, t1) -> t2 (output); conv2 reads x too.
+
+    Buffers: 0: w0 (10 B), 1: w1 (20 B), 2: bias shared by conv0 and conv1 (1 B), 3: w2 (5 B).
+    """
+    b = GraphBuilder("residual")
+    x = b.input("x", 100)
+    c0 = b.op("conv0", "conv", [x], [("t0", 50)])
+    c1 = b.op("conv1", "conv", [b.ops[c0].outputs[0]], [("t1", 30)])
+    a = b.op("add", "add", [b.ops[c0].outputs[0], b.ops[c1].outputs[0]], [("t2", 40)])
+    c2 = b.op("conv2", "conv", [x, b.ops[a].outputs[0]], [("t3", 7)])
+    b.mark_output(b.ops[a].outputs[0])
+    b.mark_output(b.ops[c2].outputs[0])
+    g = b.build()
+    return PartitionProblem.from_graph(g, [(0, 2), (1, 2), (), (3,)], [10, 20, 1, 5])
+
+
+def test_hand_checked_costs():
+    p = residual()
+    c = evaluate(p, [0, 1, 1, 1], sram_bytes=15)
+    # stage 0 caches w0 + bias; stage 1 w1 + bias (again) + w2
+    assert c.m == [11, 26] and c.P == 26 and c.O == 11
+    # boundary 0: t0 (read by conv1/add in stage 1) and x (read by conv2 in stage 1)
+    assert c.c == [150] and c.C == 150
+    c = evaluate(p, [0, 0, 1, 1], sram_bytes=15)
+    assert c.m == [31, 5] and c.O == 16
+    assert c.c == [50 + 30 + 100]  # t0, t1 and the graph input x
+    c = evaluate(p, [0, 1, 2, 2], sram_bytes=100)
+    assert c.m == [11, 21, 5] and c.O == 0
+    # boundary 0: t0, x; boundary 1: t0 (relayed), t1, x (relayed)
+    assert c.c == [150, 180] and c.C == 180
+    c = evaluate(p, [0, 0, 0, 1], sram_bytes=100)
+    # t2 is a graph output produced in stage 0: it crosses boundary 0; x too
+    assert c.c == [40 + 100] and c.m == [31, 5]
+    c = evaluate(p, [0, 0, 0, 0])
+    assert (c.P, c.O, c.C, c.c) == (36, 0, 0, [])
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ([1, 0, 1, 1], "depends on op"),
+    ([0, 0, 2, 2], "empty"),
+    ([0, 1, 1], "entries"),
+    ([0, -1, 1, 1], "outside"),
+])
+def test_invalid_assignments(bad, msg):
+    with pytest.raises(PartitionError, match=msg):
+        evaluate(residual(), bad)
+
+
+def test_bad_requests():
+    p = residual()
+    with pytest.raises(PartitionError, match="non-empty stages"):
+        solve(p, 5)
+    with pytest.raises(PartitionError, match="positive integer"):
+        solve(p, 0)
+    with pytest.raises(PartitionError, match="unknown partition method"):
+        solve(p, 2, method="nope")
+    with pytest.raises(PartitionError, match="unknown parameter buffer"):
+        PartitionProblem.from_graph(p.graph, [(0,), (), (), (9,)], [1])
+
+
+def brute_costs(p, k, sram):
+    """Every valid assignment with its cost, computed independently of `evaluate`."""
+    out = []
+    for s in itertools.product(range(k), repeat=p.n):
+        if set(s) != set(range(k)):
+            continue
+        if any(s[u] > s[v] for v in range(p.n) for u in p.preds[v]):
+            continue
+        m = []
+        for j in range(k):
+            bufs = {b for v in range(p.n) if s[v] == j for b in p.op_params[v]}
+            m.append(sum(p.param_bytes[b] for b in bufs))
+        c = []
+        for j in range(k - 1):
+            tot = 0
+            for t in p.tensors:
+                made = t.producer < 0 or s[t.producer] <= j
+                needed = t.is_output or any(s[r] > j for r in t.consumers)
+                if made and needed:
+                    tot += t.nbytes
+            c.append(tot)
+        out.append((s, (max(m), sum(max(0, x - sram) for x in m), max(c, default=0))))
+    return out
+
+
+def random_problem(n, seed, shared=0.3):
+    g = random_dag(n, seed)
+    rng = random.Random(seed)
+    nbuf = max(1, n // 2)
+    sizes = [rng.choice([0, 8, 16, 40, 100, 250]) for _ in range(nbuf)]
+    op_params = []
+    for v in range(n):
+        ids = [rng.randrange(nbuf)] if rng.random() < 0.8 else []
+        if rng.random() < shared:
+            ids.append(0)  # a buffer many ops share (like an all-zero bias)
+        op_params.append(tuple(ids))
+    return PartitionProblem.from_graph(g, op_params, sizes)
+
+
+def test_evaluate_matches_brute_force():
+    for seed in range(6):
+        p = random_problem(7, seed)
+        for k in (2, 3):
+            for s, key in brute_costs(p, k, 120):
+                assert evaluate(p, s, 120).key == key
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(3, 8), seed=st.integers(0, 10_000), k=st.integers(2, 3),
+       sram=st.sampled_from([0, 60, 150, 10_000]))
+def test_exact_is_the_lexicographic_minimum(n, seed, k, sram):
+    p = random_problem(n, seed)
+    if k > n:
+        return
+    best = min(key for _, key in brute_costs(p, k, sram))
+    r = solve(p, k, sram_bytes=sram, method="exact")
+    assert r.key == best
+    assert r.optimal and r.lower_bounds == {"P": best[0], "O": best[1], "C": best[2]}
+    base = solve(p, k, sram_bytes=sram, method="param-balanced")
+    assert r.key <= base.key and base.baseline.key == base.key
+    # bounds are on the lexicographic optimum's components
+    assert all(base.lower_bounds[x] <= v for x, v in zip("POC", best)) and base.key >= best
+
+
+def test_param_balanced_is_the_compiler_rule():
+    # a chain of 6 ops with 10 B each: k=3 cuts after every 20 B
+    b = GraphBuilder("chain")
+    t = b.input("x", 4)
+    for i in range(6):
+        v = b.op(f"op{i}", "conv", [t], [(f"t{i}", 4)])
+        t = b.ops[v].outputs[0]
+    b.mark_output(t)
+    p = PartitionProblem.from_graph(b.build(), [(i,) for i in range(6)], [10] * 6)
+    assert param_balanced_cut(p, 3) == [0, 0, 1, 1, 2, 2]
+    # all parameters in the first op: later stages still get one op each
+    p = PartitionProblem.from_graph(p.graph, [(0,)] + [()] * 5, [10])
+    s = param_balanced_cut(p, 3)
+    assert evaluate(p, s).P == 10 and sorted(set(s)) == [0, 1, 2]
+
+
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(4, 40), seed=st.integers(0, 10_000), k=st.integers(2, 6))
+def test_solvers_return_valid_cuts(n, seed, k):
+    p = random_problem(n, seed)
+    if k > n:
+        return
+    for method in ("param-balanced", "exact"):
+        r = solve(p, k, sram_bytes=200, method=method, time_limit=5)
+        evaluate(p, r.assignment, 200, k)  # raises unless valid
+        assert all(r.lower_bounds[x] <= v for x, v in zip("POC", r.key))
