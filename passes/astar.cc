@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <queue>
 #include <stdexcept>
 #include <string>
 
@@ -40,6 +39,13 @@ class StateTable {
     return s;
   }
 
+  // bytes held (capacities, not sizes: what is really allocated)
+  size_t bytes() const {
+    return pool_.capacity() * sizeof(uint64_t) + table_.capacity() * sizeof(int) +
+           (g.capacity() + live.capacity()) * sizeof(int64_t) +
+           (parent.capacity() + via.capacity()) * sizeof(int);
+  }
+
   std::vector<int64_t> g, live;
   std::vector<int> parent, via;
 
@@ -73,7 +79,7 @@ struct Entry {
   int depth;
   int64_t g;
   int state;
-  // priority_queue is a max-heap: "less" means popped later.
+  // std heap functions build a max-heap: "less" means popped later.
   bool operator<(const Entry& o) const {
     if (f != o.f) return f > o.f;
     if (depth != o.depth) return depth < o.depth;  // deeper first
@@ -82,10 +88,29 @@ struct Entry {
   }
 };
 
+// A binary heap on a vector we can measure (std::priority_queue hides its capacity).
+class Heap {
+ public:
+  bool empty() const { return v_.empty(); }
+  const Entry& top() const { return v_.front(); }
+  void push(const Entry& e) {
+    v_.push_back(e);
+    std::push_heap(v_.begin(), v_.end());
+  }
+  void pop() {
+    std::pop_heap(v_.begin(), v_.end());
+    v_.pop_back();
+  }
+  size_t bytes() const { return v_.capacity() * sizeof(Entry); }
+
+ private:
+  std::vector<Entry> v_;
+};
+
 }  // namespace
 
 SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t ub, int64_t target,
-                   double time_limit_s, int64_t max_states) {
+                   const SearchLimits& limits) {
   const int n = p.n;
   SearchResult res;
   res.order = ub_order;
@@ -95,9 +120,10 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
     return res;
   }
   using Clock = std::chrono::steady_clock;
-  const bool timed = time_limit_s >= 0;
+  const bool timed = limits.time_limit_s >= 0;
   const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(timed ? time_limit_s : 0.0));
+                                      std::chrono::duration<double>(
+                                          timed ? std::min(limits.time_limit_s, 1e9) : 0.0));
 
   std::vector<int64_t> stat(n);
   for (int v = 0; v < n; ++v) stat[v] = p.static_bound(v);
@@ -119,7 +145,7 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
 
   Bits mask(n), child(n);
   st.insert(mask.words().data(), 0, p.initial_live(), -1, -1);
-  std::priority_queue<Entry> heap;
+  Heap heap;
   int64_t lower = std::max(h(mask), target);
   heap.push({lower, 0, 0, 0});
   int64_t states = 0;
@@ -128,6 +154,18 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
   auto load = [&](int s, Bits* m) {
     const uint64_t* k = st.key(s);
     std::copy(k, k + W, m->words().begin());
+  };
+  // Limits are polled every 1024 expansions: deterministic for states and memory (capacities
+  // grow identically on every run), a clock read and a flag load for time and Ctrl-C.
+  auto stop_reason = [&]() -> StopReason {
+    if (limits.stop_flag != nullptr && __atomic_load_n(limits.stop_flag, __ATOMIC_RELAXED) != 0)
+      return StopReason::kInterrupted;
+    if (limits.max_states >= 0 && states >= limits.max_states) return StopReason::kStates;
+    if (limits.memory_limit >= 0 &&
+        static_cast<int64_t>(st.bytes() + heap.bytes()) >= limits.memory_limit)
+      return StopReason::kMemory;
+    if (timed && Clock::now() >= end) return StopReason::kTime;
+    return StopReason::kDone;
   };
 
   while (!heap.empty()) {
@@ -151,11 +189,14 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
       res.peak = g;
       res.lower_bound = e.f;
       res.states = states;
+      res.memory_bytes = static_cast<int64_t>(st.bytes() + heap.bytes());
       return res;
     }
     ++states;
     if ((states & 1023) == 0) {
-      if ((timed && Clock::now() >= end) || (max_states >= 0 && states >= max_states)) {
+      StopReason why = stop_reason();
+      if (why != StopReason::kDone) {
+        res.reason = why;
         exhausted = false;
         break;
       }
@@ -228,6 +269,7 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
   if (exhausted) lower = ub;  // nothing below ub: the heuristic order is optimal
   res.lower_bound = std::min(lower, ub);
   res.states = states;
+  res.memory_bytes = static_cast<int64_t>(st.bytes() + heap.bytes());
   return res;
 }
 

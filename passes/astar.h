@@ -3,7 +3,10 @@
 // States are executed sets (bitsets of ops); f = max(g, h, target) with g the best known path
 // peak, h the largest static bound of an op not yet run. States with f >= UB are pruned, ops
 // that do not raise live memory and stay within max(g, target) are taken without branching
-// (forced moves), and the search is anytime under a time / state limit.
+// (forced moves), and the search is anytime: it stops at a deadline, a state budget, a memory cap
+// (bytes held by its own tables, accounted deterministically from their capacities) or when a
+// stop flag is raised (Ctrl-C, set from Python), returning the upper-bound order with the proven
+// lower bound.
 #ifndef MEMSCHED_PASSES_ASTAR_H_
 #define MEMSCHED_PASSES_ASTAR_H_
 
@@ -14,16 +17,33 @@
 
 namespace memsched {
 
+// Why a search ended.
+enum class StopReason : int {
+  kDone = 0,         // optimal order found, or nothing below the upper bound (proof complete)
+  kTime = 1,         // deadline
+  kStates = 2,       // max_states
+  kMemory = 3,       // memory_limit
+  kInterrupted = 4,  // *stop_flag became non-zero
+};
+
 struct SearchResult {
   std::vector<int> order;
   int64_t peak = 0;
   int64_t lower_bound = 0;
   int64_t states = 0;
+  int64_t memory_bytes = 0;  // bytes held by the search tables at the end (capacity)
+  StopReason reason = StopReason::kDone;
 };
 
-// time_limit_s < 0: no limit; max_states < 0: no limit.
+struct SearchLimits {
+  double time_limit_s = -1;          // < 0: none
+  int64_t max_states = -1;           // < 0: none
+  int64_t memory_limit = -1;         // bytes; < 0: none
+  const int32_t* stop_flag = nullptr;  // polled every 1024 expansions; non-zero: stop
+};
+
 SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t ub, int64_t target,
-                   double time_limit_s, int64_t max_states);
+                   const SearchLimits& limits);
 
 struct Footprint {
   std::vector<int64_t> steps;  // stable footprint of each step

@@ -1,7 +1,10 @@
 // tvm-ffi entry points of libmemsched_native and memsched's PassContext config keys.
 //
-//   memsched.native.astar(problem, ub_order, ub, target, time_limit_s, max_states)
-//       -> [peak, lower_bound, states, order...]
+//   memsched.native.astar(problem, ub_order, ub, target, time_limit_s, max_states,
+//                         memory_limit, stop_flag_address)
+//       -> [peak, lower_bound, states, stop_reason, memory_bytes, order...]
+//       (negative limits: none; stop_flag_address: address of an int32 polled every 1024
+//        expansions, 0 for none; stop_reason: see StopReason in astar.h)
 //   memsched.native.evaluate(problem, order) -> [peak, steps (n)..., lives (n + 1)...]
 //   memsched.native.register_pass_config() -> bool   (idempotent)
 //   memsched.native.version() -> str
@@ -10,6 +13,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -55,14 +59,21 @@ Problem UnpackOrThrow(const ffi::Array<int64_t>& a) {
 }
 
 ffi::Array<int64_t> AstarFn(ffi::Array<int64_t> problem, ffi::Array<int64_t> ub_order, int64_t ub,
-                            int64_t target, double time_limit_s, int64_t max_states) {
+                            int64_t target, double time_limit_s, int64_t max_states,
+                            int64_t memory_limit, int64_t stop_flag_address) {
   Problem p = UnpackOrThrow(problem);
   std::vector<int> order = ToOrder(ub_order);
   if (static_cast<int>(order.size()) != p.n)
     TVM_FFI_THROW(ValueError) << "upper-bound order has " << order.size() << " ops, problem has "
                               << p.n;
-  SearchResult r = Astar(p, order, ub, target, time_limit_s, max_states);
-  std::vector<int64_t> out = {r.peak, r.lower_bound, r.states};
+  SearchLimits limits;
+  limits.time_limit_s = time_limit_s;
+  limits.max_states = max_states;
+  limits.memory_limit = memory_limit;
+  limits.stop_flag = reinterpret_cast<const int32_t*>(static_cast<intptr_t>(stop_flag_address));
+  SearchResult r = Astar(p, order, ub, target, limits);
+  std::vector<int64_t> out = {r.peak, r.lower_bound, r.states, static_cast<int64_t>(r.reason),
+                              r.memory_bytes};
   out.insert(out.end(), r.order.begin(), r.order.end());
   return ffi::Array<int64_t>(out.begin(), out.end());
 }
@@ -144,6 +155,7 @@ bool RegisterPassConfig() {
       Legalize<ffi::String>("memsched.memory_model", "str"));
   reg("memsched.time_limit_s", ffi::String("float"),
       Legalize<double>("memsched.time_limit_s", "float"));
+  reg("memsched.memory_limit", ffi::String("int"), Legalize<int64_t>("memsched.memory_limit", "int"));
   g_config_registered = true;
   return true;
 }
@@ -155,12 +167,13 @@ TVM_FFI_STATIC_INIT_BLOCK() {
   namespace refl = tvm::ffi::reflection;
   refl::GlobalDef()
       .def("memsched.native.astar", memsched::AstarFn,
-           "Exact min-peak search on one (sub-)problem: [peak, lower_bound, states, order...]")
+           "Exact min-peak search on one (sub-)problem: [peak, lower_bound, states, stop_reason, "
+           "memory_bytes, order...]")
       .def("memsched.native.evaluate", memsched::EvaluateFn,
            "Footprint of an order: [peak, steps..., lives...]")
       .def("memsched.native.register_pass_config", memsched::RegisterPassConfig,
            "Register the memsched.* PassContext config keys (needs TVM loaded); idempotent")
-      .def("memsched.native.version", []() { return tvm::ffi::String("memsched-native 0.1.0"); });
+      .def("memsched.native.version", []() { return tvm::ffi::String("memsched-native 0.2.0"); });
   // If TVM is already loaded (the normal case: memsched.native imports tvm first), the config
   // keys exist as soon as the library is loaded.
   memsched::RegisterPassConfig();

@@ -9,6 +9,12 @@ from .schedulers import Schedule, available, schedule  # noqa: F401
 
 __version__ = "0.1.0"
 
+# memsched.* PassContext config keys: registered as soon as TVM is imported (now, or by an
+# import hook after `import tvm`), without importing TVM here (see memsched.native).
+from .native import register_config_keys_on_tvm_import as _register_keys  # noqa: E402
+
+_register_keys()
+
 _LAZY = {
     "MemoryAwareSchedule": "memsched.transform.memory_aware_schedule",
     "RewriteConcatConv": "memsched.transform.rewrite_concat_conv",
