@@ -75,10 +75,11 @@ def load_relax(path: str, input_shapes: dict | None = None):
             tfl = tflite.Model.GetRootAsModel(buf, 0)
             mod = from_tflite(tfl, input_shapes or None, None)
         else:  # .pt2
-            import torch
             from tvm.relax.frontend.torch import from_exported_program
 
-            ep = torch.export.load(path)
+            from .pt2 import load_exported_program
+
+            ep = load_exported_program(path)  # never torch.export.load: it unpickles
             mod = from_exported_program(ep, keep_params_as_input=False,
                                         unwrap_unit_return_tuple=True)
         return relax.transform.FoldConstant()(mod)
