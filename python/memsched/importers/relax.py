@@ -10,7 +10,15 @@ is applied by reordering the bindings (`reorder_block`). What the model sees:
   without a copy after ``RewriteDataflowReshape``) are *alias* ops: they create no storage;
 * vars defined outside the block (function parameters, earlier blocks) are graph inputs;
   constants are weights, not activations;
-* the block's output vars (plain ``Var``, not ``DataflowVar``) are graph outputs.
+* the block's output vars (plain ``Var``, not ``DataflowVar``) are graph outputs;
+* an **in-place write** (``call_tir_inplace`` / ``call_inplace_packed`` with
+  ``inplace_indices``, as DataflowUseInplaceCalls emits) creates no storage for the outputs it
+  writes into an argument: they are the argument's tensor, so the memory model charges nothing
+  new and keeps that tensor live for the readers of the result. Because the buffer's contents
+  change, the op keeps its original place relative to every other access of the buffer (any
+  alias of it): readers before the write stay before it, readers after it stay after it
+  (read-after-write, write-after-read and write-after-write edges). Every scheduler sees these
+  edges as ordinary dependencies, so no reorder can move a write across a read.
 
 `UnsupportedModelError` names what cannot be modelled: dynamic shapes, impure calls, unknown
 binding kinds, functions with control flow when a whole-function graph is asked for.
@@ -61,6 +69,71 @@ def tensor_nbytes(ty, what: str = "value") -> list[int]:
     raise UnsupportedModelError(f"unsupported type {type(ty).__name__} for {what}")
 
 
+INPLACE_OPS = {"relax.call_tir_inplace", "relax.call_inplace_packed"}
+
+
+def inplace_indices(value) -> list[int] | None:
+    """``inplace_indices`` of an in-place call (output k is written into argument
+    ``indices[k]``; -1 = a fresh output), or None for any other value."""
+    op = getattr(value, "op", None)
+    if not isinstance(op, tvm.ir.Op) or op.name not in INPLACE_OPS:
+        return None
+    return [int(i) for i in value.attrs.inplace_indices]
+
+
+def _inplace_args(value) -> list:
+    """The argument expressions that ``inplace_indices`` index into."""
+    if value.op.name == "relax.call_tir_inplace":
+        args = value.args[1]
+        return list(args.fields) if isinstance(args, relax.Tuple) else [args]
+    return list(value.args[1:])  # call_inplace_packed(func, *args)
+
+
+def written_buffers(block) -> tuple[dict, set]:
+    """(buffer roots of every var of ``block``, roots overwritten by in-place calls).
+
+    A var's roots are the vars whose storage it may refer to: itself for a value that gets
+    fresh storage; the roots of what it views for aliases (``y = x``, match_cast, tuples,
+    TupleGetItem, reshape views) and for the outputs an in-place call writes into an argument.
+    A rewrite that moves a read of ``v`` is safe from in-place writes when ``roots[v]`` and
+    the written set do not meet. Vars from outside the block are their own roots.
+    """
+    roots: dict = {}
+    fields: dict = {}  # tuple var -> roots of each field
+    written: set = set()
+
+    def of(expr) -> frozenset:
+        if isinstance(expr, tvm.ir.Var):
+            return roots.get(expr, frozenset((expr,)))
+        if isinstance(expr, relax.Tuple):
+            return frozenset().union(*(of(f) for f in expr.fields))
+        return frozenset()
+
+    for binding in block.bindings:
+        var, value = binding.var, binding.value
+        indices = inplace_indices(value) if isinstance(value, tvm.ir.Call) else None
+        if isinstance(value, relax.Tuple):
+            fields[var] = [of(f) for f in value.fields]
+            roots[var] = of(value)
+        elif isinstance(value, relax.TupleGetItem):
+            tv = value.tuple_value
+            known = fields.get(tv) if isinstance(tv, tvm.ir.Var) else None
+            roots[var] = known[value.index] if known and value.index < len(known) else of(tv)
+        elif isinstance(value, tvm.ir.Var) or isinstance(binding, relax.MatchCast):
+            roots[var] = of(value)
+        elif isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op) and \
+                value.op.name in VIEW_OPS:
+            roots[var] = of(value.args[0])
+        elif indices is not None:
+            args = _inplace_args(value)
+            hit = frozenset().union(*(of(args[j]) for j in indices if 0 <= j < len(args)))
+            written |= hit
+            roots[var] = hit | (frozenset((var,)) if any(j < 0 for j in indices) else frozenset())
+        else:
+            roots[var] = frozenset((var,))
+    return roots, written
+
+
 def _is_pure_call(value) -> bool:
     op = value.op
     if isinstance(op, tvm.ir.Op):
@@ -106,6 +179,27 @@ def block_graph(block, name: str = "block") -> OpGraph:
     struct: dict = {}  # var -> nested tensor ids
     alias_op: dict = {}  # var -> op id that defines it
     externals: dict = {}
+    # Buffer hazards (tensor id -> ops): keep every in-place write in its original place
+    # relative to the other accesses of the buffer it overwrites.
+    last_write: dict[int, int] = {}
+    reads_since_write: dict[int, list[int]] = {}
+
+    def add_op(opname, kind, reads, outs=(), *, alias=False, deps=(), inplace=(), writes=()):
+        """``b.op`` plus the hazard edges of the buffers it reads and (in place) writes."""
+        preds = list(deps)
+        for t in reads:
+            if t in last_write:
+                preds.append(last_write[t])  # read after write
+        for t in writes:
+            preds += reads_since_write.get(t, [])  # write after read
+        v = b.op(opname, kind, reads, outs, alias=alias, source=i, extra_preds=preds,
+                 inplace=inplace)
+        for t in reads:
+            reads_since_write.setdefault(t, []).append(v)
+        for t in writes:
+            last_write[t] = v
+            reads_since_write[t] = []
+        return v
 
     def value_struct(expr):
         """(nested tensors, defining ops) of an argument expression."""
@@ -130,20 +224,19 @@ def block_graph(block, name: str = "block") -> OpGraph:
             tensor_nbytes(binding.struct_info if hasattr(binding, "struct_info") else var.ty,
                           _where(var))
             s, deps = value_struct(value)
-            v = b.op(var.name, "match_cast", _flat(s), alias=True, source=i, extra_preds=deps)
+            v = add_op(var.name, "match_cast", _flat(s), alias=True, deps=deps)
             struct[var], alias_op[var] = s, v
             continue
         if isinstance(value, relax.TupleGetItem):
             s, deps = value_struct(value.tuple_value)
             field = s[value.index] if isinstance(s, list) and value.index < len(s) else []
-            v = b.op(var.name, "TupleGetItem", _flat(field), alias=True, source=i,
-                     extra_preds=deps)
+            v = add_op(var.name, "TupleGetItem", _flat(field), alias=True, deps=deps)
             struct[var], alias_op[var] = field, v
             continue
         if isinstance(value, (relax.Tuple, tvm.ir.Var)):
             s, deps = value_struct(value)
-            v = b.op(var.name, "tuple" if isinstance(value, relax.Tuple) else "copy",
-                     _flat(s), alias=True, source=i, extra_preds=deps)
+            v = add_op(var.name, "tuple" if isinstance(value, relax.Tuple) else "copy",
+                       _flat(s), alias=True, deps=deps)
             struct[var], alias_op[var] = s, v
             continue
         if not isinstance(value, tvm.ir.Call):
@@ -164,14 +257,21 @@ def block_graph(block, name: str = "block") -> OpGraph:
         if kind in VIEW_OPS:
             s = value_struct(value.args[0])[0]
             tensor_nbytes(var.ty, _where(var))
-            v = b.op(var.name, kind, reads, alias=True, source=i, extra_preds=deps)
+            v = add_op(var.name, kind, reads, alias=True, deps=deps)
             struct[var], alias_op[var] = s, v
             continue
         sizes = tensor_nbytes(var.ty, _where(var))
+        indices = inplace_indices(value)
+        if indices is not None:
+            v, fields = _inplace_op(b, value, var, indices, sizes, add_op, value_struct,
+                                    reads, deps, kind, name)
+            struct[var] = _struct(var.ty, fields)
+            alias_op[var] = v
+            continue
         outs = [(var.name if len(sizes) == 1 else f"{var.name}.{k}", s)
                 for k, s in enumerate(sizes)]
         inplace = reads[:1] if kind in ELEMENTWISE_OPS and len(sizes) == 1 else []
-        v = b.op(var.name, kind, reads, outs, source=i, extra_preds=deps, inplace=inplace)
+        v = add_op(var.name, kind, reads, outs, deps=deps, inplace=inplace)
         struct[var] = _struct(var.ty, list(b.ops[v].outputs))
         alias_op[var] = v
     for var, s in struct.items():
@@ -179,6 +279,29 @@ def block_graph(block, name: str = "block") -> OpGraph:
             for t in _flat(s):
                 b.mark_output(t)
     return b.build()
+
+
+def _inplace_op(b, value, var, indices, sizes, add_op, value_struct, reads, deps, kind, name):
+    """Add an in-place call: fresh outputs get new tensors, written outputs are the written
+    argument's tensor. Returns (op id, flat tensor ids of the result's fields)."""
+    args = _inplace_args(value)
+    if len(indices) != len(sizes):
+        raise UnsupportedModelError(f"{name}: {_where(var)}: inplace_indices {indices} do not "
+                                    f"match its {len(sizes)} tensor outputs")
+    written: list[int | None] = []
+    for j in indices:
+        target = _flat(value_struct(args[j])[0]) if 0 <= j < len(args) else []
+        if j >= 0 and len(target) != 1:
+            raise UnsupportedModelError(
+                f"{name}: {_where(var)} writes in place into argument {j}, which is not one "
+                "activation tensor (a constant or a tuple); it cannot be modelled")
+        written.append(target[0] if j >= 0 else None)
+    outs = [(var.name if len(sizes) == 1 else f"{var.name}.{k}", s)
+            for k, (s, w) in enumerate(zip(sizes, written)) if w is None]
+    v = add_op(var.name, kind, reads, outs, deps=deps,
+               writes=[w for w in dict.fromkeys(written) if w is not None])
+    fresh = iter(b.ops[v].outputs)
+    return v, [next(fresh) if w is None else w for w in written]
 
 
 def dataflow_blocks(func) -> list[tuple[int, object]]:

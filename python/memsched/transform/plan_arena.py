@@ -338,17 +338,28 @@ def _lifetimes(bindings, result, tensors) -> None:
     every binding's result may alias every tensor it reads); ``len(bindings)`` if returned."""
     tid = {t.var: k for k, t in enumerate(tensors)}
     alias: dict[relax.Var, frozenset] = {}
+    fields: dict[relax.Var, list] = {}  # tuple var -> aliases of its fields (when known)
     end = [t.index for t in tensors]
     for i, b in enumerate(bindings):
         var = b.var
         if var in tid:
             alias[var] = frozenset((tid[var],))
             continue
-        reads: set = set()
-        for u in relax.analysis.free_vars(b.value):
-            a = alias.get(u)
-            if a:
-                reads |= a
+        value = b.value
+        if isinstance(value, relax.Tuple) and all(isinstance(f, tvm.ir.Var)
+                                                  for f in value.fields):
+            # a tuple of vars refers to exactly its fields; a field taken out of it (split
+            # outputs, returned tuples) aliases that field only, not its siblings
+            fields[var] = [alias.get(f, frozenset()) for f in value.fields]
+        if isinstance(value, relax.TupleGetItem) and value.tuple_value in fields and \
+                0 <= value.index < len(fields[value.tuple_value]):
+            reads = set(fields[value.tuple_value][value.index])
+        else:
+            reads = set()
+            for u in relax.analysis.free_vars(value):
+                a = alias.get(u)
+                if a:
+                    reads |= a
         for k in reads:
             end[k] = i
         if reads:

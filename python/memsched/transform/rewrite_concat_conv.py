@@ -61,7 +61,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..importers.relax import UnsupportedModelError, block_graph
+from ..importers.relax import UnsupportedModelError, block_graph, written_buffers
 from ..memory import MemoryModel, Problem
 from ..schedulers import schedule
 from .common import (check_scheduler_options, map_relax_functions, scheduler_options,
@@ -304,14 +304,27 @@ def _match(block, index: int, defs: dict, unary: bool = True) -> tuple[Site | No
 def find_sites(block, unary: bool = True) -> tuple[list[Site], list[str]]:
     """Matched sites of a dataflow block and the reasons of unmatched concat -> conv2d pairs."""
     defs = {b.var: b.value for b in block.bindings if isinstance(b, relax.VarBinding)}
+    roots, written = written_buffers(block)
     sites, reasons = [], []
     for i in range(len(block.bindings)):
         site, why = _match(block, i, defs, unary)
+        if site is not None and written and _overwritten(site, roots, written):
+            # the rewrite reads the concat's inputs at the conv, later than the concat did:
+            # an in-place write to one of them in between would change what it reads
+            site, why = None, f"{site.name}: an input of the concat is written in place " \
+                              "(call_tir_inplace); not rewritten"
         if site is not None:
             sites.append(site)
         elif why is not None:
             reasons.append(why)
     return sites, reasons
+
+
+def _overwritten(site: Site, roots: dict, written: set) -> bool:
+    """Whether an in-place call writes a buffer the site's rewrite would read or drop."""
+    touched = [f for f in site.fields if isinstance(f, tvm.ir.Var)] + [site.concat_var] + \
+        [s.var for s in site.chain] + ([site.tuple_var] if site.tuple_var is not None else [])
+    return any(roots.get(v, frozenset((v,))) & written for v in touched)
 
 
 # ----------------------------------------------------------------------------- rewriting
