@@ -198,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="compile with the named passes")
     _add_compile_args(c)
     c.set_defaults(func=cmd_compile)
+    from .cli_partition import add_partition_commands  # partition, run-segments
+
+    add_partition_commands(sub)
     return ap
 
 
