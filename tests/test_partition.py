@@ -162,3 +162,34 @@ def test_solvers_return_valid_cuts(n, seed, k):
         r = solve(p, k, sram_bytes=200, method=method, time_limit=5)
         evaluate(p, r.assignment, 200, k)  # raises unless valid
         assert all(r.lower_bounds[x] <= v for x, v in zip("POC", r.key))
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(4, 30), seed=st.integers(0, 10_000), k=st.integers(2, 5),
+       gamma=st.sampled_from([0, 1, 10]), sram=st.sampled_from([0, 200, 10_000]))
+def test_inc_ilp_certifies_the_exact_optimum(n, seed, k, gamma, sram):
+    p = random_problem(n, seed)
+    if k > n:
+        return
+    ex = solve(p, k, sram_bytes=sram, method="exact")
+    inc = solve(p, k, sram_bytes=sram, method="inc-ilp", gamma=gamma,
+                initial="param-balanced", certify_box=0.5)
+    assert ex.optimal and inc.optimal and inc.key == ex.key
+    assert inc.lower_bounds == ex.lower_bounds
+    evaluate(p, inc.assignment, sram, k)
+
+
+def test_relaxation_window_frees_ops_around_the_cut():
+    from memsched.partition.inc_ilp import relaxation_window
+
+    b = GraphBuilder("chain")
+    t = b.input("x", 4)
+    for i in range(12):
+        v = b.op(f"op{i}", "conv", [t], [(f"t{i}", 4)])
+        t = b.ops[v].outputs[0]
+    p = PartitionProblem.from_graph(b.build(), [(i,) for i in range(12)], [1] * 12)
+    s = [0] * 6 + [1] * 6  # cut edge op5 -> op6 (levels 5 -> 6)
+    lo, hi, free = relaxation_window(p, s, p.asap_levels(), 2)
+    assert free == 6  # levels 3..8
+    assert [(a, c) for a, c in zip(lo, hi)][3:9] == [(0, 1)] * 6
+    assert lo[:3] == hi[:3] == [0, 0, 0] and lo[9:] == hi[9:] == [1, 1, 1]

@@ -1,9 +1,11 @@
 """Exact partition: three lexicographic CP-SAT solves, each with a proof.
 
 1. minimise ``P``; 2. minimise ``O`` subject to ``P <= P*``; 3. minimise ``C`` subject to
-``P <= P*`` and ``O <= O*`` (model: `memsched.partition.cpsat`). Every solve starts from the
-best cut known so far (the param-balanced cut, or the caller's) as a hint and upper bound, and
-re-derives the per-op stage windows from the current ``P`` bound, so later solves are smaller.
+``P <= P*`` and ``O <= O*`` (model: `memsched.partition.cpsat`). Each solve looks only for cuts
+strictly better than the best known one (the param-balanced cut, or the caller's hint) on its
+objective: the cap ``P <= P_best - 1`` narrows every op's stage window further than the
+incumbent's own value would, and INFEASIBLE (often found by the windows alone, before any
+search) proves the incumbent optimal.
 
 Bounds when a time limit stops a solve: the bound of solve 1 bounds ``P*``; the bound of solve 2
 bounds the lexicographic optimum's ``O`` (that optimum satisfies ``P <= P_found``); the bound of
@@ -56,28 +58,36 @@ def lexicographic(problem: PartitionProblem, k: int, sram: int, hint: Sequence[i
         return lo, hi
 
     def run(objective, **caps):
+        """Minimise ``objective`` among cuts strictly better than ``best`` on it (the caps
+        carry the ``-1``): INFEASIBLE proves ``best`` optimal, OPTIMAL gives the optimum."""
         nonlocal best, cost
         t0 = time.perf_counter()
-        lo, hi = domains(caps.get("p_max"))
-        model = CutModel(problem, k, sram, lo, hi, objective, p_min=triv["P"], **caps)
-        nvars = sum(len(y) for y in model.y)
-        opt, s, val, bound = model.solve(_remaining(deadline), best, workers, seed)
+        status, bound = "INFEASIBLE", None
+        nvars = 0
+        try:
+            lo, hi = domains(caps.get("p_max"))
+            model = CutModel(problem, k, sram, lo, hi, objective, p_min=triv["P"], **caps)
+            nvars = sum(len(y) for y in model.y)
+            opt, s, val, bound = model.solve(_remaining(deadline), best, workers, seed)
+            status = model.status
+        except Infeasible:
+            opt, s = True, None
         if s is not None:
             new = evaluate(problem, s, sram, k)
-            if new.key <= cost.key:
+            if new.key < cost.key:
                 best, cost = s, new
-        stats["solves"].append({"objective": objective, "status": model.status,
-                                "vars": nvars, "seconds": round(time.perf_counter() - t0, 4)})
+        stats["solves"].append({"objective": objective, "status": status, "vars": nvars,
+                                "seconds": round(time.perf_counter() - t0, 4)})
         return opt, bound
 
     # 1. P
-    if cost.P <= triv["P"]:
+    if cost.P <= lbs["P"]:
         proven["P"] = True
     else:
-        opt, bound = run("P", p_max=cost.P)
+        opt, bound = run("P", p_max=cost.P - 1)
         proven["P"] = opt
         if bound is not None:
-            lbs["P"] = max(lbs["P"], bound)
+            lbs["P"] = max(lbs["P"], min(bound, cost.P))
     if proven["P"]:
         lbs["P"] = cost.P
     if "O" not in objectives:
@@ -86,10 +96,10 @@ def lexicographic(problem: PartitionProblem, k: int, sram: int, hint: Sequence[i
     if cost.O <= lbs["O"]:
         proven["O"] = True
     elif _remaining(deadline) != 0.0:
-        opt, bound = run("O", p_max=cost.P)
+        opt, bound = run("O", p_max=cost.P, o_max=cost.O - 1)
         proven["O"] = opt
         if bound is not None:
-            lbs["O"] = max(lbs["O"], bound)
+            lbs["O"] = max(lbs["O"], min(bound, cost.O))
     if proven["O"]:
         lbs["O"] = cost.O
     if "C" not in objectives:
@@ -98,10 +108,10 @@ def lexicographic(problem: PartitionProblem, k: int, sram: int, hint: Sequence[i
     if cost.C <= 0:
         proven["C"] = True
     elif _remaining(deadline) != 0.0:
-        opt, bound = run("C", p_max=cost.P, o_max=cost.O)
+        opt, bound = run("C", p_max=cost.P, o_max=cost.O, c_max=cost.C - 1)
         proven["C"] = opt
         if bound is not None and proven["P"]:
-            lbs["C"] = max(lbs["C"], bound)
+            lbs["C"] = max(lbs["C"], min(bound, cost.C))
     if proven["C"] and proven["P"] and proven["O"]:
         lbs["C"] = cost.C
     lbs = {n: min(lbs[n], v) for n, v in zip("POC", cost.key)}
