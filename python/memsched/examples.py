@@ -208,6 +208,85 @@ def _to_onnx(net: _Net, in_shape, emit: str, seed: int):
     return model
 
 
+def _to_tflite(net: _Net, in_shape, emit: str, seed: int, quantized: bool = False) -> bytes:
+    """The net as a .tflite flatbuffer (NHWC; CONV_2D/ADD/RELU/MAX_POOL_2D/CONCATENATION),
+    operators in ``emit`` order. ``quantized``: int8 activations (one scale for every
+    activation, so ADD/CONCATENATION need no requantization), int8 weights, int32 biases."""
+    from .importers.tflite_synth import TFLiteBuilder
+
+    rng = np.random.default_rng(seed)
+    b = TFLiteBuilder(f"example_{'int8' if quantized else 'float'}")
+    s = b.s
+    act_scale = 0.05
+
+    def act(name, shape):
+        if quantized:
+            return b.tensor(name, shape, s.TensorType.INT8, scale=act_scale, zero_point=0)
+        return b.tensor(name, shape, s.TensorType.FLOAT32)
+
+    def opts(cls, **kw):
+        o = cls()
+        for k, v in kw.items():
+            setattr(o, k, v)
+        return o
+
+    n, c, h, w = in_shape
+    tens, shapes = {}, {}
+    order = _emit_order(net, emit)
+    for v in order:
+        op, params, ins = net.nodes[v]
+        if op == "input":
+            shapes[v] = (n, h, w, c)
+            tens[v] = act("x", shapes[v])
+            b.inputs = [tens[v]]
+            continue
+        src = [tens[u] for u in ins]
+        ish = shapes[ins[0]]
+        if op == "conv":
+            cout, k = params
+            wf = _rng_weights(rng, (cout, ish[3], k, k)).transpose(0, 2, 3, 1)  # OHWI
+            if quantized:
+                wscale = max(float(np.abs(wf).max()), 1e-6) / 127.0
+                wt = b.tensor(f"w{v}", wf.shape, s.TensorType.INT8,
+                              b.buffer(np.round(wf / wscale).astype(np.int8)), scale=wscale,
+                              zero_point=0)
+                bt = b.tensor(f"b{v}", [cout], s.TensorType.INT32,
+                              b.buffer(np.zeros(cout, np.int32)), scale=act_scale * wscale,
+                              zero_point=0)
+            else:
+                wt = b.tensor(f"w{v}", wf.shape, s.TensorType.FLOAT32,
+                              b.buffer(np.ascontiguousarray(wf)))
+                bt = b.tensor(f"b{v}", [cout], s.TensorType.FLOAT32,
+                              b.buffer(np.zeros(cout, np.float32)))
+            shapes[v] = ish[:3] + (cout,)
+            tens[v] = act(f"v{v}", shapes[v])
+            b.op("CONV_2D", [src[0], wt, bt], [tens[v]], s.BuiltinOptions.Conv2DOptions,
+                 opts(s.Conv2DOptionsT, padding=s.Padding.SAME, strideW=1, strideH=1,
+                      dilationWFactor=1, dilationHFactor=1))
+        elif op in ("relu", "sum"):
+            cur = src[0]
+            for j, a in enumerate(src[1:]):
+                nxt = act(f"v{v}_add{j}", ish)
+                b.op("ADD", [cur, a], [nxt], s.BuiltinOptions.AddOptions, opts(s.AddOptionsT))
+                cur = nxt
+            shapes[v] = ish
+            tens[v] = act(f"v{v}", ish)
+            b.op("RELU", [cur], [tens[v]])
+        elif op == "maxpool":
+            shapes[v] = ish
+            tens[v] = act(f"v{v}", ish)
+            b.op("MAX_POOL_2D", src, [tens[v]], s.BuiltinOptions.Pool2DOptions,
+                 opts(s.Pool2DOptionsT, padding=s.Padding.SAME, strideW=1, strideH=1,
+                      filterWidth=3, filterHeight=3))
+        elif op == "concat":
+            shapes[v] = ish[:3] + (sum(shapes[u][3] for u in ins),)
+            tens[v] = act(f"v{v}", shapes[v])
+            b.op("CONCATENATION", src, [tens[v]], s.BuiltinOptions.ConcatenationOptions,
+                 opts(s.ConcatenationOptionsT, axis=3))
+    b.outputs = [tens[order[-1]]]
+    return b.finish()
+
+
 def _net(name: str, seed: int, **kw):
     if name == "randwire":
         return randwire_net(seed=seed, **kw), (1, 8, 16, 16)
@@ -222,6 +301,13 @@ def example_onnx(name: str = "randwire", emit: str = "bfs", seed: int = 0, **kw)
     """The named example as an ONNX ModelProto (Conv/Add/Relu/MaxPool/Concat, opset 13)."""
     net, shape = _net(name, seed, **kw)
     return _to_onnx(net, shape, emit, seed)
+
+
+def example_tflite(name: str = "randwire", emit: str = "bfs", seed: int = 0,
+                   quantized: bool = False, **kw) -> bytes:
+    """The named example as .tflite bytes (float32, or int8 with ``quantized``)."""
+    net, shape = _net(name, seed, **kw)
+    return _to_tflite(net, shape, emit, seed, quantized)
 
 
 def example_model(name: str = "randwire", emit: str = "bfs", seed: int = 0, **kw):

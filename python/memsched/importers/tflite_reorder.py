@@ -1,0 +1,173 @@
+"""Rewrite a .tflite file so TFLite and TFLite Micro need less activation memory.
+
+Both interpreters run subgraph 0's operators in file order and plan their activation arena
+from that order. `reorder_tflite` schedules the operators with memsched (certified minimum peak
+under TFLM's memory model) and writes the file back with the operator list in the new order;
+everything else (tensors, buffers, quantization, signatures, metadata) is kept. With
+``offline_plan=True`` it also writes tensor offsets from memsched's arena packing into the
+``OfflineMemoryAllocation`` metadata that TFLM's GreedyMemoryPlanner takes as fixed offsets
+(TFLM docs, "Offline planned tensor allocations": int32 ``[version 1, subgraph 0, n,
+offset of tensor 0 .. n-1]``, ``-1`` = plan at run time, offsets from the start of the arena's
+head section).
+
+TFLM's memory model (its allocation info): a tensor is live from the operator that writes it
+(subgraph inputs: from the first operator) to the last operator that reads it; subgraph outputs
+live to the end; an output nobody reads lives during its operator only; constants and variable
+tensors are not in the planned section. That is memsched's ``paper`` model with each operator a
+schedule step, so the schedule's peak is the liveness bound of TFLM's arena, and the offline
+plan (16-byte aligned, as TFLM aligns) reaches it whenever the packing does.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import arena as _arena
+from ..memory import MemoryModel, Problem
+from .tflite_graph import TFLiteGraph, TFLiteModelError, read_tflite, schema
+from .tflite_segments import pack_model
+
+OFFLINE_METADATA = "OfflineMemoryAllocation"
+TFLM_ALIGNMENT = 16  # MicroArenaBufferAlignment()
+TFLM_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=False, workspace=True,
+                         name="tflm")
+
+
+@dataclass
+class ReorderResult:
+    """What `reorder_tflite` did. Bytes are activation bytes of subgraph 0."""
+
+    ops: int
+    order: list[int]  # new position -> original operator index
+    input_peak: int  # liveness peak of the file's order
+    peak: int  # liveness peak of the written order
+    lower_bound: int
+    optimal: bool
+    algorithm: str
+    seconds: float
+    offline_arena: int | None = None  # bytes of the offline plan (head section), if written
+    offline_optimal: bool | None = None
+    stats: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"ops": self.ops, "input_order_peak_bytes": self.input_peak,
+                "peak_bytes": self.peak, "lower_bound": self.lower_bound,
+                "optimal": self.optimal, "algorithm": self.algorithm,
+                "seconds": round(self.seconds, 4), "offline_arena_bytes": self.offline_arena,
+                "offline_arena_optimal": self.offline_optimal, "order": self.order}
+
+
+def lifetimes(tg: TFLiteGraph, order) -> list[tuple[int, _arena.Lifetime]]:
+    """(file tensor index, TFLM lifetime in steps of ``order``) of every planned activation."""
+    g = tg.graph
+    pos = {v: k for k, v in enumerate(order)}
+    last = len(order) - 1
+    out = []
+    for t, ten in enumerate(g.tensors):
+        if ten.nbytes <= 0:
+            continue
+        start = 0 if ten.producer is None else pos[ten.producer]
+        if ten.is_output:
+            end = last
+        elif ten.consumers:
+            end = max(pos[c] for c in ten.consumers)
+        else:
+            end = start
+        out.append((tg.tensor_index[t], _arena.Lifetime(ten.nbytes, start, max(start, end))))
+    return out
+
+
+def offline_offsets(tg: TFLiteGraph, order, time_limit: float = 10.0,
+                    alignment: int = TFLM_ALIGNMENT) -> tuple[list[int], _arena.ArenaPlan]:
+    """One offset per tensor of subgraph 0 (``-1`` for what TFLM plans itself) and the plan."""
+    lts = lifetimes(tg, order)
+    plan = _arena.plan([lt for _, lt in lts], "auto", alignment, time_limit)
+    _arena.verify([lt for _, lt in lts], plan.offsets, alignment, plan.arena)
+    offsets = [-1] * len(tg.subgraph.tensors or [])
+    for (ti, _), off in zip(lts, plan.offsets):
+        offsets[ti] = int(off)
+    return offsets, plan
+
+
+def _set_offline_metadata(model, offsets: list[int]) -> None:
+    s = schema()
+    payload = np.asarray([1, 0, len(offsets)] + list(offsets), dtype="<i4")
+    data = np.frombuffer(payload.tobytes(), dtype=np.uint8)
+    model.buffers = list(model.buffers or [])
+    metas = [m for m in (model.metadata or []) if _name(m.name) != OFFLINE_METADATA]
+    model.buffers.append(s.BufferT())
+    model.buffers[-1].data = data
+    meta = s.MetadataT()
+    meta.name = OFFLINE_METADATA
+    meta.buffer = len(model.buffers) - 1
+    model.metadata = metas + [meta]
+
+
+def _name(x) -> str:
+    return x.decode() if isinstance(x, (bytes, bytearray)) else str(x or "")
+
+
+def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = False,
+                   algorithm: str = "auto", time_limit: float | None = 60.0,
+                   arena_time_limit: float = 10.0) -> tuple[bytes, ReorderResult]:
+    """Schedule subgraph 0 of ``src`` for minimum peak and write the reordered model.
+
+    Returns (file bytes, result); writes them to ``dst`` (atomically) when given. The order is
+    only changed when it lowers the peak; an already optimal file keeps its order.
+    """
+    from ..schedulers import schedule
+
+    t0 = time.perf_counter()
+    tg = read_tflite(src)
+    if offline_plan and len(tg.model.subgraphs) > 1:
+        raise TFLiteModelError(f"cannot plan {src!r} offline: it has "
+                               f"{len(tg.model.subgraphs)} subgraphs (control flow); reorder "
+                               "without --offline-plan")
+    g = tg.graph
+    problem = Problem.from_graph(g, TFLM_MODEL)
+    base = list(range(len(g)))
+    input_peak = problem.evaluate(base).peak
+    s = schedule(g, algorithm, TFLM_MODEL, time_limit=time_limit)
+    order = s.order if s.peak < input_peak else base
+    peak = min(s.peak, input_peak)
+    model = tg.model
+    sg = tg.subgraph
+    if order != base:
+        ops = list(sg.operators)
+        sg.operators = [ops[g.ops[v].source] for v in order]
+    res = ReorderResult(ops=len(g), order=[int(g.ops[v].source) for v in order],
+                        input_peak=input_peak, peak=peak,
+                        lower_bound=min(s.lower_bound, peak), optimal=s.optimal or
+                        peak <= s.lower_bound, algorithm=algorithm, seconds=0.0,
+                        stats=dict(s.stats))
+    if offline_plan:
+        offsets, plan = offline_offsets(tg, order, arena_time_limit)
+        _set_offline_metadata(model, offsets)
+        res.offline_arena, res.offline_optimal = plan.arena, bool(plan.optimal)
+    data = pack_model(model)
+    # the written file must read back as the same graph in the new order
+    back = read_tflite(data, name=tg.name)
+    if len(back.graph) != len(g):
+        raise TFLiteModelError("internal error: the reordered model lost operators")
+    res.seconds = time.perf_counter() - t0
+    if dst is not None:
+        write_atomic(dst, data)
+    return data, res
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same directory."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".memsched-", suffix=".tflite", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

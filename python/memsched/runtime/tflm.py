@@ -1,0 +1,119 @@
+"""Measure a .tflite model with the real TFLite Micro interpreter (the ``tflite-micro`` package).
+
+* `min_arena_bytes`: the smallest ``arena_size`` with which TFLM allocates the model, by
+  bisection. ``Interpreter.from_file`` raises when the arena is too small, and on some models
+  aborts the process, so every probe runs in a subprocess.
+* `arena_sections`: what TFLM's recording allocator reports for one allocation: the head
+  section (the planned, non-persistent activations and scratch buffers: what the memory
+  planner decides) and the tail (persistent: tensor structs, kernel data).
+* `run_tflm`: outputs of one invocation on given inputs (for bit-equality checks).
+
+Nothing here imports tflite-micro in the calling process.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+_PROBE = r"""
+import sys
+from tflite_micro.python.tflite_micro import runtime
+try:
+    it = runtime.Interpreter.from_file(sys.argv[1], arena_size=int(sys.argv[2]))
+except Exception:
+    sys.exit(3)
+if len(sys.argv) > 3:
+    it.print_allocations()
+sys.exit(0)
+"""
+
+class TFLMUnavailable(RuntimeError):
+    """The tflite-micro package is not installed."""
+
+
+def available() -> bool:
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec("tflite_micro") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _probe(path: str, size: int, report: bool = False, timeout: float = 120.0):
+    args = [sys.executable, "-c", _PROBE, path, str(int(size))] + (["report"] if report else [])
+    try:
+        r = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, ""
+    return r.returncode == 0, r.stdout + r.stderr
+
+
+def allocates(path: str, size: int) -> bool:
+    """Whether TFLM allocates ``path`` in an arena of ``size`` bytes (a crash counts as no)."""
+    return _probe(path, size)[0]
+
+
+def min_arena_bytes(path: str, hi: int | None = None, resolution: int = 16) -> int:
+    """The smallest arena (bytes, to ``resolution``) in which TFLM allocates ``path``."""
+    if not available():
+        raise TFLMUnavailable("measuring needs the 'tflite-micro' package")
+    hi = int(hi or 1 << 20)
+    while not allocates(path, hi):
+        hi *= 2
+        if hi > 1 << 34:
+            raise RuntimeError(f"TFLM cannot allocate {path!r} even with 16 GiB")
+    lo = 0  # invariant: lo fails (or is 0), hi allocates
+    while hi - lo > resolution:
+        mid = (lo + hi) // 2
+        if allocates(path, mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def arena_sections(path: str, size: int) -> dict:
+    """{"total", "head", "tail"} bytes that TFLM's recording allocator reports at ``size``."""
+    ok, text = _probe(path, size, report=True)
+    if not ok:
+        raise RuntimeError(f"TFLM cannot allocate {path!r} in {size} bytes")
+    out = {}
+    for key in ("total", "head", "tail"):
+        m = re.search(rf"Arena allocation {key} (\d+) bytes", text)
+        if m:
+            out[key] = int(m.group(1))
+    return out
+
+
+_RUN = r"""
+import sys, numpy as np
+from tflite_micro.python.tflite_micro import runtime
+it = runtime.Interpreter.from_file(sys.argv[1], arena_size=int(sys.argv[2]))
+data = np.load(sys.argv[3])
+for i in range(len(data.files)):
+    it.set_input(data[f"arr_{i}"], i)
+it.invoke()
+n = int(sys.argv[5])
+np.savez(sys.argv[4], *[it.get_output(i) for i in range(n)])
+"""
+
+
+def run_tflm(path: str, inputs: list, n_outputs: int, arena_size: int = 1 << 24) -> list:
+    """Outputs of TFLM on ``inputs`` (a subprocess, like the probes)."""
+    import os
+    import tempfile
+
+    import numpy as np
+
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "in.npz"), os.path.join(d, "out.npz")
+        np.savez(src, *inputs)
+        r = subprocess.run([sys.executable, "-c", _RUN, path, str(arena_size), src, dst,
+                            str(n_outputs)], capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError(f"TFLM failed on {path!r}: {r.stderr.strip()[-300:]}")
+        with np.load(dst) as z:
+            return [z[f"arr_{i}"] for i in range(n_outputs)]
+
