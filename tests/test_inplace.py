@@ -126,11 +126,16 @@ def check_seed(seed, algorithms, passes=True, fuse=False):
     if passes:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            # the whole memsched build: reorder before planning, PlanArena after
+            # the whole memsched build: reorder before planning, PlanArena after. It must
+            # compute what the same TVM pipeline without memsched computes. (With fuse=True
+            # that is not always the unfused result: TVM 0.27's FuseOps/FuseTIR after
+            # DataflowUseInplaceCalls miscompiles by itself, e.g. seed 112 differs by 7.9.)
             inplace = relax.transform.DataflowUseInplaceCalls()
             out = build_run(mod, inputs, relax_pipeline=memsched.pipeline(
                 before=[inplace], time_limit=5, fuse=fuse))
-            assert _equal(out, ref), (seed, "memsched.pipeline")
+            tvm_ref = ref if not fuse else build_run(mod, inputs, relax_pipeline=memsched.pipeline(
+                before=[inplace], fuse=True, schedule=False, plan_arena=False))
+            assert _equal(out, tvm_ref), (seed, "memsched.pipeline", fuse)
             fused = FuseIsolatedSubgraphs()(m)
             assert _equal(build_run(fused, inputs), ref), (seed, "FuseIsolatedSubgraphs")
             sched = MemoryAwareSchedule(time_limit=5)(m)

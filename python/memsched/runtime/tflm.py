@@ -117,3 +117,49 @@ def run_tflm(path: str, inputs: list, n_outputs: int, arena_size: int = 1 << 24)
         with np.load(dst) as z:
             return [z[f"arr_{i}"] for i in range(n_outputs)]
 
+
+
+def compare_models(path_a: str, path_b: str, count: int = 3, seed: int = 0,
+                   tflm: bool = True) -> dict:
+    """Run two .tflite files on the same random inputs and compare them bit for bit.
+
+    LiteRT (no default delegates, every tensor preserved): every tensor the two files share by
+    name, not only the outputs (an int8 softmax saturates and can hide a wrong intermediate).
+    TFLM (when installed and ``tflm``): the outputs. Returns ``{"litert_equal",
+    "tensors_compared", "tflm_equal", "inputs"}``.
+    """
+    import numpy as np
+
+    from .segments import make_interpreter, random_inputs
+
+    ia = make_interpreter(path_a, preserve_all_tensors=True)
+    ib = make_interpreter(path_b, preserve_all_tensors=True)
+    feeds = random_inputs(ia.get_input_details(), count, seed)
+    equal, compared = True, 0
+    tflm_equal = None
+    for feed in feeds:
+        values = []
+        for it in (ia, ib):
+            by_name = {d["name"]: d["index"] for d in it.get_input_details()}
+            for name, arr in feed.items():
+                it.set_tensor(by_name[name], arr)
+            it.invoke()
+            vals = {}
+            for d in it.get_tensor_details():
+                try:
+                    vals[d["name"]] = it.get_tensor(d["index"]).copy()
+                except ValueError:  # tensors without data (optional inputs)
+                    pass
+            values.append(vals)
+        shared = set(values[0]) & set(values[1])
+        compared = max(compared, len(shared))
+        equal = equal and all(np.array_equal(values[0][k], values[1][k]) for k in shared)
+        if tflm and available():
+            ins = [feed[d["name"]] for d in ia.get_input_details()]
+            n_out = len(ia.get_output_details())
+            oa = run_tflm(path_a, ins, n_out)
+            ob = run_tflm(path_b, ins, n_out)
+            same = all(np.array_equal(x, y) for x, y in zip(oa, ob))
+            tflm_equal = same if tflm_equal is None else (tflm_equal and same)
+    return {"litert_equal": bool(equal), "tensors_compared": compared,
+            "tflm_equal": tflm_equal, "inputs": len(feeds)}

@@ -1,0 +1,102 @@
+"""``memsched reorder`` (registered by `memsched.cli`).
+
+    memsched reorder model.tflite -o model.memsched.tflite [--offline-plan] [--measure]
+        [--time-limit S] [--json]
+
+Rewrites subgraph 0's operator list into memsched's order (certified minimum peak under TFLite
+Micro's memory model) and, with ``--offline-plan``, writes memsched's arena offsets into the
+``OfflineMemoryAllocation`` metadata so TFLM uses them instead of its own planner.
+``--measure`` runs the real interpreters: TFLM's minimal arena (bisection, one subprocess per
+probe) for the original and the written file, and bit-equality of every tensor in LiteRT and of
+the outputs in TFLM. Errors are one line on stderr, exit status 2; the output file is written
+atomically, after the checks of the input.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+
+def _time_limit(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError(f"bad --time-limit {text!r}: not a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"bad --time-limit {text!r}: must be a positive number of seconds")
+    return v
+
+
+def cmd_reorder(args) -> int:
+    from .importers.load import ModelLoadError
+    from .importers.tflite_reorder import reorder_tflite
+
+    try:
+        limit = _time_limit(args.time_limit)
+        if not args.model.lower().endswith(".tflite"):
+            raise ModelLoadError(f"cannot reorder {args.model!r}: expected a .tflite file")
+        out = args.output or os.path.splitext(args.model)[0] + ".memsched.tflite"
+        out_dir = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
+            raise ValueError(f"cannot write {out!r}: directory {out_dir!r} is missing or not "
+                             "writable")
+        if os.path.abspath(out) == os.path.abspath(args.model):
+            raise ValueError("-o must differ from the input file")
+        _, res = reorder_tflite(args.model, out, offline_plan=args.offline_plan,
+                                time_limit=limit)
+        report = {"model": args.model, "output": out, "offline_plan": args.offline_plan,
+                  **res.as_dict()}
+        if args.measure:
+            report["measured"] = measure(args.model, out)
+    except (ValueError, OSError, RuntimeError) as e:
+        msg = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
+        print(f"memsched: error: {msg}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    status = "optimal" if res.optimal else f"lower bound {res.lower_bound:,} B"
+    print(f"{out}: {res.ops} operators; peak {res.input_peak:,} B in file order -> "
+          f"{res.peak:,} B ({status}); {res.seconds:.2f} s")
+    if res.offline_arena is not None:
+        print(f"offline plan: arena head {res.offline_arena:,} B"
+              f"{' (= liveness bound)' if res.offline_optimal else ''}")
+    m = report.get("measured")
+    if m:
+        print(f"TFLM minimal arena: {m['arena_before']:,} B -> {m['arena_after']:,} B "
+              f"(planned head {m['head_before']:,} -> {m['head_after']:,} B); outputs equal: "
+              f"LiteRT {m['litert_equal']} ({m['tensors_compared']} tensors), "
+              f"TFLM {m['tflm_equal']}")
+    return 0
+
+
+def measure(original: str, written: str) -> dict:
+    """TFLM's minimal arena and planned head of both files, and their output equality."""
+    from .runtime import tflm
+
+    if not tflm.available():
+        raise RuntimeError("--measure needs the 'tflite-micro' package "
+                           "(pip install 'tvm-memsched[tflite]')")
+    out = {}
+    for key, path in (("before", original), ("after", written)):
+        size = tflm.min_arena_bytes(path)
+        out[f"arena_{key}"] = size
+        out[f"head_{key}"] = tflm.arena_sections(path, size).get("head")
+    out.update(tflm.compare_models(original, written))
+    return out
+
+
+def add_reorder_command(sub) -> None:
+    p = sub.add_parser("reorder", help="reorder a .tflite file for a smaller TFLite/TFLM arena")
+    p.add_argument("model", help="a .tflite file")
+    p.add_argument("-o", "--output", help="output file (default MODEL.memsched.tflite)")
+    p.add_argument("--offline-plan", action="store_true",
+                   help="also write memsched's arena offsets (OfflineMemoryAllocation metadata)")
+    p.add_argument("--measure", action="store_true",
+                   help="measure TFLM's minimal arena before/after and compare outputs")
+    p.add_argument("--time-limit", default="60",
+                   help="scheduling time limit in seconds (default 60)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=cmd_reorder)
