@@ -201,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_partition import add_partition_commands  # partition, run-segments
 
     add_partition_commands(sub)
+    from .cli_reorder import add_reorder_command  # reorder (.tflite for TFLite / TFLM)
+
+    add_reorder_command(sub)
     return ap
 
 
