@@ -54,11 +54,16 @@ def op_names() -> dict[int, str]:
     return {v: k for k, v in vars(s.BuiltinOperator).items() if not k.startswith("_")}
 
 
-def tensor_nbytes(tensor) -> int:
+def tensor_elements(tensor) -> int:
     shape = [] if tensor.shape is None else [int(d) for d in tensor.shape]
     elems = 1
     for d in shape:
         elems *= max(d, 1)
+    return elems
+
+
+def tensor_nbytes(tensor) -> int:
+    elems = tensor_elements(tensor)
     if tensor.type in SUB_BYTE_BITS:
         return -(-elems * SUB_BYTE_BITS[tensor.type] // 8)
     return elems * DTYPE_BYTES.get(int(tensor.type), 4)
@@ -241,3 +246,27 @@ def _text(x) -> str:
 
 def _tname(tensor, index: int) -> str:
     return _text(tensor.name) or f"tensor_{index}"
+
+
+def op_macs(tg: TFLiteGraph) -> list[int]:
+    """Multiply-accumulates per operator (convolutions and fully connected layers from their
+    weight shapes; every other op counts one per output element) -- the compute term of a
+    latency model, not a measurement."""
+    sg = tg.subgraph
+    out = []
+    for v, op in enumerate(sg.operators or []):
+        kind = tg.graph.ops[v].kind
+        ins = [int(t) for t in (op.inputs if op.inputs is not None else [])]
+        outs = [int(t) for t in (op.outputs if op.outputs is not None else []) if t >= 0]
+        elems = sum(tensor_elements(sg.tensors[t]) for t in outs)
+        w = [int(d) for d in sg.tensors[ins[1]].shape] if len(ins) > 1 and ins[1] >= 0 and \
+            sg.tensors[ins[1]].shape is not None else []
+        if kind == "CONV_2D" and len(w) == 4:
+            out.append(elems * w[1] * w[2] * w[3])
+        elif kind == "DEPTHWISE_CONV_2D" and len(w) == 4:
+            out.append(elems * w[1] * w[2])
+        elif kind == "FULLY_CONNECTED" and len(w) == 2:
+            out.append(elems * w[1])
+        else:
+            out.append(elems)
+    return out
