@@ -24,9 +24,16 @@ Pipeline (each stage optional, for ablations):
 ``gap`` > 0; ``proved_by`` counts segments per technique; ``fused_ops``, ``segments``,
 ``largest_segment``, ``states`` (A*), ``cpsat_variables`` and the time of each stage.
 
-Determinism: every stage is deterministic except where a wall-clock limit cuts a search short;
-CP-SAT runs one worker with a fixed ``seed`` (``deterministic_time`` additionally bounds it in
-CP-SAT's deterministic time units, reproducible across runs and machines).
+Limits (`memsched.limits`): one `Deadline` for the whole call; stages get shares of what is
+left (HMCOS on the whole problem half, each segment's HMCOS a third, A* ``astar_share`` of the
+segment's time, CP-SAT the rest). Fusion, baselines and HMCOS are bounded by work, never by
+the clock; a stage the deadline aborts contributes nothing (the result falls back to the last
+completed stage, at worst the best baseline of the original problem). A* returns a new order
+only when it completes; CP-SAT keeps its order only when it proves it (or stops on
+``deterministic_time``). So the order is a function of the input and of which stages
+completed, and runs whose searches were all cut give the same heuristic order whatever their
+time limits. ``memory_limit`` caps what each A* may hold (bytes). CP-SAT runs one worker with a
+fixed ``seed``.
 
 ``segment_optimal=True`` proves every segment's own optimum (a per-segment memory profile that
 is optimal everywhere, and a harder benchmark than the global peak, which on ImageNet networks
@@ -36,13 +43,16 @@ from __future__ import annotations
 
 import time
 
+from ..limits import Deadline, Expired
 from ..memory import Problem
 from .base import register, trivial_bound
-from .exact import _Deadline, astar, cut_segments
+from .exact import astar, cut_segments
 from .heuristics import best_heuristic
+from .hmcos import MAX_WORK
 
 HMCOS_MIN_OPS = 24  # smaller segments: baselines + A* are cheaper than building a hierarchy
 CPSAT_MAX_VARS = 400_000  # estimated Booleans above which CP-SAT is not attempted
+SEGMENT_HMCOS_WORK = MAX_WORK // 2  # HMCOS work budget per fused segment
 
 
 def _estimate_vars(p: Problem) -> int:
@@ -52,7 +62,7 @@ def _estimate_vars(p: Problem) -> int:
     return 2 * sum(h - l + 1 for l, h in zip(lo, hi))
 
 
-NATIVE_LOAD_MIN_LIMIT = 30.0  # time limits from which loading the native kernel pays off
+NATIVE_LOAD_MIN_LIMIT = 30.0  # seconds left from which loading the native kernel pays off
 
 
 def _native_astar(load: bool):
@@ -60,7 +70,7 @@ def _native_astar(load: bool):
     or ``load`` is set; None when unavailable."""
     import sys
 
-    if not load and "tvm" not in sys.modules:
+    if not load and "tvm_ffi" not in sys.modules:
         return None
     from . import native_exact
 
@@ -68,10 +78,10 @@ def _native_astar(load: bool):
 
 
 class _Kernel:
-    """Which A* runs: the C++ kernel when loaded (or worth loading: importing TVM takes
-    seconds, paid once per process), else the Python reference."""
+    """Which A* runs: the C++ kernel when loaded (or worth loading: its library imports
+    tvm_ffi, which imports torch, seconds paid once per process), else the Python reference."""
 
-    def __init__(self, native: bool | None, time_limit: float | None):
+    def __init__(self, native: bool | None, deadline: Deadline):
         self.fast = None
         self.may_load = False
         if native:
@@ -80,61 +90,99 @@ class _Kernel:
                 raise RuntimeError("native=True but libmemsched_native is not available")
         elif native is None:
             self.fast = _native_astar(False)
-            self.may_load = self.fast is None and (time_limit is None or
-                                                   time_limit >= NATIVE_LOAD_MIN_LIMIT)
+            left = deadline.remaining()
+            self.may_load = self.fast is None and (left is None or
+                                                   left >= NATIVE_LOAD_MIN_LIMIT)
 
     @property
     def strong(self) -> bool:
         return self.fast is not None or self.may_load
 
 
-def _astar_stage(sub: Problem, upper, target: int, seconds: float | None, kernel: _Kernel,
-                 on_progress):
+def _astar_stage(sub: Problem, upper, target: int, deadline: Deadline, kernel: _Kernel,
+                 on_progress, memory_limit):
     """A* on one segment: the native kernel if available; else the Python search, and if that
-    has not finished after a tenth of the budget, the native kernel when it may be loaded."""
+    has not finished after a tenth of the budget, the native kernel when it may be loaded (and
+    enough time is left to pay for loading it)."""
     if kernel.fast is not None:
-        return kernel.fast(sub, upper, target, _Deadline(seconds))
-    first = seconds
-    if seconds is not None and kernel.may_load:
-        first = min(seconds, max(0.5, 0.1 * seconds))
-    t = time.perf_counter()
-    o, pk, lb, st = astar(sub, upper, target, _Deadline(first), on_progress)
-    if lb >= pk or first == seconds:
+        return kernel.fast(sub, upper, target, deadline, memory_limit=memory_limit)
+    first = deadline
+    left = deadline.remaining()
+    if kernel.may_load and left is not None:
+        first = deadline.cap(max(0.5, 0.1 * left))
+    info: dict = {}
+    o, pk, lb, st = astar(sub, upper, target, first, on_progress, memory_limit=memory_limit,
+                          info=info)
+    if lb >= pk or first is deadline or info["stopped"] != "time":
         return o, pk, lb, st
-    kernel.fast = _native_astar(True)
-    kernel.may_load = False
-    left = seconds - (time.perf_counter() - t)
-    if left <= 0.05:
+    left = deadline.remaining()
+    if left is not None and left < NATIVE_LOAD_MIN_LIMIT / 2:
+        kernel.may_load = False
+    if kernel.may_load:
+        kernel.fast = _native_astar(True)
+        kernel.may_load = False
+    if deadline.remaining() is not None and deadline.remaining() <= 0.05:
         return o, pk, lb, st
     if kernel.fast is not None:
-        o2, pk2, lb2, st2 = kernel.fast(sub, (o, pk), target, _Deadline(left))
+        o2, pk2, lb2, st2 = kernel.fast(sub, (o, pk), target, deadline,
+                                        memory_limit=memory_limit)
     else:
-        o2, pk2, lb2, st2 = astar(sub, (o, pk), target, _Deadline(left), on_progress)
+        o2, pk2, lb2, st2 = astar(sub, (o, pk), target, deadline, on_progress,
+                                  memory_limit=memory_limit)
     return o2, pk2, max(lb, lb2), st + st2
 
 
-def _seed_segments(order, simp, subs) -> None:
+def _seed_segments(order, simp, subs, deadline: Deadline) -> None:
     """Improve each segment's order with the corresponding piece of ``order`` (an order of
     the original problem): made fusion-compatible by `Simplified.canonicalize` (peak no
     higher), mapped to fused ops, cut into segments (every topological order runs each segment
-    contiguously)."""
+    contiguously). All or nothing: the deadline may abort it before any segment changes."""
     if simp is not None:
         node_of = {}
         for k, ms in enumerate(simp.members):
             for v in ms:
                 node_of[v] = k
         fused = []
-        for v in simp.canonicalize(order):
+        for v in simp.canonicalize(order, deadline):
             k = node_of[v]
             if not fused or fused[-1] != k:
                 fused.append(k)
         order = fused
     pos = {v: i for i, v in enumerate(order)}
+    better = []
     for s in subs:
+        deadline.check()
         local = sorted(range(len(s["ids"])), key=lambda i: pos[s["ids"][i]])
         pk = s["sub"].evaluate(local).peak
         if pk < s["peak"]:
-            s["order"], s["peak"] = local, pk
+            better.append((s, local, pk))
+    for s, local, pk in better:
+        s["order"], s["peak"] = local, pk
+
+
+def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: dict):
+    """Stage 1-2: fuse, cut, seed each segment with its best baseline. Returns ``(simp, q,
+    segs, subs)``; raises `Expired` (nothing partial survives)."""
+    simp = None
+    q = p
+    if fuse and p.n > 2:
+        from ..simplify import simplify
+
+        simp = simplify(p, deadline=deadline)
+        deadline.check()  # an aborted fusion returns p unfused: treat as aborted
+        q = simp.problem
+        stats["fusion_seconds"] = round(simp.seconds, 3)
+    segs = cut_segments(q) if divide else ([list(range(q.n))] if q.n else [])
+    subs = []
+    before = 0
+    for seg in segs:
+        deadline.check()
+        sub, ids = q.restrict(seg, before)
+        before |= sum(1 << v for v in seg)
+        o, pk, _ = best_heuristic(sub)
+        subs.append({"sub": sub, "ids": ids, "order": o, "peak": pk, "lb": trivial_bound(sub),
+                     "by": None})
+    return simp, q, segs, subs
 
 
 def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse: bool = True,
@@ -142,48 +190,46 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                cpsat: bool = True, astar_share: float | None = None, workers: int = 1,
                seed: int = 0,
                native: bool | None = None, segment_optimal: bool = False,
-               deterministic_time: float | None = None):
+               deterministic_time: float | None = None, deadline: Deadline | None = None,
+               memory_limit: int | None = None, hmcos_work: int = MAX_WORK,
+               segment_hmcos_work: int = SEGMENT_HMCOS_WORK):
     t0 = time.perf_counter()
-    deadline = _Deadline(time_limit)
+    deadline = Deadline.of(deadline, time_limit)
     stats: dict = {"ops": p.n}
-    kernel = _Kernel(native, time_limit) if astar_search else None
+    # 0. the best baseline of the original problem: the answer if everything else is cut
+    base_o, base_pk, base_name = best_heuristic(p, deadline)
+    stats["baseline"] = base_name
+    kernel = _Kernel(native, deadline) if astar_search else None
     if astar_share is None:  # the C++ A* is 10-20x faster: give it more of the budget
         astar_share = 0.5 if kernel is not None and kernel.strong else 0.25
-    # 1. fuse
-    simp = None
-    q = p
-    if fuse and p.n > 2:
-        from ..simplify import simplify
-
-        simp = simplify(p, time_limit=None if time_limit is None else 0.3 * time_limit)
-        q = simp.problem
-        stats["fusion_seconds"] = round(simp.seconds, 3)
+    # 1-2. fuse and divide (all or nothing)
+    try:
+        simp, q, segs, subs = _segments(p, fuse, divide, deadline, stats)
+    except Expired:
+        simp, q, segs, subs = None, p, [], []
+        stats["stages_cut"] = ["segments"]
     stats["fused_ops"] = q.n
-    # 2. divide
-    segs = cut_segments(q) if divide else ([list(range(q.n))] if q.n else [])
-    subs = []
-    before = 0
-    for seg in segs:
-        sub, ids = q.restrict(seg, before)
-        before |= sum(1 << v for v in seg)
-        o, pk, _ = best_heuristic(sub)
-        subs.append({"sub": sub, "ids": ids, "order": o, "peak": pk, "lb": trivial_bound(sub),
-                     "by": None})
     target = max((s["lb"] for s in subs), default=0)
     # upper bounds from orders of the *original* problem (baselines, HMCOS): they can express
     # orders the fused problem cannot, and `canonicalize` maps them into it at no higher peak
     t_hmcos = 0.0
     if subs and any(s["peak"] > target for s in subs):
-        seeds = [best_heuristic(p)[0]]
+        seeds = [base_o]
         if hmcos and p.n >= HMCOS_MIN_OPS:
             from .hmcos import hmcos_schedule
 
             t = time.perf_counter()
-            seeds.append(hmcos_schedule(p, None if time_limit is None else
-                                        0.1 * time_limit)[0])
+            o, pk, hst = hmcos_schedule(p, max_work=hmcos_work, deadline=deadline.share(0.5))
             t_hmcos += time.perf_counter() - t
+            stats["hmcos_stopped"] = hst["stopped"]
+            if pk < base_pk:
+                seeds.append(o)
         for o in seeds:
-            _seed_segments(o, simp, subs)
+            try:
+                _seed_segments(o, simp, subs, deadline)
+            except Expired:
+                stats.setdefault("stages_cut", []).append("seed")
+                break
     stats.update(segments=len(segs), largest_segment=max((len(s) for s in segs), default=0))
     states = 0
     cp_vars = 0
@@ -205,32 +251,27 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
             sub = s["sub"]
             if s["peak"] <= goal(s) or deadline.expired():
                 continue
+            others = any(subs[j]["peak"] > goal(subs[j]) for j in todo[idx + 1:])
+            seg_deadline = deadline.share(0.7) if others else deadline
             if passno == 0 and hmcos and sub.n >= HMCOS_MIN_OPS:
                 from .hmcos import hmcos_schedule
 
                 t = time.perf_counter()
-                left = None if deadline.end is None else 0.2 * (deadline.end - t)
-                o, pk, _ = hmcos_schedule(sub, left)
+                o, pk, _ = hmcos_schedule(sub, max_work=segment_hmcos_work,
+                                          deadline=seg_deadline.share(1 / 3))
                 t_hmcos += time.perf_counter() - t
                 if pk < s["peak"]:
                     s["order"], s["peak"] = o, pk
                 if s["peak"] <= goal(s):
                     s["by"] = "hmcos"
                     continue
-            if deadline.end is None:
-                budget = None
-            else:
-                left = max(0.0, deadline.end - time.perf_counter())
-                others = any(subs[j]["peak"] > goal(subs[j]) for j in todo[idx + 1:])
-                budget = left * 0.7 if others else left
-            seg_deadline = _Deadline(budget)
             if astar_search:
                 t = time.perf_counter()
-                share = None if budget is None else (budget * astar_share if cpsat else budget)
-                o, pk, lb, st = _astar_stage(sub, (s["order"], s["peak"]), goal(s), share,
+                a_deadline = seg_deadline.share(astar_share) if cpsat else seg_deadline
+                o, pk, lb, st = _astar_stage(sub, (s["order"], s["peak"]), goal(s), a_deadline,
                                              kernel, (lambda n, k=k: report(k, len(subs),
                                                                              states + n))
-                                             if report else None)
+                                             if report else None, memory_limit)
                 t_astar += time.perf_counter() - t
                 states += st
                 if pk < s["peak"]:
@@ -243,9 +284,9 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                 from .ilp import solve_problem
 
                 t = time.perf_counter()
-                left = None if seg_deadline.end is None else seg_deadline.end - t
                 o, pk, lb, st = solve_problem(sub, (s["order"], s["peak"]),
-                                              max(goal(s), s["lb"]), left, workers=workers,
+                                              max(goal(s), s["lb"]), None,
+                                              deadline=seg_deadline, workers=workers,
                                               seed=seed, deterministic_time=deterministic_time)
                 t_cpsat += time.perf_counter() - t
                 cp_vars += st.get("variables", 0)
@@ -259,16 +300,17 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     for s in subs:
         if s["by"] is None and s["peak"] <= goal(s):
             s["by"] = "bound"
-    order_q = [s["ids"][v] for s in subs for v in s["order"]]
+    # 4. the segments' orders, or the best baseline of the original problem (which can express
+    # orders the fused one cannot) when that is better
     peak = max((s["peak"] for s in subs), default=0)
     lower = min(peak, max([target] + [s["lb"] for s in subs]))
-    order = simp.expand(order_q) if simp else order_q
-    # 4. the baselines on the original problem may express orders the fused one cannot
-    if peak > lower:
-        ho, hpk, _ = best_heuristic(p)
-        if hpk < peak:
-            order, peak = ho, hpk
-    optimal = peak <= lower
+    if subs and peak <= base_pk:
+        order_q = [s["ids"][v] for s in subs for v in s["order"]]
+        order = simp.expand(order_q) if simp else order_q
+    else:
+        order, peak = base_o, base_pk
+        lower = min(lower, peak) if subs else 0
+    optimal = bool(subs) and peak <= lower
     if segment_optimal:
         stats["segments_proven"] = sum(1 for s in subs if s["by"] is not None)
     proof = None

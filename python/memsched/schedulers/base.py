@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..graph import OpGraph
+from ..limits import Deadline, Expired, resolve_memory_limit
 from ..memory import MemoryModel, Problem
 
 
@@ -63,23 +64,53 @@ def run(problem: Problem, algorithm: str, **options) -> tuple[list[int], int, bo
     return fn(problem, **options)
 
 
+def check_time_limit(time_limit) -> float | None:
+    """None or a finite number of seconds >= 0 (``inf`` means None); ValueError otherwise."""
+    if time_limit is None:
+        return None
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)):
+        raise ValueError(f"time_limit must be a number of seconds or None, got {time_limit!r}")
+    t = float(time_limit)
+    if t != t or t < 0:
+        raise ValueError(f"time_limit must be >= 0 seconds, got {time_limit!r}")
+    return None if t == float("inf") else t
+
+
 def schedule(graph: OpGraph, algorithm: str = "auto", memory_model: MemoryModel | str | None = None,
-             time_limit: float | None = 10.0, progress: bool = False, **options) -> Schedule:
+             time_limit: float | None = 10.0, progress: bool = False,
+             memory_limit: int | None = None, **options) -> Schedule:
     """Schedule ``graph`` for minimum peak memory.
 
     ``algorithm``: one of `available()` (``auto``: fusion, divide-and-conquer, upper bounds,
     exact search and CP-SAT lower bounds, anytime under ``time_limit`` seconds; see
-    `memsched.schedulers.auto`). Deterministic: the same graph and options give the same order
-    (when the time limit does not cut a search short).
+    `memsched.schedulers.auto`).
+
+    ``time_limit`` bounds the whole call: one `memsched.limits.Deadline` is created here and
+    shared by every stage (building the problem, fusion, heuristics, searches, CP-SAT); a stage
+    the deadline interrupts falls back to the last completed result (at worst the input order).
+    ``memory_limit``: bytes an exact search may hold (default: a quarter of physical memory);
+    past it the search stops with the best order and its proven lower bound.
+
+    Deterministic: the same graph and options give the same order whenever the same stages
+    complete; a time limit can only cut a search for a proof (see `memsched.limits`).
     """
     import time
 
-    problem = Problem.from_graph(graph, memory_model)
     t0 = time.perf_counter()
-    order, lb, optimal, stats = run(problem, algorithm, time_limit=time_limit,
-                                    progress=progress, **options)
-    seconds = time.perf_counter() - t0
+    deadline = Deadline(check_time_limit(time_limit))
+    memory_limit = resolve_memory_limit(memory_limit)
+    if algorithm not in _REGISTRY:
+        run(None, algorithm)  # raises the clear error
+    problem = Problem.from_graph(graph, memory_model)
+    try:
+        order, lb, optimal, stats = run(problem, algorithm, time_limit=deadline.remaining(),
+                                        deadline=deadline, memory_limit=memory_limit,
+                                        progress=progress, **options)
+    except Expired:  # the deadline hit before the algorithm had any order of its own
+        order, lb, optimal = list(range(problem.n)), 0, False
+        stats = {"timed_out": True, "fallback": "input"}
     graph.check_order(order)
     peak = problem.evaluate(order).peak
     lb = min(max(lb, trivial_bound(problem)), peak)
+    seconds = time.perf_counter() - t0
     return Schedule(order, peak, lb, optimal or lb == peak, algorithm, seconds, stats)

@@ -17,27 +17,33 @@ minimises the peak). Two standard additions, both exact: branch-and-bound agains
 order found (initially the best baseline) with the admissible bound of `exact` (the largest
 footprint any remaining op needs on its own), and, with ``divide=True``, the cut-point
 decomposition of `exact` (each segment is searched separately). Children are tried in order of
-their step footprint, so the first complete order is the greedy one. Anytime: on timeout the
-best order is returned with the trivial lower bound; a finished search proves optimality.
+their step footprint, so the first complete order is the greedy one. A finished search proves
+optimality. Anytime under deterministic budgets: when ``max_states`` states are visited or the
+marks reach ``memory_limit`` bytes, the best order so far is returned with the trivial lower
+bound. The clock (``time_limit``) only cuts the search: a segment it stops keeps its starting
+order (its incumbent would depend on where the clock stopped it; see `memsched.limits`).
 """
 from __future__ import annotations
 
-import time
-
+from ..limits import Deadline, python_state_bytes
 from ..memory import Problem
 from .base import register
-from .exact import _Deadline, segment_problems
+from .exact import segment_problems
 
 
-def btsearch_problem(p: Problem, upper: tuple[list[int], int], target: int, deadline: _Deadline,
-                     max_states: int | None = None, bound: bool = True):
+def btsearch_problem(p: Problem, upper: tuple[list[int], int], target: int,
+                     deadline: Deadline | None, max_states: int | None = None, bound: bool = True,
+                     memory_limit: int | None = None):
     """Backtracking on one (sub-)problem. Returns ``(order, peak, finished, stats)``;
     ``finished`` means the search space was exhausted (the order is optimal, or at most
-    ``target`` which is known to be a lower bound of the whole problem)."""
+    ``target`` which is known to be a lower bound of the whole problem); ``stats["stopped"]``:
+    ``done``, ``time`` (the order is then ``upper``'s), ``states`` or ``memory``."""
     n = p.n
     best_order, best = list(upper[0]), upper[1]
     if n == 0 or best <= target:
-        return best_order, best, True, {"states": 0, "marks": 0}
+        return best_order, best, True, {"states": 0, "marks": 0, "stopped": "done"}
+    deadline = deadline or Deadline()
+    max_marks = None if memory_limit is None else max(1, memory_limit // python_state_bytes(n))
     static = [p.static_bound(v) for v in range(n)]
     by_static = sorted(range(n), key=lambda v: -static[v])
 
@@ -80,6 +86,7 @@ def btsearch_problem(p: Problem, upper: tuple[list[int], int], target: int, dead
     path: list[int] = []
     stack = [[0, p.initial_live(), 0, children(0, p.initial_live(), 0), 0]]
     finished = True
+    stopped = "done"
     while stack:
         frame = stack[-1]
         mask, live, peak, kids, i = frame
@@ -97,10 +104,17 @@ def btsearch_problem(p: Problem, upper: tuple[list[int], int], target: int, dead
             continue
         marks[child] = g
         states += 1
-        if states & 1023 == 0 and (deadline.expired() or
-                                   (max_states is not None and states >= max_states)):
-            finished = False
-            break
+        if states & 1023 == 0:
+            if max_states is not None and states >= max_states:
+                stopped = "states"
+            elif max_marks is not None and len(marks) + len(parse) >= max_marks:
+                stopped = "memory"
+            elif deadline.expired():
+                stopped = "time"
+                best_order, best = list(upper[0]), upper[1]
+            if stopped != "done":
+                finished = False
+                break
         path.append(v)
         if child == full:
             best, best_order = g, list(path)
@@ -109,16 +123,18 @@ def btsearch_problem(p: Problem, upper: tuple[list[int], int], target: int, dead
                 break
             continue
         stack.append([child, after, g, children(child, after, g), 0])
-    return best_order, best, finished, {"states": states, "marks": len(marks)}
+    return best_order, best, finished, {"states": states, "marks": len(marks), "stopped": stopped}
 
 
 @register("btsearch", "BTSearch (MemoriaNova §3.2): backtracking with state marking and hashed "
                       "parsing, branch-and-bound, anytime")
 def btsearch(p: Problem, time_limit: float | None = 10.0, progress=False, divide: bool = True,
-             max_states: int | None = None, bound: bool = True, **_):
-    deadline = _Deadline(time_limit)
-    segs, subs, target = segment_problems(p, divide)
+             max_states: int | None = None, bound: bool = True, deadline: Deadline | None = None,
+             memory_limit: int | None = None, **_):
+    deadline = Deadline.of(deadline, time_limit)
+    segs, subs, target = segment_problems(p, divide, deadline)
     states = 0
+    stopped: dict[str, int] = {}
     all_done = True
     for k in sorted(range(len(subs)), key=lambda k: -subs[k][3]):
         sub, ids, o, pk, lb = subs[k]
@@ -128,8 +144,9 @@ def btsearch(p: Problem, time_limit: float | None = 10.0, progress=False, divide
             all_done = False
             continue
         o2, pk2, finished, st = btsearch_problem(sub, (o, pk), target, deadline, max_states,
-                                                 bound)
+                                                 bound, memory_limit)
         states += st["states"]
+        stopped[st["stopped"]] = stopped.get(st["stopped"], 0) + 1
         subs[k][2], subs[k][3] = o2, pk2
         if finished:
             subs[k][4] = max(lb, pk2)  # exhausted: pk2 is optimal (or <= target)
@@ -140,4 +157,5 @@ def btsearch(p: Problem, time_limit: float | None = 10.0, progress=False, divide
     peak = max((s[3] for s in subs), default=0)
     lower = max((s[4] for s in subs), default=0)
     return order, min(lower, peak), peak <= lower, {
-        "segments": len(segs), "states": states, "timed_out": not all_done and peak > lower}
+        "segments": len(segs), "states": states, "stopped": stopped,
+        "timed_out": not all_done and peak > lower}

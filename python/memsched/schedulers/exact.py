@@ -23,15 +23,17 @@ a bottleneck-path problem, so Dijkstra/A* apply with ``f = max(g, h)``:
   are independent sub-problems (`Problem.restrict`) and the peak is the max over segments. A
   segment whose heuristic peak is already at most the best global lower bound needs no search.
 
-Anytime: when ``time_limit`` expires, the best order found is returned with the smallest ``f``
-still open as the proven lower bound.
+Anytime: when ``time_limit`` expires, the state budget ``max_states`` is spent or the states
+held reach ``memory_limit`` bytes (`memsched.limits`), the best order found is returned with
+the smallest ``f`` still open as the proven lower bound. The search returns a new order only
+when it completes, so a cut never makes the result depend on the clock.
 """
 from __future__ import annotations
 
 import heapq
-import time
 from typing import Callable
 
+from ..limits import Deadline, python_state_bytes
 from ..memory import Problem
 from .base import register, trivial_bound
 from .heuristics import best_heuristic
@@ -76,26 +78,30 @@ def cut_segments(p: Problem) -> list[list[int]]:
     return [segs[k] for k in sorted(segs)]
 
 
-class _Deadline:
-    def __init__(self, seconds: float | None):
-        self.end = None if seconds is None else time.perf_counter() + max(0.0, seconds)
-
-    def expired(self) -> bool:
-        return self.end is not None and time.perf_counter() >= self.end
+_Deadline = Deadline  # the name other modules used before memsched.limits
 
 
-def astar(p: Problem, upper: tuple[list[int], int], target: int, deadline: _Deadline,
-          on_progress: Callable[[int], None] | None = None, max_states: int | None = None):
+def astar(p: Problem, upper: tuple[list[int], int], target: int, deadline: Deadline | None,
+          on_progress: Callable[[int], None] | None = None, max_states: int | None = None,
+          memory_limit: int | None = None, info: dict | None = None):
     """Best-first search on one (sub-)problem.
 
     ``target`` is a proven lower bound of the whole problem this one is part of: any order with
     peak <= target is as good as optimal. Returns ``(order, peak, lower_bound, states)`` where
     ``lower_bound`` bounds ``max(optimum of p, target)`` from below, i.e. the global optimum.
+    ``memory_limit``: bytes the search may hold (None: no cap), counted as stored states times
+    `memsched.limits.python_state_bytes`. ``info`` (a dict) receives ``stopped``: ``"done"``,
+    ``"time"``, ``"states"`` or ``"memory"``.
     """
     n = p.n
     ub_order, ub = upper
+    if info is not None:
+        info["stopped"] = "done"
     if ub <= target or n == 0:
         return ub_order, ub, max(ub, target), 0
+    if deadline is None:
+        deadline = Deadline()
+    max_held = None if memory_limit is None else max(1, memory_limit // python_state_bytes(n))
     static = [p.static_bound(v) for v in range(n)]
     by_static = sorted(range(n), key=lambda v: -static[v])
 
@@ -133,7 +139,16 @@ def astar(p: Problem, upper: tuple[list[int], int], target: int, deadline: _Dead
             return order, g, f, states
         states += 1
         if states & 1023 == 0:
-            if deadline.expired() or (max_states is not None and states >= max_states):
+            why = None
+            if max_states is not None and states >= max_states:
+                why = "states"
+            elif max_held is not None and len(best_g) + len(heap) // 2 >= max_held:
+                why = "memory"
+            elif deadline.expired():
+                why = "time"
+            if why:
+                if info is not None:
+                    info["stopped"] = why
                 break
             if on_progress:
                 on_progress(states)
@@ -193,14 +208,19 @@ def astar(p: Problem, upper: tuple[list[int], int], target: int, deadline: _Dead
     return ub_order, ub, min(lower, ub), states
 
 
-def segment_problems(p: Problem, divide: bool = True):
+def segment_problems(p: Problem, divide: bool = True, deadline: Deadline | None = None):
     """The sub-problems between cut points (`cut_segments`), in execution order, each as
     ``[sub, ids, order, peak, lower_bound]`` seeded with its best heuristic order, plus the
-    largest of their lower bounds (a proven global lower bound). ``divide=False``: one segment."""
+    largest of their lower bounds (a proven global lower bound). ``divide=False``: one segment.
+    A passed ``deadline`` aborts it (`memsched.limits.Expired`)."""
+    if deadline is not None:
+        deadline.check()
     segs = cut_segments(p) if divide else [list(range(p.n))]
     subs = []
     before = 0
     for seg in segs:
+        if deadline is not None:
+            deadline.check()
         sub, ids = p.restrict(seg, before)
         before |= sum(1 << v for v in seg)
         order, peak, _ = best_heuristic(sub)
@@ -209,11 +229,13 @@ def segment_problems(p: Problem, divide: bool = True):
 
 
 def solve(p: Problem, time_limit: float | None = None, progress: bool | Callable = False,
-          divide: bool = True, max_states: int | None = None):
+          divide: bool = True, max_states: int | None = None, deadline: Deadline | None = None,
+          memory_limit: int | None = None):
     """Exact scheduling of a whole problem with divide-and-conquer; see module docstring."""
-    deadline = _Deadline(time_limit)
-    segs, subs, target = segment_problems(p, divide)
+    deadline = Deadline.of(deadline, time_limit)
+    segs, subs, target = segment_problems(p, divide, deadline)
     total_states = 0
+    stopped: dict[str, int] = {}
     report = progress if callable(progress) else None
     # Hardest segments first: they set the global peak, after which easier ones need no search.
     for k in sorted(range(len(subs)), key=lambda k: -subs[k][3]):
@@ -222,9 +244,11 @@ def solve(p: Problem, time_limit: float | None = None, progress: bool | Callable
             continue
         if deadline.expired():
             continue
+        info: dict = {}
         o, pk, lb2, st = astar(sub, (order, peak), target, deadline,
                                (lambda s, k=k: report(k, len(subs), total_states + s))
-                               if report else None, max_states)
+                               if report else None, max_states, memory_limit, info)
+        stopped[info["stopped"]] = stopped.get(info["stopped"], 0) + 1
         total_states += st
         subs[k][2], subs[k][3], subs[k][4] = o, pk, max(lb, lb2)
         target = max(target, subs[k][4])
@@ -234,7 +258,8 @@ def solve(p: Problem, time_limit: float | None = None, progress: bool | Callable
     optimal = peak <= lower
     return order, min(lower, peak), optimal, {
         "segments": len(segs), "largest_segment": max((len(s) for s in segs), default=0),
-        "states": total_states, "timed_out": deadline.expired() and not optimal}
+        "states": total_states, "stopped": stopped,
+        "timed_out": deadline.expired() and not optimal}
 
 
 @register("exact", "best-first search over executed sets with divide-and-conquer (anytime)")

@@ -10,11 +10,14 @@
   footprint is smallest (ties: lowest live memory after it).
 * ``heuristic``: the best of all of the above (Inductor's ``reorder_for_peak_memory`` idea).
 
-All run in O((V + E) log V) or O(V * ready) time and return a valid topological order.
+All run in O((V + E) log V) or O(V * ready) time and return a valid topological order. They
+are deterministic and have no time budget; a `memsched.limits.Deadline` can only abort them
+(`Expired`), and `best_heuristic` then returns the best of the baselines that completed (the
+input order always does).
 """
 from __future__ import annotations
 
-
+from ..limits import Checker, Deadline, Expired
 from ..memory import Problem
 from .base import register, trivial_bound
 
@@ -37,7 +40,12 @@ def input_order(p: Problem, **_):
 
 
 @register("rpo", "reverse post-order of a DFS from the inputs")
-def rpo(p: Problem, **_):
+def rpo(p: Problem, deadline: Deadline | None = None, **_):
+    return _result(p, _rpo(p, deadline), "rpo")
+
+
+def _rpo(p: Problem, deadline: Deadline | None = None) -> list[int]:
+    chk = Checker(deadline, 1024)
     succs = _succs(p)
     seen = [False] * p.n
     post: list[int] = []
@@ -48,6 +56,7 @@ def rpo(p: Problem, **_):
         seen[r] = True
         stack = [(r, iter(succs[r]))]
         while stack:
+            chk.tick()
             v, it = stack[-1]
             for s in it:
                 if not seen[s]:
@@ -57,16 +66,19 @@ def rpo(p: Problem, **_):
             else:
                 stack.pop()
                 post.append(v)
-    return _result(p, post[::-1], "rpo")
+    return post[::-1]
 
 
-def _kahn(p: Problem, pick):
-    """Generic Kahn's algorithm; ``pick(ready, state)`` removes and returns the next op."""
+def _kahn(p: Problem, pick, deadline: Deadline | None = None) -> list[int]:
+    """Generic Kahn's algorithm; ``pick(ready)`` removes and returns the next op (tests draw
+    random topological orders with it)."""
     succs = _succs(p)
     indeg = [len(set(ps)) for ps in p.preds]
     ready = [v for v in range(p.n) if indeg[v] == 0]
     order = []
+    chk = Checker(deadline, 1024)
     while ready:
+        chk.tick()
         v = pick(ready)
         order.append(v)
         for s in succs[v]:
@@ -76,22 +88,40 @@ def _kahn(p: Problem, pick):
     return order
 
 
+def _bfs(p: Problem, deadline: Deadline | None = None) -> list[int]:
+    from collections import deque
+
+    succs = _succs(p)
+    indeg = [len(set(ps)) for ps in p.preds]
+    ready = deque(v for v in range(p.n) if indeg[v] == 0)
+    order = []
+    chk = Checker(deadline, 1024)
+    while ready:
+        chk.tick()
+        v = ready.popleft()
+        order.append(v)
+        for s in succs[v]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    return order
+
+
 @register("bfs", "Kahn's algorithm, FIFO (breadth-first)")
-def bfs(p: Problem, **_):
-    return _result(p, _kahn(p, lambda r: r.pop(0)), "bfs")
+def bfs(p: Problem, deadline: Deadline | None = None, **_):
+    return _result(p, _bfs(p, deadline), "bfs")
 
 
-@register("dfs", "Kahn's algorithm, LIFO (depth-first)")
-def dfs(p: Problem, **_):
+def _dfs(p: Problem, deadline: Deadline | None = None) -> list[int]:
     # Push successors so the lowest id is taken first among the newly ready ones.
-    def pick(ready):
-        return ready.pop()
     succs = _succs(p)
     indeg = [len(set(ps)) for ps in p.preds]
     stack = sorted((v for v in range(p.n) if indeg[v] == 0), reverse=True)
     order = []
+    chk = Checker(deadline, 1024)
     while stack:
-        v = pick(stack)
+        chk.tick()
+        v = stack.pop()
         order.append(v)
         new = []
         for s in succs[v]:
@@ -99,10 +129,15 @@ def dfs(p: Problem, **_):
             if indeg[s] == 0:
                 new.append(s)
         stack.extend(sorted(new, reverse=True))
-    return _result(p, order, "dfs")
+    return order
 
 
-def _greedy(p: Problem, key):
+@register("dfs", "Kahn's algorithm, LIFO (depth-first)")
+def dfs(p: Problem, deadline: Deadline | None = None, **_):
+    return _result(p, _dfs(p, deadline), "dfs")
+
+
+def _greedy(p: Problem, key, deadline: Deadline | None = None):
     """Greedy simulation: at each step evaluate every ready op with ``key(foot, live_after, v)``
     and take the smallest."""
     succs = _succs(p)
@@ -110,7 +145,9 @@ def _greedy(p: Problem, key):
     ready = {v for v in range(p.n) if indeg[v] == 0}
     mask, live = 0, p.initial_live()
     order = []
+    chk = Checker(deadline, 64)
     while ready:
+        chk.tick()
         best = None
         for v in ready:
             foot, after = p.step(mask, live, v)
@@ -128,33 +165,50 @@ def _greedy(p: Problem, key):
     return order
 
 
+def _list(p: Problem, deadline: Deadline | None = None) -> list[int]:
+    return _greedy(p, lambda foot, after, live: (after - live, foot), deadline)
+
+
+def _lpmf(p: Problem, deadline: Deadline | None = None) -> list[int]:
+    return _greedy(p, lambda foot, after, live: (foot, after), deadline)
+
+
 @register("list", "XLA-style list scheduling: most bytes freed net of allocated first")
-def list_schedule(p: Problem, **_):
-    return _result(p, _greedy(p, lambda foot, after, live: (after - live, foot)), "list")
+def list_schedule(p: Problem, deadline: Deadline | None = None, **_):
+    return _result(p, _list(p, deadline), "list")
 
 
 @register("lpmf", "Inductor-style least peak memory first")
-def lpmf(p: Problem, **_):
-    return _result(p, _greedy(p, lambda foot, after, live: (foot, after)), "lpmf")
+def lpmf(p: Problem, deadline: Deadline | None = None, **_):
+    return _result(p, _lpmf(p, deadline), "lpmf")
 
 
 BASELINES = ("input", "rpo", "bfs", "dfs", "list", "lpmf")
+_ORDERS = {"input": lambda p, d: list(range(p.n)), "rpo": _rpo, "bfs": _bfs, "dfs": _dfs,
+           "list": _list, "lpmf": _lpmf}
 
 
-def best_heuristic(p: Problem) -> tuple[list[int], int, str]:
-    """(order, peak, name) of the best baseline; ties go to the earlier name in BASELINES."""
+def best_heuristic(p: Problem, deadline: Deadline | None = None) -> tuple[list[int], int, str]:
+    """(order, peak, name) of the best baseline; ties go to the earlier name in BASELINES.
+    When ``deadline`` passes, the best of the baselines completed so far (at least the input
+    order): a prefix of a fixed list, so the answer depends on the clock only through how many
+    completed."""
     best = None
-    fns = {"input": input_order, "rpo": rpo, "bfs": bfs, "dfs": dfs, "list": list_schedule,
-           "lpmf": lpmf}
     for name in BASELINES:
-        order = fns[name](p)[0]
-        peak = p.evaluate(order).peak
+        try:
+            order = _ORDERS[name](p, deadline)
+            peak = p.evaluate(order).peak
+        except Expired:
+            if best is None:
+                order = list(range(p.n))
+                best = (order, p.evaluate(order).peak, "input")
+            break
         if best is None or peak < best[1]:
             best = (order, peak, name)
     return best
 
 
 @register("heuristic", "best of the baseline orders")
-def heuristic(p: Problem, **_):
-    order, peak, name = best_heuristic(p)
+def heuristic(p: Problem, deadline: Deadline | None = None, **_):
+    order, peak, name = best_heuristic(p, deadline)
     return order, trivial_bound(p), False, {"method": name}

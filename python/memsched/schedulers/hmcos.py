@@ -22,18 +22,41 @@ Architecture Search Networks", DAC 2022, §3.
   kept when it does not lift the peak (Optimisation 2), else a bounded best-first search.
 * **Iterative disassembly** (Algorithm 1): the values alive at the peak step point to their
   defining ops; the groups holding them are dissolved into their sequences and the graph is
-  rescheduled, until no group is dissolved or the time limit.
+  rescheduled, until no group is dissolved.
 
-It is a heuristic (the orders are valid; ``lower_bound`` is only the trivial bound).
+It is a heuristic (the orders are valid; ``lower_bound`` is only the trivial bound). Its effort
+is bounded by a deterministic work budget (``max_work``: vertex evaluations plus group-search
+states), never by the clock, so the same graph always gives the same order. A deadline
+(`memsched.limits.Deadline`) can still abort it; the result is then the best baseline order
+(what it started from: a partial HMCOS result would depend on where the clock stopped it).
 """
 from __future__ import annotations
 
 import time
 
+from ..limits import Deadline, Expired
 from ..memory import Problem
 from .base import register, trivial_bound
-from .exact import _Deadline, astar
+from .exact import astar
 from .heuristics import best_heuristic
+
+MAX_WORK = 100_000  # default work budget: vertex evaluations + group-search states
+# (~1-3 s on 800-1400-op NAS/RandWire networks on one core)
+
+
+class _OutOfWork(Exception):
+    """The work budget is spent: stop after the last completed iteration."""
+
+
+def _spend(stats, amount: int, deadline: Deadline) -> None:
+    """Count work; raise `_OutOfWork` past the budget, `Expired` past the deadline (the clock
+    is read every 256 units)."""
+    before = stats["work"]
+    stats["work"] = now = before + amount
+    if now > stats["max_work"]:
+        raise _OutOfWork()
+    if now >> 8 != before >> 8:
+        deadline.check()
 
 
 class _Vertex:
@@ -237,6 +260,7 @@ def _run_vertex(p: Problem, vx: _Vertex, mask: int, live: int, peak_so_far: int,
                 stats) -> tuple[list[int], int, int]:
     """(order, peak, live after) of running ``vx`` from ``(mask, live)``; ``peak_so_far`` is
     the peak of the partial schedule (a group order that stays below it is good enough)."""
+    _spend(stats, 1, deadline)
     key = _context(p, vx, mask)
     hit = vx.memo.get(key)
     if hit is not None and (hit[3] or live + hit[1] <= peak_so_far):
@@ -254,10 +278,14 @@ def _run_vertex(p: Problem, vx: _Vertex, mask: int, live: int, peak_so_far: int,
             o, pk, _ = best_heuristic(sub)  # Optimisation 2: the cheap order first
         optimal = False
         target = peak_so_far - (live - base_live)
-        if pk > target and not deadline.expired():
+        if pk > target:
             stats["group_searches"] += 1
-            o, pk, lb, _ = astar(sub, (o, pk), max(0, target), deadline,
-                                 max_states=stats["group_states"])
+            info: dict = {}
+            o, pk, lb, st = astar(sub, (o, pk), max(0, target), deadline,
+                                  max_states=stats["group_states"], info=info)
+            if info["stopped"] == "time":
+                raise Expired()
+            _spend(stats, st, deadline)
             optimal = lb >= pk
         order = [ids[v] for v in o]
     m, lv, peak = mask, live, live
@@ -289,8 +317,7 @@ def _schedule_graph(p: Problem, h: _Hierarchy, beam: int, budget: int, deadline,
     level = {0: (live0 if p.n == 0 else 0, live0, 0, None, -1, None)}
     history = []
     for _ in range(m):
-        if deadline.expired():
-            return None
+        deadline.check()
         nxt: dict[int, tuple] = {}
         for vm, (peak, live, om, _, _, _) in level.items():
             for k in range(m):
@@ -323,16 +350,17 @@ def _schedule_graph(p: Problem, h: _Hierarchy, beam: int, budget: int, deadline,
     return out, peak
 
 
-def _iterate(p: Problem, h: _Hierarchy, beam: int, best_o, best, deadline, stats,
+def _iterate(p: Problem, h: _Hierarchy, beam: int, done: list, deadline, stats,
              max_iterations: int):
-    """Algorithm 1 on one hierarchy: schedule, dissolve the groups at the peak, repeat."""
+    """Algorithm 1 on one hierarchy: schedule, dissolve the groups at the peak, repeat.
+    ``done`` = [order, peak], the best result of a completed iteration, updated in place."""
     for _ in range(max_iterations):
-        if deadline.expired():
-            break
+        deadline.check()
         stats["iterations"] += 1
-        res = _schedule_graph(p, h, beam, best, deadline, stats)
-        if res is not None and res[1] < best:
-            best_o, best = res
+        res = _schedule_graph(p, h, beam, done[1], deadline, stats)
+        if res is not None and res[1] < done[1]:
+            done[0], done[1] = res
+        best_o = done[0]
         # disassemble the groups holding values alive at the peak of the best order
         k = p.evaluate(best_o).peak_step
         mask = 0
@@ -361,48 +389,59 @@ def _iterate(p: Problem, h: _Hierarchy, beam: int, best_o, best, deadline, stats
             break
         stats["dissolved"] += h.dissolve(hit)
         h._fix_cycles()
-    return best_o, best
 
 
-def hmcos_schedule(p: Problem, time_limit: float | None = 10.0,
+def hmcos_schedule(p: Problem, time_limit: float | None = None,
                    beam: int | tuple[int, ...] = (32, 256),
                    group_size: int | tuple[int, ...] = (16, 48, 8, 24, 32),
-                   group_states: int = 20000, max_iterations: int = 20):
+                   group_states: int = 20000, max_iterations: int = 20,
+                   max_work: int = MAX_WORK, deadline: Deadline | None = None):
     """HMCOS (see module docstring). Returns ``(order, peak, stats)``.
 
     ``beam`` and ``group_size`` may be sequences: a small portfolio, every beam with every
     group size (narrow beams first), each run budgeted by the best peak so far (adaptive soft
-    budgeting across runs), until the time limit. Which grouping suits a network varies (on
-    RandWire stages 16 or 48 ops per group beat the others by up to 20%)."""
+    budgeting across runs), until ``max_work`` is spent. Which grouping suits a network varies
+    (on RandWire stages 16 or 48 ops per group beat the others by up to 20%).
+    ``time_limit`` / ``deadline`` only abort (see module docstring)."""
     t0 = time.perf_counter()
-    deadline = _Deadline(time_limit)
-    best_o, best, name = best_heuristic(p)
+    deadline = Deadline.of(deadline, time_limit)
+    best_o, best, name = best_heuristic(p, deadline)
     stats = {"memo_hits": 0, "group_searches": 0, "group_states": group_states, "states": 0,
-             "iterations": 0, "dissolved": 0, "start": name, "start_peak": best, "runs": 0}
+             "iterations": 0, "dissolved": 0, "start": name, "start_peak": best, "runs": 0,
+             "work": 0, "max_work": max_work, "stopped": "done"}
     if p.n == 0:
         return best_o, best, stats
     beams = (beam,) if isinstance(beam, int) else tuple(beam)
     sizes = (group_size,) if isinstance(group_size, int) else tuple(group_size)
-    for b in beams:
-        for gs in sizes:
-            if deadline.expired():
-                break
-            h = _Hierarchy(p, gs)
-            stats["runs"] += 1
-            stats.setdefault("vertices", len(h.top))
-            stats.setdefault("groups", sum(1 for vx in h.top if vx.group))
-            before = best
-            best_o, best = _iterate(p, h, b, best_o, best, deadline, stats, max_iterations)
-            if best < before:
-                stats["best_run"] = {"beam": b, "group_size": gs}
+    done = [best_o, best]  # the best result of a completed iteration
+
+    try:
+        for b in beams:
+            for gs in sizes:
+                h = _Hierarchy(p, gs)
+                deadline.check()
+                stats["runs"] += 1
+                stats.setdefault("vertices", len(h.top))
+                stats.setdefault("groups", sum(1 for vx in h.top if vx.group))
+                before = done[1]
+                _iterate(p, h, b, done, deadline, stats, max_iterations)
+                if done[1] < before:
+                    stats["best_run"] = {"beam": b, "group_size": gs}
+    except _OutOfWork:
+        stats["stopped"] = "work"
+    except Expired:
+        stats["stopped"] = "time"
+        done = [best_o, best]
     stats["seconds"] = round(time.perf_counter() - t0, 3)
-    return best_o, best, stats
+    return done[0], done[1], stats
 
 
 @register("hmcos", "HMCOS hierarchical scheduling: sequences, dominator groups, iterative "
                    "disassembly, memoised group schedules (heuristic upper bound)")
 def hmcos(p: Problem, time_limit: float | None = 10.0, progress=False,
           beam: int | tuple[int, ...] = (32, 256),
-          group_size: int | tuple[int, ...] = (16, 48, 8, 24, 32), **_):
-    order, peak, stats = hmcos_schedule(p, time_limit, beam, group_size)
+          group_size: int | tuple[int, ...] = (16, 48, 8, 24, 32), max_work: int = MAX_WORK,
+          deadline: Deadline | None = None, **_):
+    order, peak, stats = hmcos_schedule(p, time_limit, beam, group_size, max_work=max_work,
+                                        deadline=deadline)
     return order, trivial_bound(p), False, stats

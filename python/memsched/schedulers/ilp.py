@@ -27,8 +27,15 @@ bound. Problems are split at cut points first (`exact.cut_segments`); a heuristi
 best baseline, or HMCOS when given) is the solution hint and the upper bound.
 
 Determinism: one worker and a fixed seed (defaults) make CP-SAT deterministic as long as the
-time limit does not stop it; pass ``deterministic_time`` (CP-SAT's deterministic time units)
-instead of relying on wall-clock ``time_limit`` for fully reproducible anytime results.
+time limit does not stop it. A solve stopped by the clock contributes its proven lower bound
+only; its incumbent order is dropped (it depends on where the clock stopped the search, see
+`memsched.limits`). Pass ``deterministic_time`` (CP-SAT's deterministic time units): a solve it
+stops keeps its incumbent, reproducibly across runs and machines.
+
+Limits: the model is built and solved against the call's `memsched.limits.Deadline`
+(``max_time_in_seconds`` = what is left; presolve overruns are stopped with ``stop_search``);
+the solve runs through `memsched.limits.run_interruptible`, so Ctrl-C stops it at once
+(CP-SAT's own SIGINT handler is switched off).
 With several in-place candidates per op the credit may pick any dying input (the model in
 `memory` takes the first): the bound stays valid, the order is re-evaluated exactly.
 """
@@ -37,6 +44,7 @@ from __future__ import annotations
 import time
 from typing import Sequence
 
+from ..limits import Checker, Deadline, run_interruptible
 from ..memory import Problem
 from .base import register, trivial_bound
 from .exact import segment_problems
@@ -55,9 +63,10 @@ class Model:
     """The pruned CP-SAT model of one problem (see module docstring)."""
 
     def __init__(self, p: Problem, upper: int | None = None, lower: int = 0,
-                 prune: bool = True):
+                 prune: bool = True, deadline: Deadline | None = None):
         from ortools.sat.python import cp_model
 
+        chk = Checker(deadline, 64)  # building a large model takes seconds: abortable
         self.p = p
         n = p.n
         self.n = n
@@ -72,6 +81,7 @@ class Model:
         # D[i][j] for j in 0..n: int constant or BoolVar
         D: list[list] = []
         for i in range(n):
+            chk.tick()
             row: list = []
             for j in range(n + 1):
                 if j < lo[i]:
@@ -89,6 +99,7 @@ class Model:
         for j in range(1, n):
             m.Add(sum(D[i][j] for i in range(n)) == j)
         for v in range(n):
+            chk.tick()
             for u in set(p.preds[v]):
                 for j in range(lo[v], hi[v]):
                     a, b = D[v][j], D[u][j - 1]
@@ -114,6 +125,7 @@ class Model:
         # tensor occupancy per step: list of (size, term) with term int or BoolVar
         occ: list[list] = [[] for _ in range(n + 1)]
         for t in range(len(p.size)):
+            chk.tick()
             size = p.size[t]
             if size == 0:
                 continue
@@ -172,6 +184,7 @@ class Model:
                           p.base + sum(p.size) + sum(max(0, w) for w in p.workspace) + 1, "mem")
         self.mem = mem
         for j in range(1, n + 1):
+            chk.tick()
             expr = [s * term for s, term in occ[j]]
             for i in range(n):
                 if not lo[i] <= j <= hi[i]:
@@ -214,23 +227,33 @@ class Model:
                     self.m.AddHint(x, 1 if pos[i] <= j else 0)
 
     def solve(self, time_limit: float | None = None, workers: int = 1, seed: int = 0,
-              deterministic_time: float | None = None, log: bool = False):
-        """Returns ``(order or None, lower bound, proven optimal, status name)``."""
+              deterministic_time: float | None = None, log: bool = False,
+              deadline: Deadline | None = None, keep_clock_cut: bool = False):
+        """Returns ``(order or None, lower bound, proven optimal, status name)``. The order is
+        None when the clock (``time_limit`` / ``deadline``) stopped the search before a proof,
+        unless ``keep_clock_cut``."""
         from ortools.sat.python import cp_model
 
+        deadline = Deadline.of(deadline, None).cap(time_limit)
         s = cp_model.CpSolver()
         s.parameters.num_workers = max(1, workers)
         s.parameters.random_seed = seed
-        if time_limit is not None:
-            s.parameters.max_time_in_seconds = max(0.01, time_limit)
+        s.parameters.catch_sigint_signal = False  # Ctrl-C goes to Python (run_interruptible)
+        left = deadline.remaining()
+        if left is not None:
+            s.parameters.max_time_in_seconds = max(0.01, left)
         if deterministic_time is not None:
             s.parameters.max_deterministic_time = deterministic_time
         s.parameters.log_search_progress = log
-        status = s.Solve(self.m)
+        status = run_interruptible(lambda: s.Solve(self.m), s.stop_search, deadline)
         name = s.StatusName(status)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             bound = int(s.BestObjectiveBound()) if status != cp_model.INFEASIBLE else 0
             return None, bound, False, name
+        if status != cp_model.OPTIMAL and not keep_clock_cut and not (
+                deterministic_time is not None and
+                s.response_proto.deterministic_time >= 0.999 * deterministic_time):
+            return None, int(-(-s.BestObjectiveBound() // 1)), False, name + " (clock)"
         pos = []
         for i, row in enumerate(self.D):
             first = self.hi[i]
@@ -246,12 +269,18 @@ class Model:
 
 
 def solve_problem(p: Problem, upper: tuple[list[int], int] | None = None, lower: int = 0,
-                  time_limit: float | None = None, prune: bool = True, **solver_opts):
+                  time_limit: float | None = None, prune: bool = True,
+                  deadline: Deadline | None = None, **solver_opts):
     """CP-SAT on one (sub-)problem. Returns ``(order, peak, lower bound, stats)``; the order
-    is the better of the solver's and ``upper``'s."""
+    is the better of the solver's and ``upper``'s. ``time_limit`` and ``deadline`` (the
+    earlier wins) cover building the model too; past the deadline during the build, the result
+    is ``upper`` with ``lower`` (``stats["status"] == "expired"``)."""
+    from ..limits import Expired
+
     t0 = time.perf_counter()
+    deadline = Deadline.of(deadline, None).cap(time_limit)
     if upper is None:
-        o, pk, _ = best_heuristic(p)
+        o, pk, _ = best_heuristic(p, deadline)
         upper = (o, pk)
     ub_order, ub = upper
     lower = max(lower, trivial_bound(p))
@@ -259,11 +288,14 @@ def solve_problem(p: Problem, upper: tuple[list[int], int] | None = None, lower:
     if p.n == 0 or ub <= lower:
         stats.update(variables=0, status="trivial", seconds=0.0)
         return ub_order, ub, min(ub, max(lower, ub)), stats
-    model = Model(p, upper=ub, lower=lower, prune=prune)
+    try:
+        model = Model(p, upper=ub, lower=lower, prune=prune, deadline=deadline)
+    except Expired:
+        stats.update(variables=0, status="expired", seconds=round(time.perf_counter() - t0, 3))
+        return ub_order, ub, min(ub, lower), stats
     model.hint(ub_order)
     build = time.perf_counter() - t0
-    left = None if time_limit is None else max(0.01, time_limit - build)
-    order, lb, optimal, status = model.solve(left, **solver_opts)
+    order, lb, optimal, status = model.solve(None, deadline=deadline, **solver_opts)
     stats.update(variables=model.n_bool, status=status, build_seconds=round(build, 3),
                  seconds=round(time.perf_counter() - t0, 3))
     best_o, best = ub_order, ub
@@ -308,20 +340,20 @@ def count_variables(p: Problem, prune: bool = True) -> int:
                  "proves lower bounds")
 def ilp(p: Problem, time_limit: float | None = 10.0, progress=False, divide: bool = True,
         prune: bool = True, workers: int = 1, seed: int = 0,
-        deterministic_time: float | None = None, **_):
-    t0 = time.perf_counter()
-    segs, subs, target = segment_problems(p, divide)
+        deterministic_time: float | None = None, deadline: Deadline | None = None, **_):
+    deadline = Deadline.of(deadline, time_limit)
+    segs, subs, target = segment_problems(p, divide, deadline)
     variables = 0
     statuses = []
     for k in sorted(range(len(subs)), key=lambda k: -subs[k][3]):
         sub, ids, o, pk, lb = subs[k]
         if pk <= target:
             continue
-        left = None if time_limit is None else time_limit - (time.perf_counter() - t0)
-        if left is not None and left <= 0:
+        if deadline.expired():
             break
-        o2, pk2, lb2, st = solve_problem(sub, (o, pk), target, left, prune, workers=workers,
-                                         seed=seed, deterministic_time=deterministic_time)
+        o2, pk2, lb2, st = solve_problem(sub, (o, pk), target, None, prune, deadline=deadline,
+                                         workers=workers, seed=seed,
+                                         deterministic_time=deterministic_time)
         variables += st.get("variables", 0)
         statuses.append(st.get("status"))
         subs[k][2], subs[k][3], subs[k][4] = o2, pk2, max(lb, lb2)
@@ -374,18 +406,19 @@ def acyclic_partition(p: Problem, order: Sequence[int], parts: int,
 
 def partition_schedule(p: Problem, time_limit: float | None = 10.0, parts: int | None = None,
                        part_solver: str = "ilp", fuse: bool = True, max_rounds: int = 8,
-                       **solver_opts):
+                       deadline: Deadline | None = None, **solver_opts):
     """Algorithm 2: fuse, find the peak of a cheap order, partition, solve the part holding the
     peak exactly (CP-SAT, or ``part_solver='exact'``: best-first search), keep the cheap order
-    elsewhere; repeat while the peak moves to an unsolved part."""
+    elsewhere; repeat while the peak moves to an unsolved part. A part solve the clock stops
+    keeps the part's order (see module docstring)."""
     from ..simplify import simplify
-    from .exact import _Deadline, astar
+    from .exact import astar
 
     t0 = time.perf_counter()
-    deadline = _Deadline(time_limit)
-    simp = simplify(p) if fuse else None
+    deadline = Deadline.of(deadline, time_limit)
+    simp = simplify(p, deadline=deadline) if fuse else None
     q = simp.problem if simp else p
-    order, peak, name = best_heuristic(q)
+    order, peak, name = best_heuristic(q, deadline)
     if parts is None:
         parts = max(1, q.n // 40)
     pieces = acyclic_partition(q, order, parts)
@@ -411,11 +444,11 @@ def partition_schedule(p: Problem, time_limit: float | None = 10.0, parts: int |
         local = {v: i for i, v in enumerate(ids)}
         cur = [local[v] for v in orders[k]]
         cur_pk = sub.evaluate(cur).peak
-        left = None if deadline.end is None else max(0.01, deadline.end - time.perf_counter())
         if part_solver == "exact":
-            o2, pk2, _, _ = astar(sub, (cur, cur_pk), 0, _Deadline(left))
+            o2, pk2, _, _ = astar(sub, (cur, cur_pk), 0, deadline)
         else:
-            o2, pk2, _, st = solve_problem(sub, (cur, cur_pk), 0, left, **solver_opts)
+            o2, pk2, _, st = solve_problem(sub, (cur, cur_pk), 0, None, deadline=deadline,
+                                           **solver_opts)
             variables += st.get("variables", 0)
         if pk2 < cur_pk:
             orders[k] = [ids[v] for v in o2]
@@ -428,6 +461,6 @@ def partition_schedule(p: Problem, time_limit: float | None = 10.0, parts: int |
 @register("ilp-partition", "memory-aware partitioning (ILP-fusion Algorithm 2): fusion, CP-SAT "
                            "on the part holding the peak, cheap order elsewhere (heuristic)")
 def ilp_partition(p: Problem, time_limit: float | None = 10.0, progress=False,
-                  parts: int | None = None, part_solver: str = "ilp", **opts):
+                  parts: int | None = None, part_solver: str = "ilp", memory_limit=None, **opts):
     order, stats = partition_schedule(p, time_limit, parts, part_solver, **opts)
     return order, trivial_bound(p), False, stats

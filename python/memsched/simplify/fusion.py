@@ -62,6 +62,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..limits import Deadline, Expired
 from ..memory import Problem
 
 
@@ -102,15 +103,18 @@ class Simplified:
     def expand(self, order: Sequence[int]) -> list[int]:
         return [v for u in order for v in self.members[u]]
 
-    def canonicalize(self, order: Sequence[int]) -> list[int]:
+    def canonicalize(self, order: Sequence[int], deadline: Deadline | None = None) -> list[int]:
         """``order`` (of the original problem) with every fused group contiguous in its
         internal order and a peak no higher: the exchange argument of each group's rule,
         applied round by round (chain-down: at its first op; chain-up: at its last op;
-        isolated: where the memory of the ops running alongside is least)."""
+        isolated: where the memory of the ops running alongside is least). ``deadline``
+        aborts it (`memsched.limits.Expired`)."""
         p = self.original
         blocks: list[list[int]] = [[v] for v in order]
         for groups in self.history:
             for ops, rule in groups:
+                if deadline is not None:
+                    deadline.check()
                 blocks = _place_group(p, blocks, ops, rule)
         return [v for b in blocks for v in b]
 
@@ -423,12 +427,16 @@ def _dominator_regions(p: Problem, ctx: _Ctx, max_group: int) -> list[list[int]]
 
 
 def find_groups(p: Problem, max_group: int = 32, max_ideals: int = 20000,
-                chains: bool = True, isolated: bool = True):
-    """One round of Algorithm 1: disjoint fusable groups of ``p`` (largest first)."""
+                chains: bool = True, isolated: bool = True, deadline: Deadline | None = None):
+    """One round of Algorithm 1: disjoint fusable groups of ``p`` (largest first).
+    ``deadline`` aborts it (`memsched.limits.Expired`)."""
+    deadline = deadline or Deadline()
     ctx = _Ctx(p)
+    deadline.check()
     found: list[_Check] = []
     if chains:
         for chain in maximal_chains(p, ctx):
+            deadline.check()
             i = 0
             L = len(chain)
             while i < L - 1:
@@ -443,7 +451,10 @@ def find_groups(p: Problem, max_group: int = 32, max_ideals: int = 20000,
                 else:
                     i += 1
     if isolated:
-        for region in _dominator_regions(p, ctx, max_group):
+        regions = _dominator_regions(p, ctx, max_group)
+        deadline.check()
+        for region in regions:
+            deadline.check()
             got = check_isolated(p, region, ctx, max_ideals)
             if got is not None:
                 found.append(got)
@@ -597,9 +608,24 @@ def contract(p: Problem, groups: Sequence[_Check]) -> tuple[Problem, list[list[i
 # ---------------------------------------------------------------------------- driver
 def simplify(p: Problem, max_group: int = 32, max_rounds: int = 50, max_ideals: int = 20000,
              chains: bool = True, isolated: bool = True,
-             time_limit: float | None = None) -> Simplified:
-    """Fuse groups of ``p`` to a fixed point (Algorithm 1); the optimum is unchanged."""
+             time_limit: float | None = None, deadline: Deadline | None = None) -> Simplified:
+    """Fuse groups of ``p`` to a fixed point (Algorithm 1); the optimum is unchanged.
+
+    Bounded by work (``max_rounds``, ``max_group``, ``max_ideals``), not by the clock: the
+    result never depends on timing. ``time_limit`` / ``deadline`` abort it, and the result is
+    then ``p`` unfused (``stats["aborted"]``): a partial fixed point would depend on where the
+    clock stopped it."""
     t0 = time.perf_counter()
+    deadline = Deadline.of(deadline, time_limit)
+    try:
+        return _simplify(p, max_group, max_rounds, max_ideals, chains, isolated, deadline, t0)
+    except Expired:
+        return Simplified(p, p, [[v] for v in range(p.n)], [], 0, time.perf_counter() - t0,
+                          {"ops": p.n, "fused_ops": p.n, "rounds": 0, "fusions": {},
+                           "aborted": True}, [])
+
+
+def _simplify(p, max_group, max_rounds, max_ideals, chains, isolated, deadline, t0):
     cur = p
     members = [[v] for v in range(p.n)]
     rules = [""] * p.n
@@ -609,15 +635,14 @@ def simplify(p: Problem, max_group: int = 32, max_rounds: int = 50, max_ideals: 
     fused_by_rule: dict[str, int] = {}
     history: list = []
     while rounds < max_rounds:
-        if time_limit is not None and time.perf_counter() - t0 > time_limit:
-            break
-        groups = find_groups(cur, max_group, max_ideals, chains, isolated)
+        groups = find_groups(cur, max_group, max_ideals, chains, isolated, deadline)
         if not groups:
             break
         rounds += 1
         for c in groups:
             fused_by_rule[c.rule] = fused_by_rule.get(c.rule, 0) + 1
         nxt, node_ops = contract(cur, groups)
+        deadline.check()
         history.append([([v for u in c.order for v in members[u]], c.rule) for c in groups])
         by_first = {c.order[0]: c for c in groups}
         new_members, new_rules, new_peaks, new_deltas = [], [], [], []
