@@ -5,13 +5,23 @@
     tvmc compile --pass MemoryAwareSchedule model.onnx -o out.so
 
 MODEL is a .onnx, .tflite or .pt2 (saved torch.export program) file,
-or ``example:NAME`` for a built-in example (randwire, nas_cell, two_branch). Errors are one
-line on stderr naming the problem, exit status 2.
+or ``example:NAME`` for a built-in example (randwire, nas_cell, two_branch).
+
+What the command line guarantees (see `main`): bad input of any kind (file, arguments,
+options) is one line on stderr naming the problem, exit status 2; an unexpected failure is one
+line naming the model, exit status 1 (``--verbose`` or ``MEMSCHED_DEBUG=1`` prints the
+traceback); Ctrl-C prints ``memsched: interrupted``, exit status 130; a closed stdout
+(``| head``) ends quietly, exit status 141; ``compile`` checks ``-o`` before any work and
+writes it atomically (temporary file in the same directory, then rename), so a failed or
+interrupted run leaves no partial file.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
+import os
 import sys
 import time
 
@@ -22,12 +32,65 @@ class CLIError(Exception):
     pass
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (argparse prints the usage block first)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def seconds(text: str) -> float:
+    """argparse type of ``--time-limit``: a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text!r}")
+    return value
+
+
 def _known_errors():
     from .graph import GraphError
     from .importers.load import ModelLoadError
     from .importers.relax import UnsupportedModelError
 
     return (CLIError, ModelLoadError, UnsupportedModelError, GraphError)
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr(verbose: bool):
+    """Hold back what native code (TVM's C++ logging) writes to file descriptor 2 while a model
+    is imported, so an error stays one line; ``--verbose`` replays it."""
+    import tempfile
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if verbose:
+                tmp.seek(0)
+                sys.stderr.write(tmp.read().decode("utf-8", "replace"))
+
+
+def _load(fn, args):
+    with _quiet_native_stderr(getattr(args, "verbose", False)):
+        return fn(args.model, _shapes(args))
+
+
+def _shapes(args):
+    from .importers.load import parse_shapes
+
+    return parse_shapes(args.input_shapes)
 
 
 def _progress_callback(enabled: bool):
@@ -49,7 +112,7 @@ def _progress_callback(enabled: bool):
 
 
 def cmd_analyze(args) -> int:
-    from .importers.load import load_graph, parse_shapes
+    from .importers.load import load_graph
     from .memory import MemoryModel, Problem
     from .schedulers import BASELINES, schedule
     from .schedulers.base import available
@@ -58,7 +121,7 @@ def cmd_analyze(args) -> int:
         raise CLIError(f"unknown algorithm {args.algorithm!r}; choose one of "
                        f"{', '.join(sorted(available()))}")
     model = MemoryModel.get(args.memory_model)
-    graph = load_graph(args.model, parse_shapes(args.input_shapes))
+    graph = _load(load_graph, args)
     problem = Problem.from_graph(graph, model)
     methods = {}
     for name in BASELINES:
@@ -115,30 +178,140 @@ def _resolve_pass(name: str):
 
     from . import transform as ours
 
-    if hasattr(ours, name):
-        return getattr(ours, name)()
-    cls = getattr(relax.transform, name, None)
+    if not name.isidentifier() or name.startswith("_"):
+        raise CLIError(f"unknown pass {name!r}: not a pass name")
+    cls = getattr(ours, name, None) if name in PASSES else getattr(relax.transform, name, None)
     if cls is None:
         try:
-            return tvm.get_global_func(f"relax.transform.{name}")()
+            cls = tvm.get_global_func(f"relax.transform.{name}")
         except Exception:  # noqa: BLE001
             raise CLIError(f"unknown pass {name!r}: not a memsched pass and not in "
                            "relax.transform") from None
+    if not callable(cls):
+        raise CLIError(f"unknown pass {name!r}: relax.transform.{name} is not a pass")
     try:
-        return cls()
-    except TypeError as e:
+        made = cls()
+    except Exception as e:  # noqa: BLE001 - TypeError for required arguments, or anything
+        first = (str(e).strip().splitlines() or [""])[0]
         raise CLIError(f"pass {name!r} needs arguments and cannot be named on the command "
-                       f"line ({e})") from None
+                       f"line ({first[:200]})") from None
+    if not isinstance(made, tvm.transform.Pass):
+        raise CLIError(f"unknown pass {name!r}: relax.transform.{name} is not a pass")
+    return made
+
+
+PASSES = ("MemoryAwareSchedule", "PlanArena", "RewriteConcatConv", "FuseIsolatedSubgraphs")
+
+
+def _check_output(path: str) -> str:
+    """The directory ``-o`` will be written in, checked before any work is done."""
+    if not path or path.endswith(os.sep):
+        raise CLIError(f"bad -o {path!r}: not a file name")
+    out_dir = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise CLIError(f"cannot write {path!r}: it is a directory")
+    if not os.path.isdir(out_dir):
+        raise CLIError(f"cannot write {path!r}: directory {out_dir!r} does not exist")
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise CLIError(f"cannot write {path!r}: directory {out_dir!r} is not writable")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise CLIError(f"cannot write {path!r}: permission denied")
+    return out_dir
+
+
+def _write_atomically(ex, path: str, out_dir: str) -> None:
+    """``export_library`` into a temporary file next to ``path``, then rename it over ``path``:
+    readers never see a partial library, and a failure (or Ctrl-C) leaves nothing behind."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=".memsched-", suffix=os.path.splitext(path)[1] or ".so",
+                               dir=out_dir)
+    os.close(fd)
+    try:
+        ex.export_library(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask if path.endswith((".so", ".dylib", ".dll"))
+                 else 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def _unschedulable(mod) -> str | None:
+    """Why the memsched passes cannot handle this module (dynamic shapes, control flow)."""
+    from tvm import relax
+
+    from .importers.relax import has_control_flow
+
+    for gv, func in mod.functions.items():
+        if not isinstance(func, relax.Function):
+            continue
+        if has_control_flow(func):
+            return f"control flow: function {gv.name_hint!r} contains an If"
+        for p in func.params:
+            ty = p.ty
+            shape = getattr(ty, "shape", None) if isinstance(ty, relax.TensorType) else None
+            if isinstance(ty, relax.TensorType) and (
+                    not isinstance(shape, relax.ShapeExpr) or
+                    not all(hasattr(d, "value") for d in shape.values)):
+                return (f"dynamic shapes: input {p.name!r} of {gv.name_hint!r} has shape "
+                        f"{shape if shape is not None else '(unknown rank)'}; give static "
+                        "shapes with --input-shapes")
+    return None
+
+
+def _parse_pass_config(items) -> dict:
+    """``--pass-config KEY=VALUE`` -> PassContext config, checked against TVM's registry."""
+    import tvm
+
+    from . import transform as _ours  # noqa: F401 - registers the memsched.* keys
+
+    known = tvm.transform.PassContext.list_configs()
+    config = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise CLIError(f"bad --pass-config {item!r}; expected KEY=VALUE")
+        if key not in known:
+            raise CLIError(f"unknown --pass-config key {key!r}")
+        kind = str(dict(known[key]).get("type", ""))
+        try:
+            if kind == "bool":
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError
+                config[key] = value.lower() in ("true", "1")
+            elif kind in ("int", "IntImm", "int64_t", "int32_t"):
+                config[key] = int(value)
+            elif kind in ("float", "double", "FloatImm"):
+                config[key] = float(value)
+                if not math.isfinite(config[key]):
+                    raise ValueError
+            elif kind in ("str", "String", "ffi.String"):
+                config[key] = value
+            else:
+                raise CLIError(f"--pass-config {key!r} has type {kind!r}, which cannot be set "
+                               "from the command line")
+        except ValueError:
+            raise CLIError(f"bad --pass-config value {value!r} for {key!r} ({kind})") from None
+    return config
 
 
 def cmd_compile(args) -> int:
+    """Build the model with the named passes. Everything that can be checked without the model
+    (passes, target, ``--pass-config``, ``-o``) is checked first. With MemoryAwareSchedule or
+    PlanArena named, a model memsched cannot model (dynamic shapes, control flow, a block the
+    pass had to skip) is refused, exit status 2, nothing written; without them, compile is a
+    plain TVM build and accepts what TVM accepts."""
     import tvm
 
-    from .importers.load import load_relax, parse_shapes
+    from .importers.load import load_relax
     from .relax_pipeline import pipeline_passes
     from .tvm_memory import storage_sizes
 
-    mod = load_relax(args.model, parse_shapes(args.input_shapes))
     names = list(args.passes or [])
     # Our two planning-related passes have a fixed place in the build (before / after
     # StaticPlanBlockMemory); every other named pass runs first, in the order given.
@@ -148,16 +321,37 @@ def cmd_compile(args) -> int:
     try:
         target = tvm.target.Target(args.target)
     except Exception as e:  # noqa: BLE001
-        raise CLIError(f"bad --target {args.target!r}: {e}") from None
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise CLIError(f"bad --target {args.target!r}: {first[:200]}") from None
+    config = _parse_pass_config(getattr(args, "pass_config", None))
+    out_dir = _check_output(args.output)
+    mod = _load(load_relax, args)
+    if schedule or arena:
+        why = _unschedulable(mod)
+        if why:
+            raise CLIError(f"cannot schedule {args.model!r}: {why}; nothing written (without "
+                           "--pass MemoryAwareSchedule/PlanArena it builds unscheduled)")
     t0 = time.perf_counter()
     opts = dict(schedule=schedule, time_limit=args.time_limit, before=others, plan_arena=arena)
     planning = pipeline_passes(stop_after_planning=True, **opts)
     rest = pipeline_passes(**opts)[len(planning):]
     # Plan once, measure the plan, then finish the build from the planned module.
-    with target:
+    def ctx():  # the caller's --pass-config, else TVM's default context
+        return tvm.transform.PassContext(config=config) if config else contextlib.nullcontext()
+
+    with target, ctx():
         planned = tvm.transform.Sequential(planning)(mod)
-    ex = tvm.compile(planned, target=target, relax_pipeline=tvm.transform.Sequential(rest))
-    ex.export_library(args.output)
+    if schedule:
+        skipped = [f"{gv.name_hint}: {f.attrs['memsched.skipped']}"
+                   for gv, f in planned.functions.items()
+                   if getattr(f, "attrs", None) is not None and "memsched.skipped" in f.attrs]
+        if skipped:
+            raise CLIError(f"cannot schedule {args.model!r}: MemoryAwareSchedule could not "
+                           f"model {'; '.join(skipped)}; nothing written")
+    with ctx():
+        ex = tvm.compile(planned, target=target,
+                         relax_pipeline=tvm.transform.Sequential(rest))
+    _write_atomically(ex, args.output, out_dir)
     msg = f"wrote {args.output} ({time.perf_counter() - t0:.1f} s); planned storage " \
           f"{sum(storage_sizes(planned, 'main')):,} B"
     attrs = planned["main"].attrs if any(g.name_hint == "main"
@@ -177,12 +371,20 @@ def _add_compile_args(p):
     p.add_argument("--target", default="llvm", help="TVM target (default: llvm)")
     p.add_argument("-o", "--output", default="out.so", help="output library (default out.so)")
     p.add_argument("--input-shapes", help="static input shapes, e.g. x:1x3x224x224")
-    p.add_argument("--time-limit", type=float, default=10.0,
+    p.add_argument("--time-limit", type=seconds, default=10.0,
                    help="scheduling time limit in seconds (default 10)")
+    p.add_argument("--pass-config", action="append", metavar="KEY=VALUE",
+                   help="PassContext option (repeatable), e.g. memsched.algorithm=exact")
+    _add_verbose(p)
+
+
+def _add_verbose(p):
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="on errors, print the traceback and TVM's log (also MEMSCHED_DEBUG=1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="memsched", description=__doc__.split("\n\n")[0])
+    ap = _Parser(prog="memsched", description=__doc__.split("\n\n")[0])
     ap.add_argument("--version", action="version", version=f"memsched {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
     a = sub.add_parser("analyze", help="peak memory per scheduling method")
@@ -190,10 +392,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--json", action="store_true", help="one JSON object on stdout")
     a.add_argument("--memory-model", default="paper", choices=["paper", "tvm"],
                    help="paper: inputs/outputs counted (default); tvm: what TVM plans")
-    a.add_argument("--time-limit", type=float, default=60.0,
+    a.add_argument("--time-limit", type=seconds, default=60.0,
                    help="exact search time limit in seconds (default 60)")
     a.add_argument("--algorithm", default="auto", help="scheduler (default auto)")
     a.add_argument("--input-shapes", help="static input shapes, e.g. x:1x3x224x224")
+    _add_verbose(a)
     a.set_defaults(func=cmd_analyze)
     c = sub.add_parser("compile", help="compile with the named passes")
     _add_compile_args(c)
@@ -207,29 +410,78 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def _one_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    text = lines[0] if lines else type(e).__name__
+    return text[:500] + (" ..." if len(lines) > 1 or len(text) > 500 else "")
+
+
+def _stdout_closed() -> None:
+    """After a broken pipe, point stdout at /dev/null so the exit flush cannot fail again."""
+    with contextlib.suppress(Exception):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def run(prog: str, parser: argparse.ArgumentParser, argv=None) -> int:
+    """Parse ``argv`` and run the command under the guarantees of the module docstring."""
+    import traceback
+    import warnings
+
     try:
-        return args.func(args)
-    except _known_errors() as e:
-        print(f"memsched: error: {e}", file=sys.stderr)
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    verbose = bool(getattr(args, "verbose", False) or os.environ.get("MEMSCHED_DEBUG"))
+    try:
+        with warnings.catch_warnings():
+            if not verbose:
+                warnings.simplefilter("ignore")
+            return args.func(args)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        _stdout_closed()
+        return 141
+    except (*_known_errors(), OSError, MemoryError, RecursionError) as e:
+        if verbose:
+            traceback.print_exc()
+        if isinstance(e, OSError) and e.strerror:
+            msg = f"{e.strerror}: {e.filename!r}" if e.filename else e.strerror
+        elif isinstance(e, MemoryError):
+            msg = f"{getattr(args, 'model', '')}: out of memory"
+        elif isinstance(e, RecursionError):
+            msg = f"{getattr(args, 'model', '')}: nested too deeply"
+        else:
+            msg = _one_line(e)
+        print(f"{prog}: error: {msg}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - last resort: one line, never a traceback
+        if verbose:
+            traceback.print_exc()
+        where = getattr(args, "model", None)
+        print(f"{prog}: internal error{f' on {where!r}' if where else ''}: "
+              f"{type(e).__name__}: {_one_line(e)} (--verbose or MEMSCHED_DEBUG=1 shows the "
+              "traceback)", file=sys.stderr)
+        return 1
+
+
+def main(argv=None) -> int:
+    return run("memsched", build_parser(), argv)
 
 
 def tvmc_main(argv=None) -> int:
     """``tvmc compile --pass NAME MODEL -o out.so``: TVM >= 0.20 ships no tvmc; this accepts
     its familiar compile flags and runs `memsched compile`."""
-    ap = argparse.ArgumentParser(prog="tvmc", description="tvmc-compatible compile (memsched)")
+    ap = _Parser(prog="tvmc", description="tvmc-compatible compile (memsched)")
     sub = ap.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile a model")
     _add_compile_args(c)
     c.set_defaults(func=cmd_compile)
-    args = ap.parse_args(argv)
-    try:
-        return args.func(args)
-    except _known_errors() as e:
-        print(f"tvmc: error: {e}", file=sys.stderr)
-        return 2
+    return run("tvmc", ap, argv)
 
 
 if __name__ == "__main__":

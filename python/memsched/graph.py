@@ -27,6 +27,12 @@ class GraphError(ValueError):
     """A graph that cannot be modelled: cyclic, dangling reference, negative size, ..."""
 
 
+# Every byte count of a graph (tensor sizes, workspaces, and so any live set or peak) must fit
+# in the native kernel's int64 with room to spare: a peak adds at most the whole graph once,
+# bounds and gaps add a few such numbers, so the total is capped at 2**60 (1 EiB).
+MAX_GRAPH_BYTES = 1 << 60
+
+
 @dataclass
 class Tensor:
     name: str
@@ -87,9 +93,22 @@ class OpGraph:
             for t in op.outputs:
                 if self.tensors[t].producer != i:
                     raise GraphError(f"tensor {self.tensors[t].name!r} has inconsistent producer")
+        total = 0
         for t in self.tensors:
             if t.nbytes < 0:
                 raise GraphError(f"tensor {t.name!r} has negative size {t.nbytes}")
+            if t.nbytes > MAX_GRAPH_BYTES:
+                raise GraphError(f"tensor {t.name!r} has {t.nbytes:,} bytes, more than the "
+                                 f"limit of 2**60 (absurd shape?)")
+            total += t.nbytes
+        for op in self.ops:
+            if not 0 <= op.workspace <= MAX_GRAPH_BYTES:
+                raise GraphError(f"op {op.name!r} has workspace {op.workspace:,} bytes "
+                                 "(negative or above 2**60)")
+            total += op.workspace
+        if total > MAX_GRAPH_BYTES:
+            raise GraphError(f"graph {self.name!r} holds {total:,} bytes in all, more than the "
+                             "limit of 2**60 (absurd shapes?)")
         # Kahn's algorithm doubles as the cycle check.
         if len(self.topological_order()) != n:
             raise GraphError(f"graph {self.name!r} has a cycle")

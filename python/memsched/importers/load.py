@@ -2,8 +2,14 @@
 
 Formats: ``.onnx`` (TVM's ONNX frontend; the op graph for analysis is read from the ONNX graph
 itself), ``.tflite`` (TVM's TFLite frontend with the ``tflite`` parser), ``.pt2`` (a saved
-``torch.export`` program, TVM's torch frontend) and ``example:NAME`` (`memsched.examples`). Every failure is a
-`ModelLoadError` naming the file and the problem.
+``torch.export`` program, TVM's torch frontend) and ``example:NAME`` (`memsched.examples`).
+
+Model files are untrusted. Nothing from a file is executed (`importers.pt2` reads ``.pt2``
+archives without unpickling); each format is validated before a frontend sees it
+(`importers.onnx_file`, `importers.tflite_file`); tensors a frontend would compute at load time
+(constant folding) are bounded by `MAX_FOLD_BYTES`. Every failure, including anything a TVM
+frontend raises, is a `ModelLoadError` (a ``ValueError``) whose one-line message names the file
+and the problem.
 """
 from __future__ import annotations
 
@@ -14,6 +20,20 @@ from .relax import UnsupportedModelError
 
 # No .json (tvm.ir.save_json): in TVM 0.27 it segfaults on modules holding constants.
 FORMATS = (".onnx", ".tflite", ".pt2")
+MAX_TFLITE_BYTES = 2 << 30  # flatbuffers' own limit
+MAX_DIM = 1 << 31
+
+
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 16 << 30
+
+
+# Largest tensor a frontend may compute while loading (constant folding): a quarter of RAM,
+# at most 4 GiB. Activations are never allocated at load time and are bounded only by 2**60.
+MAX_FOLD_BYTES = min(4 << 30, _physical_memory() // 4)
 
 
 class ModelLoadError(ValueError):
@@ -23,17 +43,25 @@ class ModelLoadError(ValueError):
 def parse_shapes(spec: str | None) -> dict[str, list[int]]:
     """``"x:1x3x224x224,y:1x10"`` -> ``{"x": [1, 3, 224, 224], "y": [1, 10]}``."""
     shapes: dict[str, list[int]] = {}
-    if not spec:
+    if spec is None:
         return shapes
+    if not spec.strip():
+        raise ModelLoadError("bad --input-shapes: empty; expected NAME:1x3x224x224[,NAME:...]")
     for part in spec.split(","):
         name, sep, dims = part.strip().rpartition(":")
         try:
-            if not sep or not name:
+            if not sep or not name.strip() or not dims:
                 raise ValueError
-            shapes[name] = [int(d) for d in dims.lower().split("x")]
+            shape = [int(d) for d in dims.lower().split("x")]
         except ValueError:
-            raise ModelLoadError(f"bad --input-shapes entry {part!r}; expected NAME:1x3x224x224") \
-                from None
+            raise ModelLoadError(f"bad --input-shapes entry {part!r}; expected "
+                                 "NAME:1x3x224x224") from None
+        if any(not 1 <= d <= MAX_DIM for d in shape):
+            raise ModelLoadError(f"bad --input-shapes entry {part!r}: dimensions must be "
+                                 f"integers from 1 to {MAX_DIM}")
+        if name in shapes:
+            raise ModelLoadError(f"bad --input-shapes: {name!r} is given twice")
+        shapes[name] = shape
     return shapes
 
 
@@ -41,12 +69,74 @@ def _check_file(path: str) -> str:
     if path.startswith("example:"):
         return "example"
     ext = os.path.splitext(path)[1].lower()
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ModelLoadError(f"cannot read model {path!r}: no such file")
+    if not os.path.isfile(path):
+        raise ModelLoadError(f"cannot read model {path!r}: not a regular file")
     if ext not in FORMATS:
         raise ModelLoadError(f"cannot read model {path!r}: unknown format {ext or '(none)'!r}; "
                              f"expected one of {', '.join(FORMATS)} or example:NAME")
+    if not os.access(path, os.R_OK):
+        raise ModelLoadError(f"cannot read model {path!r}: permission denied")
     return ext
+
+
+def _no_shapes(path: str, input_shapes, why: str) -> None:
+    if input_shapes:
+        raise ModelLoadError(f"cannot use --input-shapes with {path!r}: {why}")
+
+
+def _check_folding(mod, path: str) -> None:
+    """Refuse a module whose constant folding would compute a tensor above `MAX_FOLD_BYTES`
+    (FoldConstant evaluates every binding whose arguments are all constants)."""
+    import tvm
+    from tvm import relax
+
+    def is_const(e, consts) -> bool:
+        if isinstance(e, (tvm.ir.expr.Constant, relax.ShapeExpr)):
+            return True
+        if isinstance(e, relax.Tuple):
+            return all(is_const(f, consts) for f in e.fields)
+        return isinstance(e, tvm.ir.Var) and e in consts
+
+    for gv, func in mod.functions.items():
+        if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
+            continue
+        consts = set()
+        for block in func.body.blocks:
+            for b in block.bindings:
+                v = b.value
+                if not isinstance(v, tvm.ir.Call) or not all(is_const(a, consts)
+                                                             for a in v.args):
+                    continue
+                consts.add(b.var)
+                ty = b.var.ty
+                if not isinstance(ty, relax.TensorType) or \
+                        not isinstance(ty.shape, relax.ShapeExpr):
+                    continue
+                dims = [d.value for d in ty.shape.values if hasattr(d, "value")]
+                if len(dims) != len(ty.shape.values):
+                    continue
+                n = 1
+                for d in dims:
+                    n *= max(int(d), 0)
+                dt = tvm.DataType(ty.dtype)
+                nbytes = (n * dt.bits * dt.lanes + 7) // 8
+                if nbytes > MAX_FOLD_BYTES:
+                    raise ModelLoadError(
+                        f"cannot read model {path!r}: {b.var.name!r} would be computed from "
+                        f"constants at load time with {nbytes:,} bytes (limit "
+                        f"{MAX_FOLD_BYTES:,})")
+
+
+def _has_ops(mod) -> bool:
+    from tvm import relax
+
+    for _, func in mod.functions.items():
+        if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr) and \
+                any(len(b.bindings) for b in func.body.blocks):
+            return True
+    return False
 
 
 def load_relax(path: str, input_shapes: dict | None = None):
@@ -58,37 +148,53 @@ def load_relax(path: str, input_shapes: dict | None = None):
         if kind == "example":
             from ..examples import example_model
 
-            return example_model(path.split(":", 1)[1])
+            _no_shapes(path, input_shapes, "example models have fixed shapes")
+            try:
+                return example_model(path.split(":", 1)[1])
+            except ValueError as e:
+                raise ModelLoadError(str(e)) from None
         if kind == ".onnx":
-            import onnx
-
             from tvm.relax.frontend.onnx import from_onnx
 
-            model = onnx.load(path)
+            from .onnx_file import read_onnx
+
+            model = read_onnx(path, input_shapes)
             mod = from_onnx(model, shape_dict=input_shapes or None, keep_params_in_input=False)
         elif kind == ".tflite":
-            import tflite
             from tvm.relax.frontend.tflite import from_tflite
 
+            from .tflite_file import check_tflite
+
+            if os.path.getsize(path) > MAX_TFLITE_BYTES:
+                raise ModelLoadError(f"cannot read model {path!r}: larger than the 2 GiB "
+                                     "flatbuffer limit")
             with open(path, "rb") as f:
                 buf = f.read()
-            tfl = tflite.Model.GetRootAsModel(buf, 0)
+            tfl = check_tflite(path, buf, input_shapes)
             mod = from_tflite(tfl, input_shapes or None, None)
         else:  # .pt2
             from tvm.relax.frontend.torch import from_exported_program
 
             from .pt2 import load_exported_program
 
+            _no_shapes(path, input_shapes, "a torch.export program fixes its input shapes "
+                                           "at export time")
             ep = load_exported_program(path)  # never torch.export.load: it unpickles
             mod = from_exported_program(ep, keep_params_as_input=False,
                                         unwrap_unit_return_tuple=True)
-        return relax.transform.FoldConstant()(mod)
+        _check_folding(mod, path)
+        mod = relax.transform.FoldConstant()(mod)
+        if not _has_ops(mod):
+            raise ModelLoadError(f"cannot read model {path!r}: the model has no operators")
+        return mod
     except (ModelLoadError, UnsupportedModelError):
         raise
+    except RecursionError:
+        raise ModelLoadError(f"cannot read model {path!r}: nested too deeply") from None
     except Exception as e:  # noqa: BLE001 - frontends raise anything; name the file
-        msg = str(e).strip().splitlines()
+        msg = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
         raise ModelLoadError(f"cannot read model {path!r}: {type(e).__name__}: "
-                             f"{msg[-1] if msg else ''}") from None
+                             f"{msg[-1][:300] if msg else ''}") from None
 
 
 def load_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
@@ -96,15 +202,14 @@ def load_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
     kind = _check_file(path)
     if kind == ".onnx":
         from .onnx import from_onnx
+        from .onnx_file import read_onnx
 
-        try:
-            import onnx
+        model = read_onnx(path, input_shapes)
+        graph = from_onnx(model, input_shapes, name=os.path.basename(path), check=False)
+    else:
+        from .relax import from_relax
 
-            model = onnx.load(path)
-        except Exception as e:  # noqa: BLE001
-            raise ModelLoadError(f"cannot read model {path!r}: malformed ONNX file ({e})") \
-                from None
-        return from_onnx(model, input_shapes, name=os.path.basename(path))
-    from .relax import from_relax
-
-    return from_relax(load_relax(path, input_shapes))
+        graph = from_relax(load_relax(path, input_shapes))
+    if len(graph) == 0:
+        raise ModelLoadError(f"cannot read model {path!r}: the model has no operators")
+    return graph

@@ -8,7 +8,7 @@ peaks can be compared one to one. Tensor sizes come from ONNX shape inference; i
 """
 from __future__ import annotations
 
-import numpy as np
+import os
 
 from ..graph import GraphBuilder, OpGraph
 from .relax import UnsupportedModelError
@@ -20,31 +20,43 @@ ELEMENTWISE = {"Relu", "Add", "Mul", "Sub", "Div", "Sigmoid", "Tanh", "Clip", "L
 
 
 def _nbytes(vi, what: str) -> int:
-    import onnx
+    from .onnx_file import DTYPE_BITS, dtype_name
 
     tt = vi.type.tensor_type
     if not vi.type.HasField("tensor_type"):
         raise UnsupportedModelError(f"{what}: non-tensor value (sequence/map) is not supported")
-    dims = []
+    if not tt.HasField("shape"):
+        raise UnsupportedModelError(f"dynamic shape: {what} has unknown rank")
+    n = 1
     for d in tt.shape.dim:
         if not d.HasField("dim_value"):
             raise UnsupportedModelError(
                 f"dynamic shape: {what} has dimension {d.dim_param or '?'!r}; give static "
                 "shapes (--input-shapes) or fix the model's input dims")
-        dims.append(d.dim_value)
-    if not tt.HasField("shape"):
-        raise UnsupportedModelError(f"dynamic shape: {what} has unknown rank")
-    itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize
-    return int(np.prod(dims, dtype=np.int64)) * itemsize
+        if d.dim_value < 0:
+            raise UnsupportedModelError(f"{what} has negative dimension {d.dim_value}")
+        n *= d.dim_value  # Python ints: no overflow; OpGraph bounds the total
+    if tt.elem_type not in DTYPE_BITS:
+        raise UnsupportedModelError(f"{what} has unsupported dtype {dtype_name(tt.elem_type)}")
+    return (n * DTYPE_BITS[tt.elem_type] + 7) // 8
 
 
-def from_onnx(model, input_shapes: dict | None = None, name: str | None = None) -> OpGraph:
+def from_onnx(model, input_shapes: dict | None = None, name: str | None = None, *,
+              check: bool = True) -> OpGraph:
     """The `OpGraph` of an ONNX model (a ModelProto or a path). ``input_shapes`` overrides the
-    shapes of graph inputs (e.g. to fix a symbolic batch dimension)."""
+    shapes of graph inputs (e.g. to fix a symbolic batch dimension). The model is validated
+    first (`onnx_file.check_onnx`; ``check=False`` when the caller already did, as
+    `onnx_file.read_onnx` does); a path is read with `onnx_file.read_onnx`."""
     import onnx
 
+    from .onnx_file import check_onnx, read_onnx
+
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        model = onnx.load(model)
+        path = os.fsdecode(model)
+        model = read_onnx(path, input_shapes)
+        name = name or os.path.basename(path)
+    elif check:
+        check_onnx(name or model.graph.name or "<ModelProto>", model, input_shapes)
     graph = model.graph
     if input_shapes:
         for inp in graph.input:
