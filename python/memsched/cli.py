@@ -162,7 +162,12 @@ def cmd_analyze(args) -> int:
     for name, peak in methods.items():
         rel = f"{100.0 * (peak - input_peak) / input_peak:+.1f}%" if input_peak else "-"
         table.add_row(name, f"{peak:,}", rel)
-    console = Console()
+    class _Console(Console):
+        def on_broken_pipe(self):  # rich exits with status 1; `run` handles it like print
+            self.quiet = True
+            raise BrokenPipeError
+
+    console = _Console()
     console.print(table)
     status = "optimal (peak == lower bound)" if best.optimal else \
         f"gap {100 * best.gap:.1f}% (time limit reached)"
@@ -203,41 +208,50 @@ def _resolve_pass(name: str):
 PASSES = ("MemoryAwareSchedule", "PlanArena", "RewriteConcatConv", "FuseIsolatedSubgraphs")
 
 
-def _check_output(path: str) -> str:
-    """The directory ``-o`` will be written in, checked before any work is done."""
-    if not path or path.endswith(os.sep):
-        raise CLIError(f"bad -o {path!r}: not a file name")
-    out_dir = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise CLIError(f"cannot write {path!r}: it is a directory")
-    if not os.path.isdir(out_dir):
-        raise CLIError(f"cannot write {path!r}: directory {out_dir!r} does not exist")
-    if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise CLIError(f"cannot write {path!r}: directory {out_dir!r} is not writable")
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise CLIError(f"cannot write {path!r}: permission denied")
-    return out_dir
+class _Output:
+    """The ``-o`` file, claimed before any work: the directory is checked and a temporary file
+    created next to the target (so an unwritable place fails at once, not after the build);
+    `commit` exports into it and renames it over the target, so readers never see a partial
+    library; leaving the block without a commit (error, Ctrl-C) removes it."""
 
+    def __init__(self, path: str):
+        self.path = path
+        if not path or path.endswith(os.sep):
+            raise CLIError(f"bad -o {path!r}: not a file name")
+        if os.path.isdir(path):
+            raise CLIError(f"cannot write {path!r}: it is a directory")
+        out_dir = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(out_dir):
+            raise CLIError(f"cannot write {path!r}: directory {out_dir!r} does not exist")
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            raise CLIError(f"cannot write {path!r}: permission denied")
+        import tempfile
 
-def _write_atomically(ex, path: str, out_dir: str) -> None:
-    """``export_library`` into a temporary file next to ``path``, then rename it over ``path``:
-    readers never see a partial library, and a failure (or Ctrl-C) leaves nothing behind."""
-    import tempfile
+        try:
+            fd, self.tmp = tempfile.mkstemp(prefix=".memsched-",
+                                            suffix=os.path.splitext(path)[1] or ".so",
+                                            dir=out_dir)
+            os.close(fd)
+        except OSError as e:
+            raise CLIError(f"cannot write {path!r}: {e.strerror or e}") from None
 
-    fd, tmp = tempfile.mkstemp(prefix=".memsched-", suffix=os.path.splitext(path)[1] or ".so",
-                               dir=out_dir)
-    os.close(fd)
-    try:
-        ex.export_library(tmp)
+    def __enter__(self):
+        return self
+
+    def commit(self, ex) -> None:
+        ex.export_library(self.tmp)
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask if path.endswith((".so", ".dylib", ".dll"))
+        os.chmod(self.tmp, 0o777 & ~umask if self.path.endswith((".so", ".dylib", ".dll"))
                  else 0o666 & ~umask)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
+        os.replace(self.tmp, self.path)
+        self.tmp = None
+
+    def __exit__(self, *exc):
+        if self.tmp is not None:
+            with contextlib.suppress(OSError):
+                os.remove(self.tmp)
+        return False
 
 
 def _unschedulable(mod) -> str | None:
@@ -259,7 +273,7 @@ def _unschedulable(mod) -> str | None:
                     not all(hasattr(d, "value") for d in shape.values)):
                 return (f"dynamic shapes: input {p.name!r} of {gv.name_hint!r} has shape "
                         f"{shape if shape is not None else '(unknown rank)'}; give static "
-                        "shapes with --input-shapes")
+                        "shapes (--input-shapes for .onnx/.tflite; re-export a .pt2)")
     return None
 
 
@@ -308,10 +322,6 @@ def cmd_compile(args) -> int:
     plain TVM build and accepts what TVM accepts."""
     import tvm
 
-    from .importers.load import load_relax
-    from .relax_pipeline import pipeline_passes
-    from .tvm_memory import storage_sizes
-
     names = list(args.passes or [])
     # Our two planning-related passes have a fixed place in the build (before / after
     # StaticPlanBlockMemory); every other named pass runs first, in the order given.
@@ -324,8 +334,21 @@ def cmd_compile(args) -> int:
         first = (str(e).strip().splitlines() or [""])[0]
         raise CLIError(f"bad --target {args.target!r}: {first[:200]}") from None
     config = _parse_pass_config(getattr(args, "pass_config", None))
-    out_dir = _check_output(args.output)
-    mod = _load(load_relax, args)
+    # TVM's C++ log lines (fd 2) are held back while building: errors stay one line
+    with _Output(args.output) as out, _quiet_native_stderr(getattr(args, "verbose", False)):
+        msg = _compile(args, out, names, schedule, arena, others, target, config)
+    print(msg, file=sys.stderr)
+    return 0
+
+
+def _compile(args, out, names, schedule, arena, others, target, config) -> str:
+    import tvm
+
+    from .importers.load import load_relax
+    from .relax_pipeline import pipeline_passes
+    from .tvm_memory import storage_sizes
+
+    mod = load_relax(args.model, _shapes(args))
     if schedule or arena:
         why = _unschedulable(mod)
         if why:
@@ -335,10 +358,11 @@ def cmd_compile(args) -> int:
     opts = dict(schedule=schedule, time_limit=args.time_limit, before=others, plan_arena=arena)
     planning = pipeline_passes(stop_after_planning=True, **opts)
     rest = pipeline_passes(**opts)[len(planning):]
-    # Plan once, measure the plan, then finish the build from the planned module.
+
     def ctx():  # the caller's --pass-config, else TVM's default context
         return tvm.transform.PassContext(config=config) if config else contextlib.nullcontext()
 
+    # Plan once, measure the plan, then finish the build from the planned module.
     with target, ctx():
         planned = tvm.transform.Sequential(planning)(mod)
     if schedule:
@@ -351,7 +375,7 @@ def cmd_compile(args) -> int:
     with ctx():
         ex = tvm.compile(planned, target=target,
                          relax_pipeline=tvm.transform.Sequential(rest))
-    _write_atomically(ex, args.output, out_dir)
+    out.commit(ex)
     msg = f"wrote {args.output} ({time.perf_counter() - t0:.1f} s); planned storage " \
           f"{sum(storage_sizes(planned, 'main')):,} B"
     attrs = planned["main"].attrs if any(g.name_hint == "main"
@@ -359,8 +383,7 @@ def cmd_compile(args) -> int:
     if attrs is not None and "memsched.peak_before" in attrs:
         msg += (f"; schedule peak {int(attrs['memsched.peak_before']):,} -> "
                 f"{int(attrs['memsched.peak_after']):,} B (model 'tvm')")
-    print(msg, file=sys.stderr)
-    return 0
+    return msg
 
 
 def _add_compile_args(p):
@@ -424,6 +447,44 @@ def _stdout_closed() -> None:
         os.close(devnull)
 
 
+@contextlib.contextmanager
+def _noting_sigint(seen: list):
+    """Record Ctrl-C (and still raise KeyboardInterrupt): TVM turns a KeyboardInterrupt raised
+    inside a Python callback it runs (a pass, a legalization) into a bare RuntimeError."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+
+    def handler(signum, frame):
+        seen.append(True)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _interrupted(prog: str, argv, verbose: bool) -> int:
+    import traceback
+
+    if verbose:
+        traceback.print_exc()
+    print(f"{prog}: interrupted", file=sys.stderr)
+    if argv is None:  # the program itself (not a call from Python): leave now, without
+        # interpreter teardown, which can abort on a search thread still inside native code
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(130)
+    return 130
+
+
 def run(prog: str, parser: argparse.ArgumentParser, argv=None) -> int:
     """Parse ``argv`` and run the command under the guarantees of the module docstring."""
     import traceback
@@ -432,21 +493,22 @@ def run(prog: str, parser: argparse.ArgumentParser, argv=None) -> int:
     try:
         args = parser.parse_args(argv)
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(prog, argv, False)
     verbose = bool(getattr(args, "verbose", False) or os.environ.get("MEMSCHED_DEBUG"))
+    sigint: list = []
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _noting_sigint(sigint):
             if not verbose:
                 warnings.simplefilter("ignore")
             return args.func(args)
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted(prog, argv, verbose)
     except BrokenPipeError:
         _stdout_closed()
         return 141
     except (*_known_errors(), OSError, MemoryError, RecursionError) as e:
+        if sigint:
+            return _interrupted(prog, argv, verbose)
         if verbose:
             traceback.print_exc()
         if isinstance(e, OSError) and e.strerror:
@@ -460,6 +522,8 @@ def run(prog: str, parser: argparse.ArgumentParser, argv=None) -> int:
         print(f"{prog}: error: {msg}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - last resort: one line, never a traceback
+        if sigint:
+            return _interrupted(prog, argv, verbose)
         if verbose:
             traceback.print_exc()
         where = getattr(args, "model", None)
