@@ -60,13 +60,14 @@ def main() -> None:
     ap.add_argument("--models", default=os.path.join(os.path.dirname(__file__), "tflite",
                                                      "models"))
     ap.add_argument("--quick", action="store_true", help="two examples only")
+    ap.add_argument("--no-examples", action="store_true", help="only the files in --models")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--json")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as work:
         cases = []
-        for name, kw in (EXAMPLES[:2] if args.quick else EXAMPLES):
+        for name, kw in ([] if args.no_examples else EXAMPLES[:2] if args.quick else EXAMPLES):
             for q in (False, True):
                 path = os.path.join(work, f"{name}_{len(cases)}.tflite")
                 with open(path, "wb") as f:

@@ -53,7 +53,7 @@ def seconds(text: str) -> float:
 def _known_errors():
     from .graph import GraphError
     from .importers.load import ModelLoadError
-    from .importers.relax import UnsupportedModelError
+    from .graph import UnsupportedModelError
 
     return (CLIError, ModelLoadError, UnsupportedModelError, GraphError)
 

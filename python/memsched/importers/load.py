@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 
 from ..graph import OpGraph
-from .relax import UnsupportedModelError
+from ..graph import UnsupportedModelError
 
 # No .json (tvm.ir.save_json): in TVM 0.27 it segfaults on modules holding constants.
 FORMATS = (".onnx", ".tflite", ".pt2")

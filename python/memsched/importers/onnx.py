@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from ..graph import GraphBuilder, OpGraph
-from .relax import UnsupportedModelError
+from ..graph import UnsupportedModelError
 
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}

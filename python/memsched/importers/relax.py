@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import relax
 
-from ..graph import GraphBuilder, OpGraph
+from ..graph import GraphBuilder, OpGraph, UnsupportedModelError  # noqa: F401 (re-export)
 
 from tvm.ir.prim.expr import IntImm as _IntImm  # noqa: E402  (tvm.tir is gone in 0.27)
 
@@ -39,10 +39,6 @@ VIEW_OPS = {"relax.reshape", "relax.flatten", "relax.squeeze", "relax.expand_dim
 ELEMENTWISE_OPS = {"relax.nn.relu", "relax.nn.gelu", "relax.nn.silu", "relax.sigmoid",
                    "relax.tanh", "relax.add", "relax.multiply", "relax.subtract",
                    "relax.divide", "relax.clip", "relax.nn.relu6", "relax.exp", "relax.negative"}
-
-
-class UnsupportedModelError(ValueError):
-    """The model (or one block of it) cannot be scheduled; the message names the problem."""
 
 
 def _where(var) -> str:

@@ -12,6 +12,7 @@ Nothing here imports tflite-micro in the calling process.
 """
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -125,8 +126,9 @@ def compare_models(path_a: str, path_b: str, count: int = 3, seed: int = 0,
 
     LiteRT (no default delegates, every tensor preserved): every tensor the two files share by
     name, not only the outputs (an int8 softmax saturates and can hide a wrong intermediate).
-    TFLM (when installed and ``tflm``): the outputs. Returns ``{"litert_equal",
-    "tensors_compared", "tflm_equal", "inputs"}``.
+    TFLM (when installed and ``tflm``): the outputs; ``tflm_equal`` is None (with
+    ``tflm_note``) when TFLM cannot run the original file at all. Returns ``{"litert_equal",
+    "tensors_compared", "tflm_equal", "tflm_note", "inputs"}``.
     """
     import numpy as np
 
@@ -136,7 +138,7 @@ def compare_models(path_a: str, path_b: str, count: int = 3, seed: int = 0,
     ib = make_interpreter(path_b, preserve_all_tensors=True)
     feeds = random_inputs(ia.get_input_details(), count, seed)
     equal, compared = True, 0
-    tflm_equal = None
+    tflm_equal = tflm_note = None
     for feed in feeds:
         values = []
         for it in (ia, ib):
@@ -154,12 +156,19 @@ def compare_models(path_a: str, path_b: str, count: int = 3, seed: int = 0,
         shared = set(values[0]) & set(values[1])
         compared = max(compared, len(shared))
         equal = equal and all(np.array_equal(values[0][k], values[1][k]) for k in shared)
-        if tflm and available():
+        if tflm and available() and tflm_note is None:
             ins = [feed[d["name"]] for d in ia.get_input_details()]
             n_out = len(ia.get_output_details())
-            oa = run_tflm(path_a, ins, n_out)
-            ob = run_tflm(path_b, ins, n_out)
-            same = all(np.array_equal(x, y) for x, y in zip(oa, ob))
+            try:
+                oa = run_tflm(path_a, ins, n_out)
+            except RuntimeError as e:  # TFLM cannot run the original: nothing to compare
+                tflm_note = f"TFLM cannot run {os.path.basename(path_a)}: {e}"
+                continue
+            try:
+                ob = run_tflm(path_b, ins, n_out)
+                same = all(np.array_equal(x, y) for x, y in zip(oa, ob))
+            except RuntimeError as e:
+                same, tflm_note = False, str(e)
             tflm_equal = same if tflm_equal is None else (tflm_equal and same)
     return {"litert_equal": bool(equal), "tensors_compared": compared,
-            "tflm_equal": tflm_equal, "inputs": len(feeds)}
+            "tflm_equal": tflm_equal, "tflm_note": tflm_note, "inputs": len(feeds)}
