@@ -150,6 +150,22 @@ def _initializer_bytes(path: str, t) -> int:
     return want
 
 
+def _check_text(path: str, g) -> None:
+    """Names must be text: protobuf hands invalid UTF-8 in a string field back as bytes."""
+    def bad(x) -> bool:
+        return not isinstance(x, str)
+
+    for k, node in enumerate(g.node):
+        if bad(node.name) or bad(node.op_type) or bad(node.domain) or \
+                any(bad(n) for n in list(node.input) + list(node.output)):
+            _fail(path, f"node {k} has a name or operator type that is not valid UTF-8")
+    for what, items in (("input", g.input), ("output", g.output),
+                        ("value_info", g.value_info), ("initializer", g.initializer)):
+        for k, vi in enumerate(items):
+            if bad(vi.name):
+                _fail(path, f"{what} {k} has a name that is not valid UTF-8")
+
+
 def check_onnx(path: str, model, input_shapes: dict | None = None) -> None:
     """Validate a parsed ``ModelProto`` (see the module docstring); `ModelLoadError` if bad."""
     import onnx
@@ -157,6 +173,7 @@ def check_onnx(path: str, model, input_shapes: dict | None = None) -> None:
     g = model.graph
     if len(g.node) == 0:
         _fail(path, "the model has no operators (empty graph)")
+    _check_text(path, g)
     inits = {}
     for t in g.initializer:
         if t.name in inits:
