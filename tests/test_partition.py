@@ -193,3 +193,17 @@ def test_relaxation_window_frees_ops_around_the_cut():
     assert free == 6  # levels 3..8
     assert [(a, c) for a, c in zip(lo, hi)][3:9] == [(0, 1)] * 6
     assert lo[:3] == hi[:3] == [0, 0, 0] and lo[9:] == hi[9:] == [1, 1, 1]
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("k", [4, 6])
+def test_large_synthetic_certified_by_every_route(k):
+    from memsched.partition.synthetic import synthetic_problem
+
+    p = synthetic_problem(400, 4, seed=k)
+    ex = solve(p, k, method="exact", time_limit=120)
+    assert ex.optimal
+    for method in ("inc-ilp", "auto"):
+        r = solve(p, k, method=method, time_limit=120)
+        assert r.optimal and r.key == ex.key
+    assert ex.key <= solve(p, k, method="param-balanced").key

@@ -11,5 +11,5 @@ The objective is defined once, in `memsched.partition.problem`.
 from .problem import (DEFAULT_SRAM, ActTensor, Cost, PartitionError,  # noqa: F401
                       PartitionProblem, check_assignment, evaluate)
 from .base import PartitionResult, available, solve, trivial_bounds  # noqa: F401
-from . import param_balanced, exact, inc_ilp, auto  # noqa: F401  (registration)
+from . import param_balanced, exact, inc_ilp, learned, auto  # noqa: F401  (registration)
 from .param_balanced import param_balanced_cut  # noqa: F401

@@ -55,17 +55,28 @@ def relaxation_window(problem: PartitionProblem, s: Sequence[int], levels: Seque
     return lo, hi, free
 
 
-def initial_cut(problem: PartitionProblem, stages: int, initial="learned") -> tuple[list, str]:
-    """The starting cut and its name: ``"learned"`` (falls back to param-balanced when no
-    weights are available), ``"param-balanced"``, or an explicit assignment."""
+def initial_cut(problem: PartitionProblem, stages: int, initial="learned",
+                sram_bytes: int | None = None) -> tuple[list, str]:
+    """The starting cut and its name: ``"learned"`` (param-balanced when no weights are
+    available), ``"param-balanced"``, ``"best"`` (the better of the two under the objective),
+    or an explicit assignment."""
+    from .problem import DEFAULT_SRAM, evaluate
+
     if isinstance(initial, str):
-        if initial == "learned":
+        if initial in ("learned", "best"):
             try:
                 from .learned import learned_cut
 
-                return learned_cut(problem, stages), "learned"
+                learned = learned_cut(problem, stages)
             except (ImportError, FileNotFoundError):
                 return param_balanced_cut(problem, stages), "param-balanced"
+            if initial == "learned":
+                return learned, "learned"
+            pb = param_balanced_cut(problem, stages)
+            sram = DEFAULT_SRAM if sram_bytes is None else sram_bytes
+            if evaluate(problem, learned, sram).key < evaluate(problem, pb, sram).key:
+                return learned, "learned"
+            return pb, "param-balanced"
         if initial == "param-balanced":
             return param_balanced_cut(problem, stages), "param-balanced"
         raise ValueError(f"unknown initial cut {initial!r}")
@@ -85,7 +96,7 @@ def inc_ilp(problem: PartitionProblem, stages: int, sram_bytes: int,
     def remaining():
         return None if deadline is None else max(0.0, deadline - time.perf_counter())
 
-    s, source = initial_cut(problem, stages, initial)
+    s, source = initial_cut(problem, stages, initial, sram_bytes)
     stats: dict = {"initial": source, "initial_seconds": round(time.perf_counter() - t_start, 4),
                    "rounds": []}
     levels = problem.asap_levels()
