@@ -146,3 +146,85 @@ def test_cli_errors(tmp_path, capsys):
     assert main(["partition", str(good), "--stages", "2", "--sram", "lots"]) == 2
     err = capsys.readouterr().err
     assert err.count("memsched: error:") == 5 and "Traceback" not in err
+
+
+MUTATIONS = ["type", "shape", "op_input", "op_output", "opcode", "buffer", "sg_input",
+             "sg_output", "drop_op", "no_ops", "dup_name"]
+
+
+def _mutate(data: bytes, whats, a: int, b: int):
+    """A structurally valid flatbuffer holding a broken model (None if not encodable)."""
+    import flatbuffers
+
+    from memsched.importers.tflite_graph import schema
+
+    s = schema()
+    model = s.ModelT.InitFromPackedBuf(data, 0)
+    sg = model.subgraphs[0]
+    for what in whats:
+        if not sg.operators:
+            break
+        t = sg.tensors[a % len(sg.tensors)]
+        op = sg.operators[a % len(sg.operators)]
+        if what == "type":
+            t.type = b % 25
+        elif what == "shape":
+            t.shape = [[-1, 0, 1 << 30, 7, 3][(b + i) % 5] for i in range(b % 5)]
+        elif what == "op_input" and op.inputs is not None and len(op.inputs):
+            op.inputs = [int(i) for i in op.inputs]
+            op.inputs[b % len(op.inputs)] = [len(sg.tensors), -1, 1 << 30, a % len(sg.tensors)][
+                b % 4]
+        elif what == "op_output" and op.outputs is not None and len(op.outputs):
+            op.outputs = [int(i) for i in op.outputs]
+            op.outputs[0] = [len(sg.tensors) + 3, 0, b % len(sg.tensors)][b % 3]
+        elif what == "opcode":
+            op.opcodeIndex = [len(model.operatorCodes), 1 << 20][b % 2]
+        elif what == "buffer":
+            t.buffer = [len(model.buffers), 1 << 20, b % len(model.buffers)][b % 3]
+        elif what == "sg_input":
+            sg.inputs = [[len(sg.tensors)], [], [0, 0], [b % len(sg.tensors)]][b % 4]
+        elif what == "sg_output":
+            sg.outputs = [[len(sg.tensors) + 1], [], [0], [b % len(sg.tensors)]][b % 4]
+        elif what == "drop_op":
+            del sg.operators[a % len(sg.operators)]
+        elif what == "no_ops":
+            sg.operators = []
+        elif what == "dup_name":
+            t.name = sg.tensors[b % len(sg.tensors)].name
+    fb = flatbuffers.Builder(1024)
+    try:
+        fb.Finish(model.Pack(fb), file_identifier=b"TFL3")
+    except Exception:  # noqa: BLE001 - not encodable
+        return None
+    return bytes(fb.Output())
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(whats=st.lists(st.sampled_from(MUTATIONS), min_size=1, max_size=2),
+       a=st.integers(0, 1000), b=st.integers(0, 1000), k=st.integers(1, 4),
+       q=st.booleans())
+def test_partition_of_broken_models_fails_cleanly(tmp_path_factory, whats, a, b, k, q):
+    import contextlib
+    import io
+
+    data = _mutate(residual_concat_model(q), whats, a, b)
+    if data is None:
+        return
+    d = tmp_path_factory.mktemp("fz")
+    path = d / "m.tflite"
+    path.write_bytes(data)
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        rc = main(["partition", str(path), "--stages", str(k), "--json", "-o", str(d / "seg")])
+    text = err.getvalue()
+    assert rc in (0, 2), text
+    if rc == 2:
+        assert len(text.splitlines()) == 1 and text.startswith("memsched: error:"), text
+    else:
+        res = json.loads(out.getvalue())
+        assert len(res["files"]) == k
+        for f in res["files"]:  # what we wrote parses again
+            assert len(read_tflite(f).graph) >= 1
