@@ -124,8 +124,8 @@ def compare_models(path_a: str, path_b: str, count: int = 3, seed: int = 0,
                    tflm: bool = True) -> dict:
     """Run two .tflite files on the same random inputs and compare them bit for bit.
 
-    LiteRT (no default delegates, every tensor preserved): every tensor the two files share by
-    name, not only the outputs (an int8 softmax saturates and can hide a wrong intermediate).
+    LiteRT (no default delegates, every tensor preserved): every activation tensor of the files
+    (by tensor index, which a reorder keeps), not only the outputs (an int8 softmax saturates and can hide a wrong intermediate).
     TFLM (when installed and ``tflm``): the outputs; ``tflm_equal`` is None (with
     ``tflm_note``) when TFLM cannot run the original file at all. Returns ``{"litert_equal",
     "tensors_compared", "tflm_equal", "tflm_note", "inputs"}``.
@@ -134,8 +134,13 @@ def compare_models(path_a: str, path_b: str, count: int = 3, seed: int = 0,
 
     from .segments import make_interpreter, random_inputs
 
+    from ..importers.tflite_graph import read_tflite
+
     ia = make_interpreter(path_a, preserve_all_tensors=True)
     ib = make_interpreter(path_b, preserve_all_tensors=True)
+    # the file's activation tensors, by index (a reorder keeps tensor indices; names repeat
+    # in converted models, and the interpreter's own temporaries hold garbage)
+    acts = set(read_tflite(path_a).tensor_index) & set(read_tflite(path_b).tensor_index)
     feeds = random_inputs(ia.get_input_details(), count, seed)
     equal, compared = True, 0
     tflm_equal = tflm_note = None
@@ -147,10 +152,10 @@ def compare_models(path_a: str, path_b: str, count: int = 3, seed: int = 0,
                 it.set_tensor(by_name[name], arr)
             it.invoke()
             vals = {}
-            for d in it.get_tensor_details():
+            for t in acts:
                 try:
-                    vals[d["name"]] = it.get_tensor(d["index"]).copy()
-                except ValueError:  # tensors without data (optional inputs)
+                    vals[t] = it.get_tensor(t).copy()
+                except ValueError:  # tensors without data
                     pass
             values.append(vals)
         shared = set(values[0]) & set(values[1])
