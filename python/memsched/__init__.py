@@ -20,6 +20,8 @@ _LAZY = {
     "RewriteConcatConv": "memsched.transform.rewrite_concat_conv",
     "PlanArena": "memsched.transform.plan_arena",
     "FuseIsolatedSubgraphs": "memsched.transform.fuse_isolated_subgraphs",
+    "PartitionPipeline": "memsched.transform.partition_pipeline",
+    "edgetpu_pipeline": "memsched.relax_pipeline",
     "pipeline": "memsched.relax_pipeline",
     "pipeline_passes": "memsched.relax_pipeline",
     "planned_bytes": "memsched.tvm_memory",

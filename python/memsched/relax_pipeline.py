@@ -67,3 +67,36 @@ def pipeline(**options) -> tvm.transform.Pass:
         return seq(mod)
 
     return _pipeline
+
+
+def edgetpu_pipeline(stages: int, sram_bytes: int = 8 << 20, method: str = "auto",
+                     time_limit: float | None = None, assignment=None, params=None,
+                     **options) -> tvm.transform.Pass:
+    """A ``relax_pipeline`` that cuts ``main`` into ``stages`` pipeline stage functions
+    (`PartitionPipeline`: certified lexicographic (P, O, C) optimum from `memsched.partition`)
+    before codegen, then builds like `pipeline` (each stage function scheduled and planned on
+    its own):
+
+        ex = tvm.compile(mod, "llvm", relax_pipeline=memsched.edgetpu_pipeline(stages=2))
+        vm["main"](x)          # the whole model, bit-equal to the unsplit build
+        vm["main_stage0"](x)   # stage 0 alone: what one device of the pipeline runs
+
+    ``sram_bytes``, ``method``, ``time_limit``, ``assignment``, ``params`` go to
+    `PartitionPipeline`; other options (``schedule``, ``plan_arena``, ``fuse``, ``before``...)
+    to `pipeline`. Constants are folded first so that weight-only computations are not cut as
+    activations.
+    """
+    from .transform.partition_pipeline import PartitionPipeline
+
+    part = PartitionPipeline(stages, sram_bytes=sram_bytes, method=method,
+                             time_limit=time_limit, assignment=assignment, params=params)
+    before = list(options.pop("before", ()))
+    seq = tvm.transform.Sequential(
+        pipeline_passes(before=[relax.transform.FoldConstant()] + before + [part], **options),
+        name="memsched_edgetpu_pipeline")
+
+    @tvm.transform.module_pass(opt_level=0, name="memsched.edgetpu_pipeline")
+    def _pipeline(mod, _ctx):
+        return seq(mod)
+
+    return _pipeline
