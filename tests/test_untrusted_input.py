@@ -344,6 +344,17 @@ def test_analyze_bad_arguments(small_onnx, args, needle, capsys):
     assert needle in err and len(err.splitlines()) == 1, err
 
 
+def test_tflite_input_shapes_must_name_inputs(tmp_path, capsys):
+    pytest.importorskip("tflite")
+    from memsched.examples import example_tflite
+
+    path = tmp_path / "m.tflite"
+    path.write_bytes(example_tflite("two_branch"))
+    assert main(["analyze", str(path), "--input-shapes", "nope:1x2"]) == 2
+    err = capsys.readouterr().err
+    assert "'nope', which is not an input" in err and len(err.splitlines()) == 1
+
+
 @pytest.fixture
 def no_load(monkeypatch):
     """Fail the test if the model is loaded: the error must come before any work."""

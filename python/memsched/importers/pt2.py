@@ -14,7 +14,8 @@ instead, and hands only checked, plain data to PyTorch's JSON deserializer:
   resolve to a PyTorch operator (``torch.ops.NS.OP[.OVERLOAD]``) or one of the symbolic-int
   builtins the serializer itself emits; every symbolic expression must parse (``ast``, never
   evaluated) into sympy constructors, names, numbers and arithmetic only; ``guards_code`` is
-  dropped (guards check inputs at run time, which TVM does not use);
+  dropped (guards check inputs at run time, which TVM does not use) and so is the
+  ``source_fn_stack`` metadata (more names PyTorch would resolve by ``getattr``);
 * weights and tensor constants are raw little-endian bytes described by JSON metadata: sizes,
   strides and offsets are checked against the record's length before a tensor is built;
 * sample inputs are never read; anything stored as a pickle (tensor-subclass weights, script or
@@ -142,6 +143,10 @@ def _check_program(path: str, doc) -> None:
         if isinstance(obj, dict):
             if "target" in obj and "inputs" in obj and "outputs" in obj:
                 _check_target(path, obj["target"], f"node in {where}", builtins)
+                meta = obj.get("metadata")
+                if isinstance(meta, dict):
+                    # names resolved by getattr into the node's meta; nothing needs them
+                    meta.pop("source_fn_stack", None)
             for k, v in obj.items():
                 if k == "as_operator":
                     _check_target(path, v, f"operator argument in {where}", builtins)
@@ -266,8 +271,9 @@ def _load_payloads(path: str, ar: _Archive, config_name: str, directory: str, wh
         sizes = [_int(path, s, f"{what} {fqn!r} size") for s in tm.get("sizes") or []]
         strides = [_int(path, s, f"{what} {fqn!r} stride") for s in tm.get("strides") or []]
         offset = _int(path, tm.get("storage_offset", {"as_int": 0}), f"{what} {fqn!r} offset")
-        if len(sizes) != len(strides) or any(s < 0 for s in sizes + strides) or offset < 0:
-            _fail(path, f"{what} {fqn!r} has negative or mismatched sizes/strides")
+        if len(sizes) != len(strides) or any(not 0 <= s < 1 << 62 for s in sizes + strides) \
+                or not 0 <= offset < 1 << 62:
+            _fail(path, f"{what} {fqn!r} has negative, absurd or mismatched sizes/strides")
         itemsize = torch.empty((), dtype=dtype).element_size()
         numel = 1
         for s in sizes:
@@ -303,6 +309,17 @@ def _load_payloads(path: str, ar: _Archive, config_name: str, directory: str, wh
 def load_exported_program(path: str, model_name: str = "model"):
     """The ``torch.export.ExportedProgram`` saved in ``path``, read without unpickling or
     evaluating anything from the file (see the module docstring); `ModelLoadError` otherwise."""
+    try:
+        return _load(path, model_name)
+    except ModelLoadError:
+        raise
+    except (Exception, RecursionError) as e:  # noqa: BLE001 - torch raises anything
+        lines = [ln for ln in str(e).strip().splitlines() if ln.strip()]
+        _fail(path, f"malformed torch.export archive: {type(e).__name__}: "
+                    f"{lines[0][:200] if lines else ''}")
+
+
+def _load(path: str, model_name: str):
     from torch._export.serde import schema
     from torch._export.serde.serialize import ExportedProgramDeserializer, _dict_to_dataclass
 
