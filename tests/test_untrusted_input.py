@@ -308,6 +308,28 @@ def test_opgraph_bounds_byte_totals():
         b.build()
 
 
+def test_absurd_relax_shapes_api_error_and_pass_leaves_module_unchanged():
+    import tvm
+    import tvm_ffi
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1 << 31, 1 << 31, 4), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            a = bb.emit(relax.op.exp(x))
+            c = bb.emit_output(relax.op.add(a, bb.emit(relax.op.exp(a))))
+        bb.emit_func_output(c)
+    mod = bb.get()
+    with pytest.raises(ValueError, match="2\\*\\*60"):
+        memsched.from_relax(mod)
+    with pytest.warns(UserWarning, match="left block 0 unchanged"):
+        out = memsched.MemoryAwareSchedule()(mod)
+    assert "2**60" in str(out["main"].attrs["memsched.skipped"])
+    assert tvm_ffi.structural_equal(out["main"].body, mod["main"].body)
+    assert isinstance(out, tvm.IRModule)
+
+
 # ------------------------------------------------------------------ command line
 @pytest.fixture(scope="module")
 def small_onnx(tmp_path_factory):

@@ -39,6 +39,11 @@ class UnsupportedModelError(ValueError):
 MAX_GRAPH_BYTES = 1 << 60
 
 
+class GraphTooLargeError(GraphError, UnsupportedModelError):
+    """Byte counts past `MAX_GRAPH_BYTES` (absurd shapes). Also an `UnsupportedModelError`, so
+    the passes leave such a block unchanged (``memsched.skipped``) instead of failing."""
+
+
 @dataclass
 class Tensor:
     name: str
@@ -104,16 +109,16 @@ class OpGraph:
             if t.nbytes < 0:
                 raise GraphError(f"tensor {t.name!r} has negative size {t.nbytes}")
             if t.nbytes > MAX_GRAPH_BYTES:
-                raise GraphError(f"tensor {t.name!r} has {t.nbytes:,} bytes, more than the "
+                raise GraphTooLargeError(f"tensor {t.name!r} has {t.nbytes:,} bytes, more than the "
                                  f"limit of 2**60 (absurd shape?)")
             total += t.nbytes
         for op in self.ops:
             if not 0 <= op.workspace <= MAX_GRAPH_BYTES:
-                raise GraphError(f"op {op.name!r} has workspace {op.workspace:,} bytes "
+                raise GraphTooLargeError(f"op {op.name!r} has workspace {op.workspace:,} bytes "
                                  "(negative or above 2**60)")
             total += op.workspace
         if total > MAX_GRAPH_BYTES:
-            raise GraphError(f"graph {self.name!r} holds {total:,} bytes in all, more than the "
+            raise GraphTooLargeError(f"graph {self.name!r} holds {total:,} bytes in all, more than the "
                              "limit of 2**60 (absurd shapes?)")
         # Kahn's algorithm doubles as the cycle check.
         if len(self.topological_order()) != n:
