@@ -327,7 +327,8 @@ def cmd_compile(args) -> int:
     # StaticPlanBlockMemory); every other named pass runs first, in the order given.
     schedule = "MemoryAwareSchedule" in names
     arena = "auto" if "PlanArena" in names else False
-    others = [_resolve_pass(n) for n in names if n not in ("MemoryAwareSchedule", "PlanArena")]
+    others = [_resolve_pass(n) for n in names
+              if n not in ("MemoryAwareSchedule", "PlanArena", "PartitionPipeline")]
     try:
         target = tvm.target.Target(args.target)
     except Exception as e:  # noqa: BLE001
@@ -349,6 +350,11 @@ def _compile(args, out, names, schedule, arena, others, target, config) -> str:
     from .tvm_memory import storage_sizes
 
     mod = load_relax(args.model, _shapes(args))
+    cut = None
+    if "PartitionPipeline" in names:  # before the other passes, options from --stages/--sram
+        from .cli_pipeline import partition_for_compile
+
+        mod, cut = partition_for_compile(mod, args)
     if schedule or arena:
         why = _unschedulable(mod)
         if why:
@@ -383,7 +389,7 @@ def _compile(args, out, names, schedule, arena, others, target, config) -> str:
     if attrs is not None and "memsched.peak_before" in attrs:
         msg += (f"; schedule peak {int(attrs['memsched.peak_before']):,} -> "
                 f"{int(attrs['memsched.peak_after']):,} B (model 'tvm')")
-    return msg
+    return msg + (cut(planned) if cut else "")
 
 
 def _add_compile_args(p):
@@ -398,6 +404,9 @@ def _add_compile_args(p):
                    help="scheduling time limit in seconds (default 10)")
     p.add_argument("--pass-config", action="append", metavar="KEY=VALUE",
                    help="PassContext option (repeatable), e.g. memsched.algorithm=exact")
+    from .cli_pipeline import add_partition_pass_args  # --stages/--sram of PartitionPipeline
+
+    add_partition_pass_args(p)
     _add_verbose(p)
 
 
@@ -430,6 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_reorder import add_reorder_command  # reorder (.tflite for TFLite / TFLM)
 
     add_reorder_command(sub)
+    from .cli_pipeline import add_pipeline_command  # run-pipeline (TVM RPC)
+
+    add_pipeline_command(sub)
     return ap
 
 
