@@ -37,6 +37,7 @@ it (a fraction of a second) and re-raises.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from typing import Callable, TypeVar
@@ -75,6 +76,13 @@ class Deadline:
     def check(self) -> None:
         """Raise `Expired` when the deadline has passed (cheap: one clock read)."""
         if self.end is not None and time.perf_counter() >= self.end:
+            raise Expired()
+
+    def check_import(self, module: str, seconds: float) -> None:
+        """Raise `Expired` when ``module`` is not imported yet and importing it (about
+        ``seconds``) would not fit in the time left: imports inside a call count too."""
+        if self.end is not None and module not in sys.modules and \
+                time.perf_counter() + seconds >= self.end:
             raise Expired()
 
     def share(self, fraction: float) -> "Deadline":
@@ -155,33 +163,44 @@ def python_state_bytes(n: int) -> int:
 
 # ------------------------------------------------------------------------------- Ctrl-C
 def run_interruptible(fn: Callable[[], T], stop: Callable[[], None],
-                      deadline: Deadline | None = None, grace: float = 0.25) -> T:
+                      deadline: Deadline | None = None, grace: float = 0.1) -> T:
     """Run ``fn()`` (native code that releases the GIL) so that Ctrl-C and the deadline reach
     it: in a worker thread, the calling thread waiting in 50 ms slices. On KeyboardInterrupt,
     ``stop()`` is called, the worker joined, and the interrupt re-raised; when the deadline is
     ``grace`` seconds past and ``fn`` still runs (e.g. CP-SAT presolve, which checks its own
     time limit only now and then), ``stop()`` is called once."""
     box: dict = {}
+    done = threading.Event()
 
     def work():
         try:
             box["value"] = fn()
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = e
+        finally:
+            done.set()
 
+    # Waiting on an Event rather than Thread.join: a KeyboardInterrupt inside join() can leave
+    # the thread looking finished while its native code still runs (the interpreter would
+    # then exit under it).
     worker = threading.Thread(target=work, name="memsched-search", daemon=True)
     worker.start()
     stopped = False
     try:
-        while worker.is_alive():
-            worker.join(0.05)
+        while not done.wait(0.05):
             if not stopped and deadline is not None and deadline.end is not None and \
                     time.perf_counter() > deadline.end + grace:
                 stop()
                 stopped = True
     except KeyboardInterrupt:
         stop()
-        worker.join()
+        while True:
+            try:
+                while not done.wait(0.05):
+                    pass
+                break
+            except KeyboardInterrupt:  # a second Ctrl-C: keep waiting for the native stop
+                stop()
         raise
     if "error" in box:
         raise box["error"]

@@ -325,8 +325,8 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     stats["astar_kernel"] = None if kernel is None else ("native" if kernel.fast else "python")
     stats.update(proof=proof, proved_by=proved, states=states, cpsat_variables=cp_vars,
                  hmcos_seconds=round(t_hmcos, 3), astar_seconds=round(t_astar, 3),
-                 cpsat_seconds=round(t_cpsat, 3), gap=0.0 if peak == 0 else
-                 round((peak - min(lower, peak)) / peak, 6),
+                 cpsat_seconds=round(t_cpsat, 3), gap=None if not subs else 0.0 if peak == 0
+                 else round((peak - min(lower, peak)) / peak, 6),
                  timed_out=deadline.expired() and not optimal,
                  seconds=round(time.perf_counter() - t0, 3))
     return order, min(lower, peak), optimal, stats

@@ -64,6 +64,9 @@ def run(problem: Problem, algorithm: str, **options) -> tuple[list[int], int, bo
     return fn(problem, **options)
 
 
+FINISH_SECONDS_PER_OP = 2e-5  # check_order + evaluate + trivial_bound: ~0.35 s for 20k ops
+
+
 def check_time_limit(time_limit) -> float | None:
     """None or a finite number of seconds >= 0 (``inf`` means None); ValueError otherwise."""
     if time_limit is None:
@@ -102,9 +105,14 @@ def schedule(graph: OpGraph, algorithm: str = "auto", memory_model: MemoryModel 
     if algorithm not in _REGISTRY:
         run(None, algorithm)  # raises the clear error
     problem = Problem.from_graph(graph, memory_model)
+    # the algorithm's deadline leaves room for checking and evaluating its order below
+    inner = deadline
+    if deadline.end is not None:
+        reserve = min(FINISH_SECONDS_PER_OP * problem.n, 0.25 * deadline.remaining())
+        inner = Deadline(end=deadline.end - reserve)
     try:
-        order, lb, optimal, stats = run(problem, algorithm, time_limit=deadline.remaining(),
-                                        deadline=deadline, memory_limit=memory_limit,
+        order, lb, optimal, stats = run(problem, algorithm, time_limit=inner.remaining(),
+                                        deadline=inner, memory_limit=memory_limit,
                                         progress=progress, **options)
     except Expired:  # the deadline hit before the algorithm had any order of its own
         order, lb, optimal = list(range(problem.n)), 0, False

@@ -135,13 +135,11 @@ def btsearch(p: Problem, time_limit: float | None = 10.0, progress=False, divide
     segs, subs, target = segment_problems(p, divide, deadline)
     states = 0
     stopped: dict[str, int] = {}
-    all_done = True
     for k in sorted(range(len(subs)), key=lambda k: -subs[k][3]):
         sub, ids, o, pk, lb = subs[k]
         if pk <= target:
             continue
         if deadline.expired():
-            all_done = False
             continue
         o2, pk2, finished, st = btsearch_problem(sub, (o, pk), target, deadline, max_states,
                                                  bound, memory_limit)
@@ -151,11 +149,9 @@ def btsearch(p: Problem, time_limit: float | None = 10.0, progress=False, divide
         if finished:
             subs[k][4] = max(lb, pk2)  # exhausted: pk2 is optimal (or <= target)
             target = max(target, subs[k][4])
-        else:
-            all_done = False
     order = [ids[v] for _, ids, o, *_ in subs for v in o]
     peak = max((s[3] for s in subs), default=0)
     lower = max((s[4] for s in subs), default=0)
     return order, min(lower, peak), peak <= lower, {
         "segments": len(segs), "states": states, "stopped": stopped,
-        "timed_out": not all_done and peak > lower}
+        "timed_out": peak > lower and (deadline.expired() or "time" in stopped)}

@@ -138,7 +138,7 @@ def astar(p: Problem, upper: tuple[list[int], int], target: int, deadline: Deadl
             order.reverse()
             return order, g, f, states
         states += 1
-        if states & 1023 == 0:
+        if states & 63 == 0:  # an expansion costs O(n) Python steps: poll often
             why = None
             if max_states is not None and states >= max_states:
                 why = "states"
@@ -223,7 +223,7 @@ def segment_problems(p: Problem, divide: bool = True, deadline: Deadline | None 
             deadline.check()
         sub, ids = p.restrict(seg, before)
         before |= sum(1 << v for v in seg)
-        order, peak, _ = best_heuristic(sub)
+        order, peak, _ = best_heuristic(sub, deadline)
         subs.append([sub, ids, order, peak, trivial_bound(sub)])
     return segs, subs, max((s[4] for s in subs), default=0)
 

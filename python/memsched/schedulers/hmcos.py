@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import time
 
+import networkx as nx  # imported with memsched (0.2 s): inside a time-limited call it would count
+
 from ..limits import Deadline, Expired
 from ..memory import Problem
 from .base import register, trivial_bound
@@ -118,7 +120,6 @@ def _sequences(p: Problem, succs, region_of) -> list[list[int]]:
 
 def _groups(p: Problem, succs, group_size: int) -> list[int]:
     """region id per op (-1: top level) from post-dominator subtrees."""
-    import networkx as nx
 
     n = p.n
     snk = n
@@ -164,15 +165,18 @@ def _groups(p: Problem, succs, group_size: int) -> list[int]:
 
 
 class _Hierarchy:
-    def __init__(self, p: Problem, group_size: int):
+    def __init__(self, p: Problem, group_size: int, deadline: Deadline | None = None):
         self.p = p
+        self.deadline = deadline or Deadline()
         n = p.n
         succs: list[list[int]] = [[] for _ in range(n)]
         for v in range(n):
             for u in dict.fromkeys(p.preds[v]):
                 succs[u].append(v)
         region = _groups(p, succs, group_size) if group_size >= 2 else [-1] * n
+        self.deadline.check()
         seqs = _sequences(p, succs, region)
+        self.deadline.check()
         by_region: dict[int, list[_Vertex]] = {}
         self.top: list[_Vertex] = []
         for s in seqs:
@@ -196,6 +200,7 @@ class _Hierarchy:
         """Dissolve groups until the vertex graph is acyclic (disjoint convex groups can
         still form a cycle together)."""
         while True:
+            self.deadline.check()
             cyc = self._cycle_group()
             if cyc is None:
                 return
@@ -418,7 +423,7 @@ def hmcos_schedule(p: Problem, time_limit: float | None = None,
     try:
         for b in beams:
             for gs in sizes:
-                h = _Hierarchy(p, gs)
+                h = _Hierarchy(p, gs, deadline)
                 deadline.check()
                 stats["runs"] += 1
                 stats.setdefault("vertices", len(h.top))

@@ -51,6 +51,9 @@ from .exact import segment_problems
 from .heuristics import best_heuristic
 
 
+CPSAT_IMPORT_SECONDS = 1.5  # importing OR-Tools' CP-SAT: 0.5 s idle, 1.5 s on a loaded machine
+
+
 def windows(p: Problem) -> tuple[list[int], list[int]]:
     """(earliest, latest) step of every op, 1-based: ``|anc|+1`` and ``n-|desc|``."""
     from ..simplify.fusion import closure
@@ -66,7 +69,7 @@ class Model:
                  prune: bool = True, deadline: Deadline | None = None):
         from ortools.sat.python import cp_model
 
-        chk = Checker(deadline, 64)  # building a large model takes seconds: abortable
+        chk = Checker(deadline, 8)  # building a large model takes seconds: abortable
         self.p = p
         n = p.n
         self.n = n
@@ -289,6 +292,7 @@ def solve_problem(p: Problem, upper: tuple[list[int], int] | None = None, lower:
         stats.update(variables=0, status="trivial", seconds=0.0)
         return ub_order, ub, min(ub, max(lower, ub)), stats
     try:
+        deadline.check_import("ortools.sat.python.cp_model", CPSAT_IMPORT_SECONDS)
         model = Model(p, upper=ub, lower=lower, prune=prune, deadline=deadline)
     except Expired:
         stats.update(variables=0, status="expired", seconds=round(time.perf_counter() - t0, 3))
@@ -367,7 +371,7 @@ def ilp(p: Problem, time_limit: float | None = 10.0, progress=False, divide: boo
 
 # ---------------------------------------------------------------------------- partitioning
 def acyclic_partition(p: Problem, order: Sequence[int], parts: int,
-                      slack: float = 1.5) -> list[list[int]]:
+                      slack: float = 1.5, deadline: Deadline | None = None) -> list[list[int]]:
     """Split ``order`` (topological) into ``parts`` contiguous pieces, each at most
     ``slack * n / parts`` ops, minimising the bytes live across the cuts (the tensors a cut
     separates from their readers: the min-cut objective of Algorithm 2 restricted to cuts of
@@ -383,8 +387,10 @@ def acyclic_partition(p: Problem, order: Sequence[int], parts: int,
     best = [[INF] * (n + 1) for _ in range(parts + 1)]
     back = [[-1] * (n + 1) for _ in range(parts + 1)]
     best[0][0] = 0
+    chk = Checker(deadline, 16)
     for k in range(1, parts + 1):
         for i in range(1, n + 1):
+            chk.tick()
             for j in range(max(0, i - cap), i):
                 if best[k - 1][j] == INF:
                     continue
@@ -411,6 +417,7 @@ def partition_schedule(p: Problem, time_limit: float | None = 10.0, parts: int |
     peak exactly (CP-SAT, or ``part_solver='exact'``: best-first search), keep the cheap order
     elsewhere; repeat while the peak moves to an unsolved part. A part solve the clock stops
     keeps the part's order (see module docstring)."""
+    from ..limits import Expired
     from ..simplify import simplify
     from .exact import astar
 
@@ -421,7 +428,12 @@ def partition_schedule(p: Problem, time_limit: float | None = 10.0, parts: int |
     order, peak, name = best_heuristic(q, deadline)
     if parts is None:
         parts = max(1, q.n // 40)
-    pieces = acyclic_partition(q, order, parts)
+    try:
+        pieces = acyclic_partition(q, order, parts, deadline=deadline)
+    except Expired:  # no partition in time: the best baseline
+        out = simp.expand(order) if simp else order
+        return out, {"parts": 0, "solved_parts": 0, "variables": 0, "fused_ops": q.n,
+                     "stopped": "time", "seconds": round(time.perf_counter() - t0, 3)}
     solved: set[int] = set()
     orders = [list(x) for x in pieces]
     variables = 0

@@ -451,6 +451,7 @@ def find_groups(p: Problem, max_group: int = 32, max_ideals: int = 20000,
                 else:
                     i += 1
     if isolated:
+        deadline.check_import("networkx", 0.4)
         regions = _dominator_regions(p, ctx, max_group)
         deadline.check()
         for region in regions:
