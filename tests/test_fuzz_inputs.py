@@ -17,6 +17,7 @@ at the end of the module with ``-s``).
 import copy
 import io
 import json
+import os
 import zipfile
 from collections import Counter
 
@@ -351,3 +352,44 @@ def test_fuzz_campaign(tmp_path, seeds, data):
                   data.draw(st.sampled_from(["models/model.json", "weights_config.json",
                                              "constants_config.json"])),
                   data.draw(st.integers(0, 1 << 16)), data.draw(JSON_VALUES))
+
+
+@pytest.mark.heavy
+@settings(max_examples=80, **HEAVY)
+@given(fmt=st.sampled_from([".onnx", ".tflite"]), whats=st.lists(st.integers(0, 100),
+                                                                 min_size=1, max_size=2),
+       a=st.integers(0, 1000), b=st.integers(0, 1 << 33))
+def test_fuzz_compile(tmp_path, seeds, fmt, whats, a, b):
+    """``memsched compile`` (TVM frontend, passes, build) on mutated models: exit 0 with a
+    library, or exit 2 with one line and no file."""
+    import sys
+
+    if fmt == ".onnx":
+        model = onnx.ModelProto.FromString(seeds[".onnx"])
+        for w in whats:
+            if len(model.graph.node):
+                model = _mutate_onnx(model, ONNX_MUTATIONS[w % len(ONNX_MUTATIONS)], a, b)
+        data = model.SerializeToString()
+    else:
+        data = bytearray(seeds[".tflite"])
+        for w in whats:
+            data[(a * 7919 + w * 104729) % len(data)] = b % 256
+        data = bytes(data)
+    _dir_counter[0] += 1
+    d = tmp_path / f"c{_dir_counter[0]}"
+    d.mkdir()
+    (d / f"m{fmt}").write_bytes(data)
+    FUZZ_CASES[f"compile {fmt}"] += 1
+    err = io.StringIO()
+    old, sys.stderr = sys.stderr, err
+    try:
+        rc = main(["compile", str(d / f"m{fmt}"), "--pass", "MemoryAwareSchedule",
+                   "--time-limit", "2", "-o", str(d / "out.so")])
+    finally:
+        sys.stderr = old
+    text = err.getvalue()
+    assert rc in (0, 2), text
+    if rc == 2:
+        assert len(text.splitlines()) == 1 and sorted(os.listdir(d)) == [f"m{fmt}"], text
+    else:
+        assert (d / "out.so").exists()

@@ -379,8 +379,14 @@ def _compile(args, out, names, schedule, arena, others, target, config) -> str:
             raise CLIError(f"cannot schedule {args.model!r}: MemoryAwareSchedule could not "
                            f"model {'; '.join(skipped)}; nothing written")
     with ctx():
-        ex = tvm.compile(planned, target=target,
-                         relax_pipeline=tvm.transform.Sequential(rest))
+        try:
+            ex = tvm.compile(planned, target=target,
+                             relax_pipeline=tvm.transform.Sequential(rest))
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001 - TVM cannot build this model: say so, one line
+            raise CLIError(f"TVM cannot build {args.model!r}: {type(e).__name__}: "
+                           f"{_one_line(e)}") from None
     out.commit(ex)
     msg = f"wrote {args.output} ({time.perf_counter() - t0:.1f} s); planned storage " \
           f"{sum(storage_sizes(planned, 'main')):,} B"
