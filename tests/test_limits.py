@@ -214,6 +214,12 @@ def test_pass_context_keys_right_after_import(imports):
         ctx = tvm.transform.PassContext(config={CONFIG})
         assert int(ctx.config["memsched.memory_limit"]) == 1 << 30
         assert float(ctx.config["memsched.time_limit_s"]) == 5.0
+        from memsched.examples import example_model
+        with ctx:  # the keys reach the pass
+            mod = memsched.MemoryAwareSchedule()(example_model("two_branch"))
+        attrs = mod["main"].attrs
+        assert str(attrs["memsched.algorithm"]) == "exact", attrs
+        assert str(attrs["memsched.memory_model"]) == "paper", attrs
         print("ok")
     """)
     env = dict(os.environ, PYTHONPATH=PYTHON_DIR)

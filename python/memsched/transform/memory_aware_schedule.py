@@ -26,6 +26,7 @@ from tvm import relax
 from ..importers.relax import UnsupportedModelError, block_graph, reorder_block
 from ..memory import MemoryModel, Problem
 from ..schedulers import schedule
+from . import config
 from .common import (check_scheduler_options, map_relax_functions, scheduler_options,
                      with_blocks)
 
@@ -49,18 +50,24 @@ class MemoryAwareSchedule:
     progress : bool
         Show a progress line on a terminal during long searches.
 
-    PassContext config keys ``memsched.algorithm``, ``memsched.time_limit_s`` and
-    ``memsched.memory_model`` override the defaults when the native library registered them.
+    memory_limit : int, optional
+        Bytes an exact search may hold (default: a quarter of physical memory); past it the
+        search stops with its best order and proven lower bound.
+
+    PassContext config keys ``memsched.algorithm``, ``memsched.time_limit_s``,
+    ``memsched.memory_model`` and ``memsched.memory_limit`` override the defaults (registered
+    by ``import memsched`` as soon as TVM is imported).
     """
 
     def __init__(self, algorithm: str | None = None, time_limit: float | None = -1.0,
                  memory_model: str | MemoryModel | None = None, functions=None,
-                 progress: bool = False):
+                 progress: bool = False, memory_limit: int | None = None):
         self.algorithm = algorithm
         self.time_limit = time_limit
         self.memory_model = memory_model
         self.functions = None if functions is None else set(functions)
         self.progress = progress
+        self.memory_limit = memory_limit
         check_scheduler_options(algorithm, memory_model)
 
     def _options(self, ctx):
@@ -68,6 +75,8 @@ class MemoryAwareSchedule:
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         algorithm, time_limit, model = self._options(ctx)
+        self._memory_limit = self.memory_limit or config.get(ctx, "memsched.memory_limit", None,
+                                                             int)
         deadline = None if time_limit is None else time.perf_counter() + time_limit
         return map_relax_functions(
             mod, self.functions,
@@ -98,7 +107,8 @@ class MemoryAwareSchedule:
             base = problem.evaluate(range(len(graph))).peak
             left = None if deadline is None else max(0.0, deadline - time.perf_counter())
             sched = schedule(graph, algorithm, model, time_limit=left,
-                             progress=self.progress and n_blocks >= 1)
+                             progress=self.progress and n_blocks >= 1,
+                             memory_limit=self._memory_limit)
             before = max(before, base)
             if sched.peak < base:
                 blocks[i] = reorder_block(blk, graph, sched.order)
