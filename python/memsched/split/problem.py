@@ -98,6 +98,9 @@ class SplitOp:
     weight_cout: int = 0  # the part of weight_bytes that is sliced along cout
     flops: float = 0.0
     source: int = -1  # binding index in the Relax dataflow block
+    # per argument of the Relax call: index into `inputs` (activation), a list of those (a
+    # tuple argument), or None (constant / other); what the rewrite maps back to the call
+    arg_reqs: list = field(default_factory=list)
 
 
 @dataclass
@@ -444,7 +447,22 @@ def _make_op(bi, var, value, res, tensors) -> SplitOp:
     # anything else: whole (runs on one device with its whole inputs)
     if op.cls == "whole":
         op.inputs = [InputReq(t) for t in dict.fromkeys(_flat_tensors_ok(args))]
+    by_pos = list(op.inputs)  # concat: one InputReq per tuple field, in order
     op.inputs = list(dict.fromkeys(op.inputs))  # add(x, x) reads one region of x
+    index = {r: k for k, r in enumerate(op.inputs)}
+
+    def arg_req(r, pos=None):
+        if not isinstance(r, int):
+            return None
+        if op.cls == "concat" and pos is not None:
+            return index[by_pos[pos]]
+        return next(k for k, q in enumerate(op.inputs) if q.tensor == r)
+
+    for r in args:
+        if isinstance(r, list):
+            op.arg_reqs.append([arg_req(x, p) for p, x in enumerate(r)])
+        else:
+            op.arg_reqs.append(arg_req(r))
     return op
 
 
