@@ -274,6 +274,7 @@ def rewrite(mod: tvm.IRModule, plan: Plan, func_name: str = "main"):
         program["outputs"].append({"tensor": t, "axis": plan.gather_axis[t],
                                    "parts": [{"owner": o, "region": list(r)} for o, r in owners]})
     program["return"] = _struct_json(prob.return_struct)
+    program["held"] = {f"{t}:{k}": list(r) for (t, k), r in plan.held.items()}
     # main: the stages in order, the host's work in between
     params = list(func.params)
     with bb.function(func_name, params, attrs=dict(func.attrs) if func.attrs else None):
