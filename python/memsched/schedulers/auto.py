@@ -165,6 +165,7 @@ def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: d
     segs, subs)``; raises `Expired` (nothing partial survives)."""
     simp = None
     q = p
+    deadline.check()
     if fuse and p.n > 2:
         from ..simplify import simplify
 

@@ -105,12 +105,17 @@ def schedule(graph: OpGraph, algorithm: str = "auto", memory_model: MemoryModel 
     if algorithm not in _REGISTRY:
         run(None, algorithm)  # raises the clear error
     problem = Problem.from_graph(graph, memory_model)
-    # the algorithm's deadline leaves room for checking and evaluating its order below
+    # the algorithm's deadline leaves room for checking and evaluating its order below: that
+    # costs about 0.7x building the problem (both are linear passes; measuring the build adapts
+    # the reserve to the machine's speed and load)
     inner = deadline
     if deadline.end is not None:
-        reserve = min(FINISH_SECONDS_PER_OP * problem.n, 0.25 * deadline.remaining())
+        build = time.perf_counter() - t0
+        reserve = min(max(FINISH_SECONDS_PER_OP * problem.n, 0.7 * build),
+                      0.5 * deadline.remaining())
         inner = Deadline(end=deadline.end - reserve)
     try:
+        inner.check()  # building the problem took all the time: no algorithm runs
         order, lb, optimal, stats = run(problem, algorithm, time_limit=inner.remaining(),
                                         deadline=inner, memory_limit=memory_limit,
                                         progress=progress, **options)

@@ -431,6 +431,7 @@ def find_groups(p: Problem, max_group: int = 32, max_ideals: int = 20000,
     """One round of Algorithm 1: disjoint fusable groups of ``p`` (largest first).
     ``deadline`` aborts it (`memsched.limits.Expired`)."""
     deadline = deadline or Deadline()
+    deadline.check()
     ctx = _Ctx(p)
     deadline.check()
     found: list[_Check] = []
