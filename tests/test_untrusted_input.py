@@ -510,7 +510,7 @@ def test_ctrl_c_subprocess_exits_130_within_a_second(tmp_path):
     for cmd in (["analyze", str(path), "--time-limit", "120", "--json"],
                 ["compile", str(path), "--pass", "MemoryAwareSchedule", "--time-limit", "120",
                  "-o", str(tmp_path / "out.so")]):
-        for delay in (6, 12):
+        for delay in (10, 16):  # past start-up: a signal cannot cut into loading a .so
             p = subprocess.Popen([sys.executable, "-m", "memsched.cli", *cmd],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             time.sleep(delay)
@@ -519,6 +519,6 @@ def test_ctrl_c_subprocess_exits_130_within_a_second(tmp_path):
             t0 = time.perf_counter()
             p.send_signal(signal.SIGINT)
             _, err = p.communicate(timeout=30)
-            assert time.perf_counter() - t0 < 1.0
+            assert time.perf_counter() - t0 < 1.0, (cmd[0], delay, err)
             assert p.returncode == 130 and err.decode().strip() == "memsched: interrupted"
             assert sorted(os.listdir(tmp_path)) == ["big.onnx"]
