@@ -552,7 +552,11 @@ def run(prog: str, parser: argparse.ArgumentParser, argv=None) -> int:
 
 
 def main(argv=None) -> int:
-    return run("memsched", build_parser(), argv)
+    try:
+        parser = build_parser()  # imports the subcommands' modules: Ctrl-C can land here
+    except KeyboardInterrupt:
+        return _interrupted("memsched", argv, False)
+    return run("memsched", parser, argv)
 
 
 def tvmc_main(argv=None) -> int:
