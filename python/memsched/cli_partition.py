@@ -147,7 +147,9 @@ def add_partition_commands(sub) -> None:
                    help="on-chip parameter SRAM per device in bytes (8MiB, 8388608; default 8 MiB)")
     p.add_argument("--method", default="auto", choices=sorted(available()),
                    help="partition method (default auto: certified optimum)")
-    p.add_argument("--time-limit", type=float, default=60.0,
+    from .cli import seconds  # finite and >= 0, one-line error otherwise
+
+    p.add_argument("--time-limit", type=seconds, default=60.0,
                    help="solver time limit in seconds (default 60)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("-o", "--output", help="directory for <model>_segment_<i>_of_<K>.tflite")
