@@ -87,6 +87,7 @@ def solve(problem: PartitionProblem, stages: int, sram_bytes: int = DEFAULT_SRAM
     three lexicographic solves), ``inc-ilp``, ``learned`` (the learned initial cut alone) or
     ``param-balanced`` (the Edge TPU compiler's rule). ``time_limit`` (seconds) bounds the
     exact solves; when it stops one, the result is the best found and ``optimal`` is False.
+    The searching methods never return a cut worse than the param-balanced one.
     """
     from . import param_balanced as _pb
 
@@ -107,7 +108,12 @@ def solve(problem: PartitionProblem, stages: int, sram_bytes: int = DEFAULT_SRAM
     assignment, lbs, optimal, stats = fn(problem, stages, sram_bytes, time_limit, **options)
     seconds = time.perf_counter() - t0
     cost = evaluate(problem, assignment, sram_bytes, stages)
-    base = evaluate(problem, _pb.param_balanced_cut(problem, stages), sram_bytes, stages)
+    base_cut = _pb.param_balanced_cut(problem, stages)
+    base = evaluate(problem, base_cut, sram_bytes, stages)
+    if key not in ("learned", "param-balanced") and base.key < cost.key:
+        # a search stopped early from a poor start: never return worse than the baseline
+        assignment, cost = base_cut, base
+        stats = dict(stats, fallback="param-balanced")
     triv = trivial_bounds(problem, stages, sram_bytes)
     bounds = {}
     for name, val in zip("POC", cost.key):
