@@ -173,7 +173,7 @@ def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: d
         deadline.check()  # an aborted fusion returns p unfused: treat as aborted
         q = simp.problem
         stats["fusion_seconds"] = round(simp.seconds, 3)
-    segs = cut_segments(q) if divide else ([list(range(q.n))] if q.n else [])
+    segs = cut_segments(q, deadline) if divide else ([list(range(q.n))] if q.n else [])
     subs = []
     before = 0
     for seg in segs:
@@ -197,6 +197,9 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     t0 = time.perf_counter()
     deadline = Deadline.of(deadline, time_limit)
     stats: dict = {"ops": p.n}
+    if deadline.expired():  # nothing fits: the input order (`schedule` evaluates it)
+        stats.update(stages_cut=["all"], timed_out=True)
+        return list(range(p.n)), 0, False, stats
     # 0. the best baseline of the original problem: the answer if everything else is cut
     base_o, base_pk, base_name = best_heuristic(p, deadline)
     stats["baseline"] = base_name

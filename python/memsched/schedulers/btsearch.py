@@ -104,7 +104,7 @@ def btsearch_problem(p: Problem, upper: tuple[list[int], int], target: int,
             continue
         marks[child] = g
         states += 1
-        if states & 1023 == 0:
+        if states & 63 == 0:  # a state costs O(n) Python steps: poll often
             if max_states is not None and states >= max_states:
                 stopped = "states"
             elif max_marks is not None and len(marks) + len(parse) >= max_marks:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable
 
-from ..limits import Deadline, python_state_bytes
+from ..limits import Checker, Deadline, python_state_bytes
 from ..memory import Problem
 from .base import register, trivial_bound
 from .heuristics import best_heuristic
@@ -43,15 +43,18 @@ def _popcount(x: int) -> int:
     return x.bit_count()
 
 
-def cut_segments(p: Problem) -> list[list[int]]:
+def cut_segments(p: Problem, deadline: Deadline | None = None) -> list[list[int]]:
     """Split the ops at cut points (ops comparable with every other op); returns the segments
-    in execution order, each a list of op ids in a topological order."""
+    in execution order, each a list of op ids in a topological order. O(V^2 / 64) words:
+    ``deadline`` aborts it (`memsched.limits.Expired`)."""
     n = p.n
     if n == 0:
         return []
+    chk = Checker(deadline, 256)
     order = list(range(n))  # op ids are a topological order in every Problem we build
     anc = [0] * n
     for v in order:
+        chk.tick()
         m = 0
         for u in p.preds[v]:
             m |= anc[u] | (1 << u)
@@ -62,6 +65,7 @@ def cut_segments(p: Problem) -> list[list[int]]:
         for u in p.preds[v]:
             succs[u].append(v)
     for v in reversed(order):
+        chk.tick()
         m = 0
         for s in succs[v]:
             m |= desc[s] | (1 << s)
@@ -215,7 +219,7 @@ def segment_problems(p: Problem, divide: bool = True, deadline: Deadline | None 
     A passed ``deadline`` aborts it (`memsched.limits.Expired`)."""
     if deadline is not None:
         deadline.check()
-    segs = cut_segments(p) if divide else [list(range(p.n))]
+    segs = cut_segments(p, deadline) if divide else [list(range(p.n))]
     subs = []
     before = 0
     for seg in segs:

@@ -196,6 +196,8 @@ def best_heuristic(p: Problem, deadline: Deadline | None = None) -> tuple[list[i
     best = None
     for name in BASELINES:
         try:
+            if best is not None and deadline is not None:
+                deadline.check()
             order = _ORDERS[name](p, deadline)
             peak = p.evaluate(order).peak
         except Expired:

@@ -62,7 +62,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..limits import Deadline, Expired
+from ..limits import Checker, Deadline, Expired
 from ..memory import Problem
 
 
@@ -124,12 +124,16 @@ class Simplified:
 
 
 # ---------------------------------------------------------------------------- helpers
-def closure(p: Problem) -> tuple[list[int], list[int], list[list[int]]]:
-    """(ancestor masks, descendant masks, successor lists); op ids must be topological."""
+def closure(p: Problem, deadline: Deadline | None = None
+            ) -> tuple[list[int], list[int], list[list[int]]]:
+    """(ancestor masks, descendant masks, successor lists); op ids must be topological.
+    O(V^2 / 64) words: ``deadline`` aborts it on large graphs (`memsched.limits.Expired`)."""
+    chk = Checker(deadline, 256)
     n = p.n
     succs: list[list[int]] = [[] for _ in range(n)]
     anc = [0] * n
     for v in range(n):
+        chk.tick()
         m = 0
         for u in dict.fromkeys(p.preds[v]):
             m |= anc[u] | (1 << u)
@@ -137,6 +141,7 @@ def closure(p: Problem) -> tuple[list[int], list[int], list[list[int]]]:
         anc[v] = m
     desc = [0] * n
     for v in range(n - 1, -1, -1):
+        chk.tick()
         m = 0
         for s in succs[v]:
             m |= desc[s] | (1 << s)
@@ -164,9 +169,9 @@ def _producers(p: Problem) -> list[int]:
 class _Ctx:
     """Per-round analysis of a problem shared by all candidate checks."""
 
-    def __init__(self, p: Problem):
+    def __init__(self, p: Problem, deadline: Deadline | None = None):
         self.p = p
-        self.anc, self.desc, self.succs = closure(p)
+        self.anc, self.desc, self.succs = closure(p, deadline)
         self.prod = _producers(p)
         self.inplace_targets = set(t for ts in p.inplace for t in ts)
 
@@ -432,7 +437,7 @@ def find_groups(p: Problem, max_group: int = 32, max_ideals: int = 20000,
     ``deadline`` aborts it (`memsched.limits.Expired`)."""
     deadline = deadline or Deadline()
     deadline.check()
-    ctx = _Ctx(p)
+    ctx = _Ctx(p, deadline)
     deadline.check()
     found: list[_Check] = []
     if chains:
