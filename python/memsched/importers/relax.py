@@ -25,6 +25,7 @@ binding kinds, functions with control flow when a whole-function graph is asked 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import tvm
@@ -75,6 +76,38 @@ def inplace_indices(value) -> list[int] | None:
     if not isinstance(op, tvm.ir.Op) or op.name not in INPLACE_OPS:
         return None
     return [int(i) for i in value.attrs.inplace_indices]
+
+
+_WRITES = re.compile(r"T\.writes\(([^)]*)\)")
+_STORE = re.compile(r"^\s*([A-Za-z_]\w*)\[[^\n]*\]\s*=[^=]", re.M)
+_kernel_writes_cache: dict = {}
+
+
+def kernel_written_inputs(mod, gvar, n_inputs: int) -> list[int]:
+    """Indices of the first ``n_inputs`` parameters of PrimFunc ``gvar`` that it stores into.
+
+    A plain ``call_tir`` promises a kernel that only writes its output buffers, but FuseTIR
+    (TVM 0.27) folds an in-place kernel into a fused one called with ``call_tir``: the write
+    into an argument is then invisible in Relax. Read from the kernel itself (its
+    ``T.writes`` annotations and buffer stores), such writes are treated like
+    ``call_tir_inplace`` ones, so no reorder moves them across other readers."""
+    func = mod[gvar] if gvar in mod.get_global_vars() else None
+    if func is None or isinstance(func, relax.Function):
+        return []
+    # keyed by the kernel object's handle (Python wrappers differ per lookup); the entry
+    # holds the kernel, so the handle cannot be reused while cached
+    key = func.__chandle__()
+    if key not in _kernel_writes_cache or not _kernel_writes_cache[key][0].same_as(func):
+        if len(_kernel_writes_cache) > 4096:
+            _kernel_writes_cache.clear()
+        text = func.script()
+        written = set(_STORE.findall(text))
+        for group in _WRITES.findall(text):
+            written.update(re.findall(r"([A-Za-z_]\w*)\[", group))
+        # TVM 0.27 prints each buffer parameter under its parameter's name
+        names = [str(p.name) for p in func.params]
+        _kernel_writes_cache[key] = (func, [k for k, b in enumerate(names) if b in written])
+    return [k for k in _kernel_writes_cache[key][1] if k < n_inputs]
 
 
 def _inplace_args(value) -> list:
@@ -166,8 +199,12 @@ def _flat(s) -> list[int]:
     return [s]
 
 
-def block_graph(block, name: str = "block") -> OpGraph:
-    """The `OpGraph` of one Relax ``DataflowBlock``; raises `UnsupportedModelError`."""
+def block_graph(block, name: str = "block", mod=None) -> OpGraph:
+    """The `OpGraph` of one Relax ``DataflowBlock``; raises `UnsupportedModelError`.
+
+    ``mod`` (the IRModule holding the block's kernels) lets the importer see writes that
+    ``call_tir`` kernels make into their arguments (`kernel_written_inputs`); pass it
+    whenever kernels may be fused in-place code."""
     if not isinstance(block, relax.DataflowBlock):
         raise UnsupportedModelError(f"{name}: not a dataflow block (impure bindings or "
                                     "control flow cannot be reordered)")
@@ -258,6 +295,19 @@ def block_graph(block, name: str = "block") -> OpGraph:
             continue
         sizes = tensor_nbytes(var.ty, _where(var))
         indices = inplace_indices(value)
+        hidden = _hidden_writes(mod, value, indices, value_struct)
+        if hidden:
+            outs = [(var.name if len(sizes) == 1 else f"{var.name}.{k}", s)
+                    for k, s in enumerate(sizes)]
+            if indices is not None:  # declared in-place outputs stay aliases (below)
+                v, fields = _inplace_op(b, value, var, indices, sizes, add_op, value_struct,
+                                        reads, deps, kind, name, extra_writes=hidden)
+            else:
+                v = add_op(var.name, kind, reads, outs, deps=deps, writes=hidden)
+                fields = list(b.ops[v].outputs)
+            struct[var] = _struct(var.ty, fields)
+            alias_op[var] = v
+            continue
         if indices is not None:
             v, fields = _inplace_op(b, value, var, indices, sizes, add_op, value_struct,
                                     reads, deps, kind, name)
@@ -277,7 +327,25 @@ def block_graph(block, name: str = "block") -> OpGraph:
     return b.build()
 
 
-def _inplace_op(b, value, var, indices, sizes, add_op, value_struct, reads, deps, kind, name):
+def _hidden_writes(mod, value, indices, value_struct) -> list[int]:
+    """Tensor ids of ``call_tir``/``call_tir_inplace`` arguments the kernel writes without
+    declaring it (see `kernel_written_inputs`)."""
+    if mod is None or not isinstance(value.op, tvm.ir.Op) or \
+            value.op.name not in ("relax.call_tir", "relax.call_tir_inplace") or \
+            not isinstance(value.args[0], tvm.ir.GlobalVar):
+        return []
+    args = value.args[1]
+    args = list(args.fields) if isinstance(args, relax.Tuple) else [args]
+    declared = set(indices or [])
+    out = []
+    for k in kernel_written_inputs(mod, value.args[0], len(args)):
+        if k not in declared:
+            out += _flat(value_struct(args[k])[0])
+    return list(dict.fromkeys(out))
+
+
+def _inplace_op(b, value, var, indices, sizes, add_op, value_struct, reads, deps, kind, name,
+                extra_writes=()):
     """Add an in-place call: fresh outputs get new tensors, written outputs are the written
     argument's tensor. Returns (op id, flat tensor ids of the result's fields)."""
     args = _inplace_args(value)
@@ -295,7 +363,8 @@ def _inplace_op(b, value, var, indices, sizes, add_op, value_struct, reads, deps
     outs = [(var.name if len(sizes) == 1 else f"{var.name}.{k}", s)
             for k, (s, w) in enumerate(zip(sizes, written)) if w is None]
     v = add_op(var.name, kind, reads, outs, deps=deps,
-               writes=[w for w in dict.fromkeys(written) if w is not None])
+               writes=list(dict.fromkeys([w for w in written if w is not None]
+                                         + list(extra_writes))))
     fresh = iter(b.ops[v].outputs)
     return v, [next(fresh) if w is None else w for w in written]
 
@@ -333,7 +402,8 @@ def from_relax(mod, func_name: str = "main") -> OpGraph:
         raise UnsupportedModelError(
             f"function {func_name!r} has {len(blocks)} dataflow blocks; a whole-function graph "
             "needs exactly one (the pass schedules each block separately)")
-    return block_graph(blocks[0][1], name=func_name)
+    return block_graph(blocks[0][1], name=func_name,
+                       mod=mod if isinstance(mod, tvm.IRModule) else None)
 
 
 def reorder_block(block, graph: OpGraph, order) -> "relax.DataflowBlock":

@@ -56,6 +56,7 @@ class FuseIsolatedSubgraphs:
         self.functions = None if functions is None else set(functions)
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        self._mod = mod  # kernels: writes a fused call_tir makes into its arguments
         return map_relax_functions(mod, self.functions, self._function)
 
     def _function(self, func, name):
@@ -73,7 +74,7 @@ class FuseIsolatedSubgraphs:
                 continue
             n_blocks += 1
             try:
-                graph = block_graph(blk, name=f"{name}.block{i}")
+                graph = block_graph(blk, name=f"{name}.block{i}", mod=self._mod)
             except UnsupportedModelError as e:
                 skipped.append(f"block {i}: {e}")
                 warnings.warn(f"FuseIsolatedSubgraphs: {name}: left block {i} unchanged: {e}",

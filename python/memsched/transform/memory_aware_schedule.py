@@ -78,6 +78,7 @@ class MemoryAwareSchedule:
         self._memory_limit = self.memory_limit or config.get(ctx, "memsched.memory_limit", None,
                                                              int)
         deadline = None if time_limit is None else time.perf_counter() + time_limit
+        self._mod = mod  # kernels: writes a fused call_tir makes into its arguments
         return map_relax_functions(
             mod, self.functions,
             lambda func, name: self._schedule_function(func, name, algorithm, deadline, model))
@@ -97,7 +98,7 @@ class MemoryAwareSchedule:
             if not isinstance(blk, relax.DataflowBlock):
                 continue
             try:
-                graph = block_graph(blk, name=f"{name}.block{i}")
+                graph = block_graph(blk, name=f"{name}.block{i}", mod=self._mod)
             except UnsupportedModelError as e:
                 skipped.append(f"block {i}: {e}")
                 warnings.warn(f"MemoryAwareSchedule: {name}: left block {i} unchanged: {e}",

@@ -575,11 +575,12 @@ class RewriteConcatConv:
 
     def transform_module(self, mod: tvm.IRModule, ctx: tvm.transform.PassContext) -> tvm.IRModule:
         self._algorithm, self._time_limit, self._model = self._options(ctx)
+        self._mod = mod
         return map_relax_functions(mod, self.functions, self._rewrite_function)
 
     # -- evaluation
     def _evaluate(self, block, name) -> _Eval:
-        graph = block_graph(block, name=name)
+        graph = block_graph(block, name=name, mod=getattr(self, "_mod", None))
         s = schedule(graph, self._algorithm, self._model, time_limit=self._time_limit)
         hot = _hot_vars(block, graph, Problem.from_graph(graph, self._model), s.order)
         return _Eval(s.peak, bool(s.optimal), [graph.ops[v].source for v in s.order], hot)
