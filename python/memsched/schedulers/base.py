@@ -55,6 +55,12 @@ def trivial_bound(problem: Problem) -> int:
     return max(b, problem.live(0), problem.live(problem.full)) if problem.n else b
 
 
+def bound_in_time(problem: Problem, deadline: Deadline | None) -> int:
+    """`trivial_bound`, or 0 past the deadline (a linear pass; `schedule` adds it when there
+    is time)."""
+    return 0 if deadline is not None and deadline.expired() else trivial_bound(problem)
+
+
 def run(problem: Problem, algorithm: str, **options) -> tuple[list[int], int, bool, dict]:
     try:
         fn = _REGISTRY[algorithm][0]

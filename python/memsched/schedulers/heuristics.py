@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..limits import Checker, Deadline, Expired
 from ..memory import Problem
-from .base import register, trivial_bound
+from .base import bound_in_time, register
 
 
 def _succs(p: Problem) -> list[list[int]]:
@@ -30,8 +30,8 @@ def _succs(p: Problem) -> list[list[int]]:
     return s
 
 
-def _result(p: Problem, order, name):
-    return order, trivial_bound(p), False, {"method": name}
+def _result(p: Problem, order, name, deadline: Deadline | None = None):
+    return order, bound_in_time(p, deadline), False, {"method": name}
 
 
 @register("input", "the input (frontend) order")
@@ -41,7 +41,7 @@ def input_order(p: Problem, **_):
 
 @register("rpo", "reverse post-order of a DFS from the inputs")
 def rpo(p: Problem, deadline: Deadline | None = None, **_):
-    return _result(p, _rpo(p, deadline), "rpo")
+    return _result(p, _rpo(p, deadline), "rpo", deadline)
 
 
 def _rpo(p: Problem, deadline: Deadline | None = None) -> list[int]:
@@ -109,7 +109,7 @@ def _bfs(p: Problem, deadline: Deadline | None = None) -> list[int]:
 
 @register("bfs", "Kahn's algorithm, FIFO (breadth-first)")
 def bfs(p: Problem, deadline: Deadline | None = None, **_):
-    return _result(p, _bfs(p, deadline), "bfs")
+    return _result(p, _bfs(p, deadline), "bfs", deadline)
 
 
 def _dfs(p: Problem, deadline: Deadline | None = None) -> list[int]:
@@ -134,7 +134,7 @@ def _dfs(p: Problem, deadline: Deadline | None = None) -> list[int]:
 
 @register("dfs", "Kahn's algorithm, LIFO (depth-first)")
 def dfs(p: Problem, deadline: Deadline | None = None, **_):
-    return _result(p, _dfs(p, deadline), "dfs")
+    return _result(p, _dfs(p, deadline), "dfs", deadline)
 
 
 def _greedy(p: Problem, key, deadline: Deadline | None = None):
@@ -175,12 +175,12 @@ def _lpmf(p: Problem, deadline: Deadline | None = None) -> list[int]:
 
 @register("list", "XLA-style list scheduling: most bytes freed net of allocated first")
 def list_schedule(p: Problem, deadline: Deadline | None = None, **_):
-    return _result(p, _list(p, deadline), "list")
+    return _result(p, _list(p, deadline), "list", deadline)
 
 
 @register("lpmf", "Inductor-style least peak memory first")
 def lpmf(p: Problem, deadline: Deadline | None = None, **_):
-    return _result(p, _lpmf(p, deadline), "lpmf")
+    return _result(p, _lpmf(p, deadline), "lpmf", deadline)
 
 
 BASELINES = ("input", "rpo", "bfs", "dfs", "list", "lpmf")
@@ -213,4 +213,4 @@ def best_heuristic(p: Problem, deadline: Deadline | None = None) -> tuple[list[i
 @register("heuristic", "best of the baseline orders")
 def heuristic(p: Problem, deadline: Deadline | None = None, **_):
     order, peak, name = best_heuristic(p, deadline)
-    return order, trivial_bound(p), False, {"method": name}
+    return order, bound_in_time(p, deadline), False, {"method": name}

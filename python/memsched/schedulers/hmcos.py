@@ -38,7 +38,7 @@ import networkx as nx  # imported with memsched (0.2 s): inside a time-limited c
 
 from ..limits import Deadline, Expired
 from ..memory import Problem
-from .base import register, trivial_bound
+from .base import bound_in_time, register
 from .exact import astar
 from .heuristics import best_heuristic
 
@@ -449,4 +449,4 @@ def hmcos(p: Problem, time_limit: float | None = 10.0, progress=False,
           deadline: Deadline | None = None, **_):
     order, peak, stats = hmcos_schedule(p, time_limit, beam, group_size, max_work=max_work,
                                         deadline=deadline)
-    return order, trivial_bound(p), False, stats
+    return order, bound_in_time(p, deadline), False, stats

@@ -46,7 +46,7 @@ from typing import Sequence
 
 from ..limits import Checker, Deadline, run_interruptible
 from ..memory import Problem
-from .base import register, trivial_bound
+from .base import bound_in_time, register, trivial_bound
 from .exact import segment_problems
 from .heuristics import best_heuristic
 
@@ -97,9 +97,11 @@ class Model:
             D.append(row)
         self.D = D
         for i in range(n):
+            chk.tick()
             for j in range(lo[i] + 1, hi[i]):
                 m.AddImplication(D[i][j - 1], D[i][j])
         for j in range(1, n):
+            chk.tick()
             m.Add(sum(D[i][j] for i in range(n)) == j)
         for v in range(n):
             chk.tick()
@@ -222,9 +224,11 @@ class Model:
             m.Add(mem >= p.base + sum(expr))
         m.Minimize(mem)
 
-    def hint(self, order: Sequence[int]) -> None:
+    def hint(self, order: Sequence[int], deadline: Deadline | None = None) -> None:
+        chk = Checker(deadline, 8)
         pos = {v: k + 1 for k, v in enumerate(order)}
         for i, row in enumerate(self.D):
+            chk.tick()
             for j, x in enumerate(row):
                 if not isinstance(x, int):
                     self.m.AddHint(x, 1 if pos[i] <= j else 0)
@@ -294,10 +298,10 @@ def solve_problem(p: Problem, upper: tuple[list[int], int] | None = None, lower:
     try:
         deadline.check_import("ortools.sat.python.cp_model", CPSAT_IMPORT_SECONDS)
         model = Model(p, upper=ub, lower=lower, prune=prune, deadline=deadline)
+        model.hint(ub_order, deadline)
     except Expired:
         stats.update(variables=0, status="expired", seconds=round(time.perf_counter() - t0, 3))
         return ub_order, ub, min(ub, lower), stats
-    model.hint(ub_order)
     build = time.perf_counter() - t0
     order, lb, optimal, status = model.solve(None, deadline=deadline, **solver_opts)
     stats.update(variables=model.n_bool, status=status, build_seconds=round(build, 3),
@@ -475,4 +479,4 @@ def partition_schedule(p: Problem, time_limit: float | None = 10.0, parts: int |
 def ilp_partition(p: Problem, time_limit: float | None = 10.0, progress=False,
                   parts: int | None = None, part_solver: str = "ilp", memory_limit=None, **opts):
     order, stats = partition_schedule(p, time_limit, parts, part_solver, **opts)
-    return order, trivial_bound(p), False, stats
+    return order, bound_in_time(p, opts.get("deadline")), False, stats

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from ..limits import Checker, Deadline, Expired, python_state_bytes
 from ..memory import Problem
-from .base import register, trivial_bound
+from .base import bound_in_time, register
 from .heuristics import best_heuristic
 
 
 def _fallback(p: Problem, why: str, deadline: Deadline | None):
     order, _, name = best_heuristic(p, deadline)  # past the deadline: the input order
-    return order, trivial_bound(p), False, {"stopped": why, "method": name}
+    return order, bound_in_time(p, deadline), False, {"stopped": why, "method": name}
 
 
 @register("brute", "enumerate every topological order (tiny graphs only)")
