@@ -158,15 +158,17 @@ def cmd_run_pipeline(args) -> int:
                        f"{(str(e).strip().splitlines() or [''])[0][:200]}") from None
     mod = load_relax(args.model, parse_shapes(args.input_shapes))
     inputs = random_inputs(mod["main"], args.n, args.seed)
-    new, report = _partition(mod, args.stages, args.sram, args.method, args.time_limit)
-    log(f"cut: {cut_summary(report)}")
-    stages = build_stages(new, target, log)
-    t0 = time.perf_counter()
-    full = tvm.compile(mod, target=target)
-    log(f"built the unsplit model ({time.perf_counter() - t0:.1f} s)")
     try:
+        # local servers start (a few seconds) while the model is cut and built
         with ServerPool(local=0 if remote else args.stages,
                         servers=remote[:args.stages] if remote else None) as pool:
+            new, report = _partition(mod, args.stages, args.sram, args.method,
+                                     args.time_limit)
+            log(f"cut: {cut_summary(report)}")
+            stages = build_stages(new, target, log)
+            t0 = time.perf_counter()
+            full = tvm.compile(mod, target=target)
+            log(f"built the unsplit model ({time.perf_counter() - t0:.1f} s)")
             log(f"servers: {', '.join(str(e) for e in pool.endpoints)}")
             res = run_pipeline(stages, pool, inputs, reference=Stage(full, "main"))
     except (RPCServerError, PipelineError) as e:

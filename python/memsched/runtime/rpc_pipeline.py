@@ -25,6 +25,7 @@ import queue
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -85,9 +86,11 @@ def _flatten(value) -> list:
 class RemoteStage:
     """A stage loaded on one RPC session: call it with host arrays, get host arrays back."""
 
-    def __init__(self, session, stage: Stage, upload_name: str, tmpdir: str):
+    def __init__(self, session, stage: Stage, upload_name: str, tmpdir: str,
+                 label: str = "stage"):
         from tvm import relax
 
+        self.label = label
         self.session = session
         self.stage = stage
         self.func = stage.func
@@ -130,15 +133,25 @@ class RemoteStage:
         return self._bufs
 
     def __call__(self, arrays: Sequence[np.ndarray]) -> tuple[list[np.ndarray], tuple]:
-        t0 = time.perf_counter()
-        args = self._upload(arrays) + self.params
-        t1 = time.perf_counter()
-        self.vm.set_input(self.func, *args)
-        self.vm.invoke_stateful(self.func)
-        outs = _flatten(self.vm.get_outputs(self.func))
-        t2 = time.perf_counter()
-        host = [o.numpy() for o in outs]
-        t3 = time.perf_counter()
+        """(outputs, (upload s, compute s, download s)); `PipelineError` naming the stage."""
+        try:
+            t0 = time.perf_counter()
+            args = self._upload(arrays) + self.params
+            t1 = time.perf_counter()
+            self.vm.set_input(self.func, *args)
+            self.vm.invoke_stateful(self.func)
+            outs = _flatten(self.vm.get_outputs(self.func))
+            t2 = time.perf_counter()
+            host = [o.numpy() for o in outs]
+            t3 = time.perf_counter()
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001 - TVM raises RPCError/TVMError/...
+            lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+            why = next((ln for ln in lines if not ln.startswith(("RPCError", "/"))),
+                       lines[-1] if lines else "")
+            raise PipelineError(f"{self.label} ({self.func}) failed: {type(e).__name__}: "
+                                f"{why}") from e
         return host, (t1 - t0, t2 - t1, t3 - t2)
 
 
@@ -198,8 +211,10 @@ class RPCPipeline:
             raise PipelineError(f"{len(stages)} stages need {len(stages)} servers, got "
                                 f"{len(sessions)}")
         self._tmp = tempfile.TemporaryDirectory(prefix="memsched-rpc-")
-        self.remote = [RemoteStage(sessions[j], s, f"stage{j}.so", self._tmp.name)
-                       for j, s in enumerate(stages)]
+        # unique names: a server's dlopen would return an earlier library of the same path
+        self.tag = uuid.uuid4().hex[:12]
+        self.remote = [RemoteStage(sessions[j], s, f"{self.tag}_stage{j}.so", self._tmp.name,
+                                   f"stage {j}") for j, s in enumerate(stages)]
         self.queue_size = queue_size
 
     def __len__(self) -> int:
@@ -227,22 +242,41 @@ class RPCPipeline:
         stop = threading.Event()
         done = object()
 
+        def get(q):
+            """The next item, or None once the run is stopped (never blocks for good)."""
+            while not stop.is_set():
+                try:
+                    return q.get(timeout=0.05)
+                except queue.Empty:
+                    continue
+            return None
+
+        def put(q, item) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         def worker(j):
             st, qin, qout = self.remote[j], qs[j], qs[j + 1]
             try:
-                while not stop.is_set():
-                    item = qin.get()
-                    if item is done:
+                while True:
+                    item = get(qin)
+                    if item is None or item is done:
                         break
                     i, arrays = item
                     out, (up, comp, down) = st(arrays)
                     times[j].add(up, comp, down)
-                    qout.put((i, out))
+                    if not put(qout, (i, out)):
+                        break
             except BaseException as e:  # noqa: BLE001 - reported by the main thread
                 errors.append((j, e))
                 stop.set()
             finally:
-                qout.put(done)
+                put(qout, done)
 
         threads = [threading.Thread(target=worker, args=(j,), daemon=True,
                                     name=f"rpc-stage{j}") for j in range(k)]
@@ -255,18 +289,23 @@ class RPCPipeline:
         results: dict = {}
         try:
             while True:
-                item = qs[k].get()
-                if item is done:
+                item = get(qs[k])
+                if item is None or item is done:
                     break
                 results[item[0]] = item[1]
-        except BaseException:
+        except BaseException:  # Ctrl-C: let the stage threads end at their next step
             stop.set()
             raise
         seconds = time.perf_counter() - t0
         for th in threads:
             th.join(timeout=5.0)
-        if errors:
+        if errors or len(results) != len(inputs):
+            if not errors:
+                raise PipelineError(f"pipeline stopped after {len(results)} of "
+                                    f"{len(inputs)} inputs")
             j, e = errors[0]
+            if isinstance(e, PipelineError):
+                raise e
             msg = str(e).strip().splitlines()
             raise PipelineError(f"stage {j} failed: {type(e).__name__}: "
                                 f"{msg[-1] if msg else ''}") from e
@@ -308,7 +347,7 @@ def run_pipeline(stages: Sequence[Stage], pool: ServerPool | Sequence,
     if not inputs:
         raise PipelineError("no inputs to stream")
     if isinstance(pool, ServerPool):
-        sessions = [pool.connect(j) for j in range(min(len(pool), len(stages)))]
+        sessions = pool.sessions(len(stages))
         servers = [str(e) for e in pool.endpoints[:len(stages)]]
     else:
         sessions = list(pool)
@@ -321,7 +360,8 @@ def run_pipeline(stages: Sequence[Stage], pool: ServerPool | Sequence,
         report = PipelineReport(len(stages), len(inputs), outs, len(inputs) / seconds, seconds,
                                 times, servers)
         if reference is not None:
-            ref = RemoteStage(sessions[0], reference, "reference.so", pipe._tmp.name)
+            ref = RemoteStage(sessions[0], reference, f"{pipe.tag}_reference.so",
+                              pipe._tmp.name, "reference")
             for x in list(inputs)[:warmup]:
                 ref(x)
             t0 = time.perf_counter()

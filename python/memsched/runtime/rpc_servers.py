@@ -3,7 +3,7 @@
 one device (the pipelined executor `rpc_pipeline`, multi-device splits).
 
     with ServerPool(local=2) as pool:          # 2 local servers, TVM_NUM_THREADS=1 each
-        sessions = pool.connect_all()          # one tvm.rpc session per server
+        sessions = pool.sessions()             # one tvm.rpc session per server, kept open
     # here every server process (and its per-session children) is gone
 
     ServerPool(servers=["10.0.0.5:9090", "edgetpu@10.0.0.1:9190"])   # device, tracker key
@@ -149,11 +149,10 @@ def _stop_all() -> None:  # last resort when a pool was never closed
         _LIVE.discard(s)
 
 
-def start_local_servers(n: int, *, host: str = "127.0.0.1", port: int = 9090,
+def spawn_local_servers(n: int, *, host: str = "127.0.0.1", port: int = 9090,
                         port_end: int = 9299, threads: int | None = 1,
-                        timeout: float = 120.0, hide_torch: bool = True) -> list[_LocalServer]:
-    """Start ``n`` server processes in parallel and wait for their ports; on any failure, stop
-    the ones already started and raise `RPCServerError`."""
+                        hide_torch: bool = True) -> list[_LocalServer]:
+    """Spawn ``n`` server processes without waiting for them (`wait_for_ports`)."""
     env = dict(os.environ)
     if threads is not None:
         env["TVM_NUM_THREADS"] = str(int(threads))
@@ -170,20 +169,42 @@ def start_local_servers(n: int, *, host: str = "127.0.0.1", port: int = 9090,
             s = _LocalServer(proc, log)
             servers.append(s)
             _LIVE.add(s)
+        return servers
+    except BaseException:
+        _stop(servers)
+        raise
+
+
+def wait_for_ports(servers: list[_LocalServer], timeout: float = 120.0) -> None:
+    """Read each server's port; on failure stop them all and raise `RPCServerError`."""
+    try:
         deadline = time.monotonic() + timeout
         for s in servers:
+            if s.port is not None:
+                continue
             line = _read_line(s.proc, deadline)
             if not line.strip().isdigit():
                 why = s.log_tail() or (f"exited with status {s.proc.poll()}"
                                        if s.proc.poll() is not None else "no port reported")
                 raise RPCServerError(f"local RPC server did not start: {why}")
             s.port = int(line)
-        return servers
     except BaseException:
-        for s in servers:
-            s.stop()
-            _LIVE.discard(s)
+        _stop(servers)
         raise
+
+
+def _stop(servers) -> None:
+    for s in servers:
+        s.stop()
+        _LIVE.discard(s)
+
+
+def start_local_servers(n: int, *, timeout: float = 120.0, **options) -> list[_LocalServer]:
+    """Start ``n`` server processes in parallel and wait for their ports; on any failure, stop
+    the ones already started and raise `RPCServerError`."""
+    servers = spawn_local_servers(n, **options)
+    wait_for_ports(servers, timeout)
+    return servers
 
 
 def _read_line(proc: subprocess.Popen, deadline: float) -> str:
@@ -204,7 +225,8 @@ def _read_line(proc: subprocess.Popen, deadline: float) -> str:
 
 
 class ServerPool:
-    """A list of RPC endpoints, local servers started on entry and always stopped on exit.
+    """A list of RPC endpoints: given servers, and local servers spawned on entry (waited for
+    on first use) and always stopped on exit.
 
     Parameters
     ----------
@@ -227,25 +249,61 @@ class ServerPool:
         self._opts = dict(host=host, port=port, port_end=port_end, threads=threads,
                           timeout=start_timeout)
         self._local: list[_LocalServer] = []
-        self.endpoints: list[Endpoint] = list(self.remote)
+        self._sessions: dict = {}
+        self._endpoints: list[Endpoint] | None = None if local else list(self.remote)
+        self._failed: RPCServerError | None = None
 
-    def start(self) -> "ServerPool":
+    def launch(self) -> "ServerPool":
+        """Spawn the local servers and return at once: they start (a few seconds each, in
+        parallel) while the caller builds; `endpoints` waits for them."""
         if self.n_local and not self._local:
-            self._local = start_local_servers(self.n_local, **self._opts)
-            self.endpoints = list(self.remote) + [
-                Endpoint(self._opts["host"], s.port, pid=s.proc.pid) for s in self._local]
+            o = self._opts
+            self._local = spawn_local_servers(self.n_local, host=o["host"], port=o["port"],
+                                              port_end=o["port_end"], threads=o["threads"])
         return self
 
+    def start(self) -> "ServerPool":
+        """Spawn the local servers (if not yet) and wait until every one serves."""
+        if self._failed is not None:
+            raise self._failed
+        self.launch()
+        if self._local and self._endpoints is None:
+            try:
+                wait_for_ports(self._local, self._opts["timeout"])
+            except RPCServerError as e:
+                self._local = []
+                self._failed = e  # do not respawn on the next use
+                raise
+            except BaseException:
+                self._local = []
+                raise
+        return self
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        """Given servers first, then the local ones (waiting for them to be up)."""
+        if self._endpoints is None:
+            self.start()
+            self._endpoints = list(self.remote) + [
+                Endpoint(self._opts["host"], s.port, pid=s.proc.pid) for s in self._local]
+        return self._endpoints
+
     def close(self) -> None:
-        """Stop every local server (whole process groups). Idempotent."""
-        for s in self._local:
-            s.stop()
-            _LIVE.discard(s)
+        """Drop the pool's sessions and stop every local server (whole process groups).
+        Idempotent."""
+        import gc
+
+        self._sessions.clear()
+        gc.collect()  # a session closes when its last remote object is freed
+        _stop(self._local)
         self._local = []
+        self._endpoints = None if self.n_local else list(self.remote)
 
     def __enter__(self) -> "ServerPool":
+        """Spawns the local servers; the first use of `endpoints` / `session` waits for them,
+        so work done inside the block overlaps their start-up."""
         try:
-            return self.start()
+            return self.launch()
         except BaseException:
             self.close()
             raise
@@ -261,12 +319,23 @@ class ServerPool:
         """Process (and process-group) ids of the local servers."""
         return [s.proc.pid for s in self._local]
 
-    def connect(self, i: int, **kw):
-        """A session to endpoint ``i``."""
-        return connect(self.endpoints[i], **kw)
+    def session(self, i: int):
+        """The pool's session to endpoint ``i``, opened on first use and kept until `close`.
+        A TVM RPC server serves one session at a time and a session ends only when the last
+        object referring to it is freed, so runners share these instead of reconnecting."""
+        if i not in self._sessions:
+            if not 0 <= i < len(self.endpoints):
+                raise RPCServerError(f"no server {i}: the pool has {len(self.endpoints)}")
+            self._sessions[i] = connect(self.endpoints[i])
+        return self._sessions[i]
 
-    def connect_all(self, **kw) -> list:
-        return [connect(e, **kw) for e in self.endpoints]
+    def sessions(self, n: int | None = None) -> list:
+        """Sessions to the first ``n`` endpoints (default all)."""
+        n = len(self.endpoints) if n is None else n
+        if n > len(self.endpoints):
+            raise RPCServerError(f"{n} devices needed, the pool has {len(self.endpoints)} "
+                                 "server(s)")
+        return [self.session(i) for i in range(n)]
 
 
 def group_alive(pgids: Sequence[int]) -> list[int]:
