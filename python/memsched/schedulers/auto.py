@@ -180,7 +180,7 @@ def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: d
         deadline.check()
         sub, ids = q.restrict(seg, before)
         before |= sum(1 << v for v in seg)
-        o, pk, _ = best_heuristic(sub)
+        o, pk, _ = best_heuristic(sub, deadline, partial=False)
         subs.append({"sub": sub, "ids": ids, "order": o, "peak": pk, "lb": trivial_bound(sub),
                      "by": None})
     return simp, q, segs, subs
@@ -223,7 +223,8 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
             from .hmcos import hmcos_schedule
 
             t = time.perf_counter()
-            o, pk, hst = hmcos_schedule(p, max_work=hmcos_work, deadline=deadline.share(0.5))
+            o, pk, hst = hmcos_schedule(p, max_work=hmcos_work, deadline=deadline.share(0.5),
+                                        start=(base_o, base_pk, base_name))
             t_hmcos += time.perf_counter() - t
             stats["hmcos_stopped"] = hst["stopped"]
             if pk < base_pk:

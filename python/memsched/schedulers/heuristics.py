@@ -188,11 +188,12 @@ _ORDERS = {"input": lambda p, d: list(range(p.n)), "rpo": _rpo, "bfs": _bfs, "df
            "list": _list, "lpmf": _lpmf}
 
 
-def best_heuristic(p: Problem, deadline: Deadline | None = None) -> tuple[list[int], int, str]:
+def best_heuristic(p: Problem, deadline: Deadline | None = None,
+                   partial: bool = True) -> tuple[list[int], int, str]:
     """(order, peak, name) of the best baseline; ties go to the earlier name in BASELINES.
     When ``deadline`` passes, the best of the baselines completed so far (at least the input
     order): a prefix of a fixed list, so the answer depends on the clock only through how many
-    completed."""
+    completed; ``partial=False`` raises `Expired` instead."""
     best = None
     for name in BASELINES:
         try:
@@ -201,6 +202,8 @@ def best_heuristic(p: Problem, deadline: Deadline | None = None) -> tuple[list[i
             order = _ORDERS[name](p, deadline)
             peak = p.evaluate(order).peak
         except Expired:
+            if not partial:
+                raise
             if best is None:
                 order = list(range(p.n))
                 best = (order, p.evaluate(order).peak, "input")

@@ -400,17 +400,19 @@ def hmcos_schedule(p: Problem, time_limit: float | None = None,
                    beam: int | tuple[int, ...] = (32, 256),
                    group_size: int | tuple[int, ...] = (16, 48, 8, 24, 32),
                    group_states: int = 20000, max_iterations: int = 20,
-                   max_work: int = MAX_WORK, deadline: Deadline | None = None):
+                   max_work: int = MAX_WORK, deadline: Deadline | None = None,
+                   start: tuple[list[int], int, str] | None = None):
     """HMCOS (see module docstring). Returns ``(order, peak, stats)``.
 
     ``beam`` and ``group_size`` may be sequences: a small portfolio, every beam with every
     group size (narrow beams first), each run budgeted by the best peak so far (adaptive soft
     budgeting across runs), until ``max_work`` is spent. Which grouping suits a network varies
     (on RandWire stages 16 or 48 ops per group beat the others by up to 20%).
-    ``time_limit`` / ``deadline`` only abort (see module docstring)."""
+    ``time_limit`` / ``deadline`` only abort (see module docstring). ``start``: the
+    ``best_heuristic(p)`` result when the caller has it."""
     t0 = time.perf_counter()
     deadline = Deadline.of(deadline, time_limit)
-    best_o, best, name = best_heuristic(p, deadline)
+    best_o, best, name = start if start is not None else best_heuristic(p, deadline)
     stats = {"memo_hits": 0, "group_searches": 0, "group_states": group_states, "states": 0,
              "iterations": 0, "dissolved": 0, "start": name, "start_peak": best, "runs": 0,
              "work": 0, "max_work": max_work, "stopped": "done"}
