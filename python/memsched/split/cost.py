@@ -21,7 +21,10 @@ reference device of 1 GFLOP/s, and ``speed_k`` = the device's ``gflops``.
   one after another. Every remote function call costs ``call_overhead``.
 
 Consecutive operators that need no transfer run as one remote call per device (a *stage*): the
-stage takes ``max_k (call_overhead + sum of device k's compute)``. Graph inputs start on the
+stage takes ``max_k (call_overhead + sum of device k's compute)``; a stage function with ``r > 1``
+results costs ``r`` more calls on its device (RPC cannot return a tuple: each result is taken
+out on the device), and assembling an input region from parts costs its bytes over the
+device's ``copy_bandwidth``. Graph inputs start on the
 host and graph outputs end there (uploaded / downloaded like any piece).
 
 A *profile* (JSON, `load_profile` / `save_profile`, written by ``memsched profile-devices``)
@@ -125,6 +128,7 @@ class CostModel:
     link: Link
     times: OpTimes
     count_weights: bool = True  # device memory holds the weights of the slices it runs
+    copy_bandwidth: float | None = None  # bytes/s a (reference) device assembles regions at
 
     def __post_init__(self):
         if not self.devices:

@@ -11,15 +11,17 @@ and device ``j`` (1-based in the paper, 0-based here) computes the output slice
 integer array of shape ``(N, n + 1)`` (a population: ``(P, N, n + 1)``).
 
 **Split dimension (the k1/k2 rule).** The paper picks cout when ``k1 < k2`` and fmh otherwise,
-from a table that did not survive in our copy of the text. Our reading, stated once here:
-``k1`` and ``k2`` are the bytes one device must hold or receive for the operator under an even
-``n``-way split along cout and along fmh, given the dimensions already chosen for the operators
-before it ("the current graph state"): received input bytes (needed region minus the part the
-device already holds) + its share of the weights (cout slices weights; fmh replicates them) +
-its share of the output. Convolutions on large feature maps with small weights go fmh, deep
-layers with large weights go cout, and element-wise/pool/concat operators follow their
-producer (zero traffic). Ties go fmh, as in the paper. An operator that supports one dimension
-uses it; one that supports none is ``whole``: its length is 1 and the gene picks the device.
+from a table that did not survive in our copy of the text; it says the memory calculations and
+the data to transfer decide. Our reading (`choose_dims`), stated once here: ``k1`` / ``k2`` are
+the bytes the devices must receive for the operator under an even ``n``-way split along cout /
+fmh, given the dimensions already chosen for the operators before it ("the current graph
+state"); memory then overrides: fmh replicates an operator's weights on every device, so while
+the replicated weights plus an even share of the activation peak do not fit the smallest
+device, the operator with the most weights goes to cout. Convolutions on large feature maps
+exchange only halo rows by fmh, deep layers whose weights do not fit go cout, and
+element-wise/pool/concat operators follow their producer (zero traffic). Ties go fmh, as in the
+paper. An operator that supports one dimension uses it; one that supports none is ``whole``:
+its length is 1 and the gene picks the device.
 
 **Constraint terms** (paper eqs. 13-16; eq. 18, memory, is computed by the evaluator):
 ``cv1 = x_i0``, ``cv2 = -x_i0``, ``cv3 = x_in - length``, ``cv4 = length - x_in``,
@@ -142,12 +144,13 @@ class Encoding:
     still computes them for any chromosome handed in from outside.
     """
 
-    def __init__(self, problem: SplitProblem, n: int, dims=None, max_parts: int | None = None):
+    def __init__(self, problem: SplitProblem, n: int, dims=None, max_parts: int | None = None,
+                 memory: float | None = None):
         if int(n) < 1:
             raise SplitError(f"need at least one device, got {n}")
         self.problem = problem
         self.n = int(n)
-        self.dims = list(dims) if dims is not None else choose_dims(problem, self.n)
+        self.dims = list(dims) if dims is not None else choose_dims(problem, self.n, memory)
         if len(self.dims) != problem.n:
             raise SplitError("one split dimension per operator expected")
         for op, d in zip(problem.ops, self.dims):
@@ -225,43 +228,92 @@ class Encoding:
         return np.stack([even_split(int(L), self.n, [device]) for L in self.lengths])
 
 
-def choose_dims(problem: SplitProblem, n: int) -> list[str]:
-    """The k1/k2 rule (module docstring): cout when k1 < k2, else fmh; in execution order."""
+def activation_peak(problem: SplitProblem) -> int:
+    """Peak live activation bytes of the problem's order on one device (no weights)."""
+    N = problem.n
+    delta = np.zeros(N + 1)
+    for i, op in enumerate(problem.ops):
+        b = problem.tensors[op.output].nbytes
+        delta[i] += b
+        delta[min(problem.last_use(op.output), N - 1) + 1] -= b
+    return int(np.cumsum(delta)[:N].max()) if N else 0
+
+
+def _received(problem, dims, i, d, n) -> float:
+    """Bytes all devices receive for op ``i`` split evenly along ``d`` (producers split evenly
+    along ``dims``)."""
+    op = problem.ops[i]
+    x = even_split(int(op.dims[d]), n)
+    total = 0.0
+    for j in range(n):
+        a, b = x[j], x[j + 1]
+        if b <= a:
+            continue
+        for r in op.inputs:
+            ten = problem.tensors[r.tensor]
+            need = needed(r, ten, d, a, b)
+            src = ten.producer
+            have = 0
+            if src >= 0:
+                pd = dims[src]
+                pL = 1 if pd == "whole" else int(problem.ops[src].dims[pd])
+                px = even_split(pL, n) if pd != "whole" else even_split(1, n, [0])
+                have = overlap(need, held(ten, pd, px[j], px[j + 1]))
+            total += (int(cells(need)) - int(have)) * ten.unit
+    return total
+
+
+def _by_traffic(problem, n, forced) -> list[str]:
     dims: list[str] = []
     for i, op in enumerate(problem.ops):
         cands = [d for d in ("cout", "fmh") if d in op.dims]
-        if not cands or n == 1:
-            dims.append(cands[0] if cands else "whole")
-            continue
-        if len(cands) == 1:
-            dims.append(cands[0])
-            continue
-        k = {}
-        for d in cands:
-            L = int(op.dims[d])
-            x = even_split(L, n)
-            out = problem.tensors[op.output]
-            total = 0.0
-            for j in range(n):
-                a, b = x[j], x[j + 1]
-                if b <= a:
-                    continue
-                recv = 0
-                for r in op.inputs:
-                    ten = problem.tensors[r.tensor]
-                    need = needed(r, ten, d, a, b)
-                    src = ten.producer
-                    if src < 0:
-                        have = 0
-                    else:
-                        pd = dims[src]
-                        pL = 1 if pd == "whole" else int(problem.ops[src].dims[pd])
-                        px = even_split(pL, n) if pd != "whole" else even_split(1, n, [0])
-                        have = overlap(need, held(ten, pd, px[j], px[j + 1]))
-                    recv += (int(cells(need)) - int(have)) * ten.unit
-                w = op.weight_cout * (b - a) / L + (op.weight_bytes - op.weight_cout) \
-                    if d == "cout" else op.weight_bytes
-                total += recv + w + out.nbytes * (b - a) / L
-            k[d] = total
-        dims.append("cout" if k.get("cout", np.inf) < k.get("fmh", np.inf) else "fmh")
+        if i in forced:
+            dims.append(forced[i])
+        elif not cands:
+            dims.append("whole")
+        elif len(cands) == 1 or n == 1:
+            dims.append(cands[-1] if n == 1 else cands[0])
+        else:
+            k1 = _received(problem, dims, i, "cout", n)
+            k2 = _received(problem, dims, i, "fmh", n)
+            dims.append("cout" if k1 < k2 else "fmh")
     return dims
+
+
+def resident_weights(problem: SplitProblem, dims, n: int) -> float:
+    """Weight bytes per device when every op is split evenly over ``n`` devices along
+    ``dims`` (cout slices weights, fmh replicates them)."""
+    tot = 0.0
+    for op, d in zip(problem.ops, dims):
+        tot += op.weight_bytes - op.weight_cout + (op.weight_cout / n if d == "cout"
+                                                   else op.weight_cout)
+    return tot
+
+
+def choose_dims(problem: SplitProblem, n: int, memory: float | None = None) -> list[str]:
+    """The k1/k2 rule (module docstring), in two steps:
+
+    1. traffic: in execution order, ``k1`` / ``k2`` = bytes the devices must receive for the
+       op split evenly along cout / fmh, given the dims chosen before it; cout when
+       ``k1 < k2``, else fmh (ties: fmh, as in the paper);
+    2. memory (when a per-device ``memory`` is given): while the weights every device holds
+       (fmh replicates them, cout slices them) plus an even share of the activation peak do not
+       fit, the op with the most weights still split by fmh goes to cout; then step 1 runs again
+       for the ops without weights, which follow their producers.
+    """
+    dims = _by_traffic(problem, n, {})
+    if memory is None or n == 1 or not np.isfinite(memory):
+        return dims
+    act = activation_peak(problem) / n
+    movable = sorted((i for i, (op, d) in enumerate(zip(problem.ops, dims))
+                      if d != "cout" and "cout" in op.dims and op.weight_cout > 0),
+                     key=lambda i: -problem.ops[i].weight_cout)
+    res = resident_weights(problem, dims, n)
+    for i in movable:
+        if res + act <= memory:
+            break
+        op = problem.ops[i]
+        res -= op.weight_cout - op.weight_cout / n
+        dims[i] = "cout"
+    forced = {i: d for i, (op, d) in enumerate(zip(problem.ops, dims)) if op.weight_bytes > 0}
+    return _by_traffic(problem, n, forced)

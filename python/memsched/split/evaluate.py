@@ -112,6 +112,7 @@ class OpTerms:
     extra: np.ndarray  # (P, n) assembled-input bytes on each device while the op runs
     w_add: np.ndarray  # (P, n) weight bytes the op adds to each device
     out_held: np.ndarray  # (P, n) bytes of the output slice each device keeps
+    assembled: np.ndarray  # (P, n) bytes of input regions assembled (copied) on each device
 
 
 def op_terms(enc: Encoding, cost: CostModel, X, i: int) -> OpTerms:
@@ -138,6 +139,7 @@ def op_terms(enc: Encoding, cost: CostModel, X, i: int) -> OpTerms:
     t_comm = np.zeros(P)
     recv_all = np.zeros((P, n))
     extra = np.zeros((P, n))
+    copied = np.zeros((P, n))
     for r in op.inputs:
         ten = prob.tensors[r.tensor]
         u = ten.unit
@@ -181,10 +183,14 @@ def op_terms(enc: Encoding, cost: CostModel, X, i: int) -> OpTerms:
         else:
             cut = (local > 0) & ~_regions_equal(need, hj)
         assembled = (parts >= 2) | ((parts == 1) & cut)
+        copied += np.where(assembled, need_cells * u, 0)
         extra += np.where(assembled, need_cells * u, 0) + recv * u
         recv_all += recv * u
-    comp = cost.times.time(d, i, size) / cost.speeds[None, :]
-    return OpTerms(t_comm, comp, on, recv_all, extra, w_add, out_held)
+    comp = cost.times.time(d, i, size)
+    if cost.copy_bandwidth:
+        comp = comp + copied / cost.copy_bandwidth
+    comp = comp / cost.speeds[None, :]
+    return OpTerms(t_comm, comp, on, recv_all, extra, w_add, out_held, copied)
 
 
 def evaluate(enc: Encoding, cost: CostModel, X) -> Evaluation:
@@ -212,29 +218,48 @@ def evaluate(enc: Encoding, cost: CostModel, X) -> Evaluation:
     # live-slice bookkeeping: delta[i] is added to the live bytes from op i on
     delta = np.zeros((P, N + 1, n))
 
-    def flush(mask):
-        t = np.max(np.where(stage_on, stage_sum + call, 0.0), axis=1)
+    # slices produced in the current stage that outlive it are the stage function's results;
+    # more than one costs one remote call each (tuple items are taken out on the device)
+    last = [prob.last_use(op.output) for op in prob.ops]
+    expire: dict = {}
+    for j, lu in enumerate(last):
+        if lu > j:
+            expire.setdefault(lu + 1, []).append(j)
+    results = np.zeros((P, n))
+    stage_start = np.zeros(P, dtype=np.int64)
+    ons: list = []
+
+    def flush(mask, i):
+        extra_calls = np.where(results > 1, results, 0) * call
+        t = np.max(np.where(stage_on, stage_sum + call + extra_calls, 0.0), axis=1)
         latency[:] += np.where(mask, t, 0.0)
         stages[:] += (mask & stage_on.any(axis=1))
         stage_sum[mask] = 0.0
         stage_on[mask] = False
+        results[mask] = 0
+        stage_start[mask] = i
 
     for i, op in enumerate(prob.ops):
+        for j in expire.get(i, ()):
+            results -= ons[j] * (stage_start <= j)[:, None]
         t = op_terms(enc, cost, X, i)
         weights += t.w_add
         delta[:, i, :] += t.out_held
-        delta[:, min(prob.last_use(op.output), N - 1) + 1, :] -= t.out_held
+        delta[:, min(last[i], N - 1) + 1, :] -= t.out_held
         extra[:, i, :] = t.extra
         received[:, i, :] = t.recv
         rb = t.recv.sum(axis=1)
         comm_bytes += rb
         # a stage ends before an op that needs transfers
-        flush((rb > 0) | (i == 0))
+        flush((rb > 0) | (i == 0), i)
         latency += t.t_comm
         comm_time += t.t_comm
         stage_sum += t.comp
         stage_on |= t.on
-    flush(np.ones(P, dtype=bool))
+        ons.append(t.on.astype(float))
+        if last[i] > i:
+            results += ons[i]
+    flush(np.ones(P, dtype=bool), N)
     # graph outputs back to the host
     for tid in prob.outputs:
         ten = prob.tensors[tid]

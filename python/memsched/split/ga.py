@@ -13,7 +13,9 @@ duplicate elimination, and seeding. What is ours:
   parents, mutation replaces an operator's vector by a candidate split (whole on a device,
   even over some devices, copied from an aligned producer) or shifts one cut point;
 * the initial population: the single-device, uniform and greedy solutions plus mutants of them,
-  so the GA never ends worse than the best baseline it was given.
+  so the GA never ends worse than the best baseline it was given;
+* a local search on the GA's best (`polish`, a memetic step): every operator tries its
+  candidate splits with the rest fixed, keeping improvements.
 
 Deterministic: the same problem, cost model, seed and generation budget give the same answer
 (``time_limit`` can cut a run short; then the result depends on the machine's speed).
@@ -26,7 +28,7 @@ import numpy as np
 
 from .baselines import candidates
 from .cost import CostModel
-from .encoding import Encoding
+from .encoding import Encoding, even_split
 from .evaluate import evaluate
 from .problem import SplitError
 
@@ -56,7 +58,8 @@ def constraint_columns(enc: Encoding, cost: CostModel, ev) -> np.ndarray:
 
 def run_ga(enc: Encoding, cost: CostModel, seeds=(), seed: int = 0, pop_size: int = 48,
            n_gen: int = 300, patience: int = 60, time_limit: float | None = None,
-           progress=None, mutation_ops: float = 3.0) -> tuple[np.ndarray, dict]:
+           progress=None, mutation_ops: float = 3.0,
+           polish_sweeps: int = 1) -> tuple[np.ndarray, dict]:
     """Best chromosome ``(N, n+1)`` and stats. ``seeds``: chromosomes put in the initial
     population; ``patience``: stop after that many generations without improvement;
     ``progress(gen, best_latency, feasible)`` is called every generation."""
@@ -102,18 +105,42 @@ def run_ga(enc: Encoding, cost: CostModel, seeds=(), seed: int = 0, pop_size: in
             out["F"] = ev.latency[:, None]
             out["G"] = constraint_columns(enc, cost, ev)
 
+    dims = enc.dims
+
+    def scaled(x, to):
+        """Split vector ``x`` rescaled to length ``to`` (same shares)."""
+        frm = x[-1]
+        y = np.rint(np.asarray(x, float) * to / max(frm, 1)).astype(np.int64)
+        y[0], y[-1] = 0, to
+        return np.maximum.accumulate(y)
+
     def mutate_one(g, rs, rate):
         X = enc.chromosome(g)
         k = max(1, rs.binomial(N, min(1.0, rate / max(N, 1))))
         for i in rs.choice(N, size=min(k, N), replace=False):
-            if rs.random() < 0.6:
-                c = cands(int(i), X)
+            i = int(i)
+            u = rs.random()
+            if u < 0.35:  # a candidate split (whole on a device, even over some, aligned)
+                c = cands(i, X)
                 X[i] = c[rs.integers(len(c))]
-            elif L[i] > 1 and n > 1:
+            elif u < 0.55 and L[i] > 1 and n > 1:  # shift one cut point
                 j = rs.integers(1, n)
                 step = max(1, int(L[i]) // 8)
                 X[i, j] = np.clip(X[i, j] + rs.integers(-step, step + 1), 0, L[i])
                 X[i, 1:-1] = np.sort(X[i, 1:-1])
+            elif u < 0.85:  # propagate op i's shares forward: aligned slices move nothing
+                span = int(rs.geometric(1 / 8))
+                whole_dev = int(np.argmax(np.diff(X[i]))) if (np.diff(X[i]) > 0).sum() == 1 \
+                    else None
+                for j in range(i + 1, min(N, i + 1 + span)):
+                    if dims[j] == dims[i] and dims[i] != "whole":
+                        X[j] = scaled(X[i], int(L[j]))
+                    elif whole_dev is not None:
+                        X[j] = even_split(int(L[j]), n, [whole_dev])
+            else:  # a run of ops whole on one device
+                d = int(rs.integers(n))
+                for j in range(i, min(N, i + int(rs.geometric(1 / 6)))):
+                    X[j] = even_split(int(L[j]), n, [d])
         return enc.genes(X)
 
     class SeededSampling(Sampling):
@@ -172,5 +199,54 @@ def run_ga(enc: Encoding, cost: CostModel, seeds=(), seed: int = 0, pop_size: in
             break
     opt = algo.opt[0]
     X = enc.chromosome(np.rint(opt.X).astype(np.int64))
-    stats.update(generations=gen, seconds=time.perf_counter() - t0)
+    stats.update(generations=gen)
+    if polish_sweeps:
+        left = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - t0))
+        X, moves = polish(enc, cost, X, sweeps=polish_sweeps, time_limit=left)
+        stats["polish_moves"] = moves
+    stats["seconds"] = time.perf_counter() - t0
     return X, stats
+
+
+def _key(ev) -> np.ndarray:
+    """Sort key of evaluated chromosomes: feasible first, then latency (violation when not)."""
+    v = ev.violation
+    return np.where(v > 0, 1e30 + v, ev.latency)
+
+
+def polish(enc: Encoding, cost: CostModel, X, sweeps: int = 1, time_limit: float | None = None):
+    """Local search after the GA (a memetic step): for every operator in order, try its
+    candidate splits (`candidates`, plus its neighbours' shares rescaled to it) with the rest
+    fixed, all priced in one `evaluate` call, and keep the best if it is better. Returns
+    (chromosome, number of improving moves). Deterministic."""
+    t0 = time.perf_counter()
+    X = np.array(X, dtype=np.int64)
+    N, n = enc.problem.n, enc.n
+    best = _key(evaluate(enc, cost, X))[0]
+    moves = 0
+    for _ in range(sweeps):
+        improved = False
+        for i in range(N):
+            if time_limit is not None and time.perf_counter() - t0 > time_limit:
+                return X, moves
+            cands = candidates(enc, cost, i, X)
+            for j in (i - 1, i + 1):
+                if 0 <= j < N and enc.dims[j] == enc.dims[i] and enc.dims[i] != "whole":
+                    x = np.rint(X[j].astype(float) * enc.lengths[i] / max(X[j, -1], 1))
+                    x = np.maximum.accumulate(x.astype(np.int64))
+                    x[0], x[-1] = 0, enc.lengths[i]
+                    cands.append(x)
+            cands = [c for c in cands if not np.array_equal(c, X[i])]
+            if not cands:
+                continue
+            Xc = np.repeat(X[None], len(cands), axis=0)
+            Xc[:, i, :] = np.stack(cands)
+            k = _key(evaluate(enc, cost, Xc))
+            b = int(np.argmin(k))
+            if k[b] < best - 1e-12 * max(1.0, abs(best)):
+                X, best = Xc[b], k[b]
+                moves += 1
+                improved = True
+        if not improved:
+            break
+    return X, moves

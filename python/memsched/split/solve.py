@@ -45,11 +45,18 @@ class SplitResult:
         return out
 
 
+def _encoding(problem: SplitProblem, cost: CostModel, max_parts=None) -> Encoding:
+    """The encoding for ``cost``'s devices: the k1/k2 rule sees the smallest device memory
+    (when weights count)."""
+    mem = float(np.min(cost.limits)) if cost.count_weights else None
+    return Encoding(problem, cost.n, max_parts=max_parts, memory=mem)
+
+
 def solve(problem: SplitProblem, cost: CostModel, method: str = "ga",
           encoding: Encoding | None = None, seeds=(), **options) -> SplitResult:
     if method not in METHODS:
         raise SplitError(f"unknown split method {method!r}; choose one of {', '.join(METHODS)}")
-    enc = encoding or Encoding(problem, cost.n, max_parts=options.pop("max_parts", None))
+    enc = encoding or _encoding(problem, cost, options.pop("max_parts", None))
     if enc.n != cost.n:
         raise SplitError(f"encoding has {enc.n} devices, cost model {cost.n}")
     t0 = time.perf_counter()
@@ -68,7 +75,7 @@ def solve(problem: SplitProblem, cost: CostModel, method: str = "ga",
 
 def compare(problem: SplitProblem, cost: CostModel, methods=METHODS, **ga_options) -> dict:
     """Every method on one encoding; the GA is seeded with the baselines' answers."""
-    enc = Encoding(problem, cost.n, max_parts=ga_options.pop("max_parts", None))
+    enc = _encoding(problem, cost, ga_options.pop("max_parts", None))
     out: dict[str, SplitResult] = {}
     for m in methods:
         if m == "ga":
