@@ -316,7 +316,8 @@ class RPCPipeline:
         self._tmp.cleanup()
 
 
-def _compare(a_outs, b_outs) -> tuple[bool, float]:
+def compare_outputs(a_outs, b_outs) -> tuple[bool, float]:
+    """(bit-equal?, max |difference|) of two runs (per input: list of arrays)."""
     equal, diff = True, 0.0
     for a, b in zip(a_outs, b_outs):
         if len(a) != len(b):
@@ -360,15 +361,24 @@ def run_pipeline(stages: Sequence[Stage], pool: ServerPool | Sequence,
         report = PipelineReport(len(stages), len(inputs), outs, len(inputs) / seconds, seconds,
                                 times, servers)
         if reference is not None:
-            ref = RemoteStage(sessions[0], reference, f"{pipe.tag}_reference.so",
-                              pipe._tmp.name, "reference")
-            for x in list(inputs)[:warmup]:
-                ref(x)
-            t0 = time.perf_counter()
-            ref_outs = [ref(x)[0] for x in inputs]
-            report.single_vm_per_s = len(inputs) / (time.perf_counter() - t0)
-            report.outputs_equal, report.max_abs_diff = _compare(outs, ref_outs)
-            del ref
+            ref_outs, report.single_vm_per_s = run_single(reference, sessions[0], inputs,
+                                                          warmup)
+            report.outputs_equal, report.max_abs_diff = compare_outputs(outs, ref_outs)
         return report
     finally:
         pipe.close()
+
+
+def run_single(model: Stage, session, inputs: Sequence[Sequence[np.ndarray]],
+               warmup: int = 1) -> tuple[list, float]:
+    """The whole model on one device, inputs one after the other (the baseline a pipeline is
+    compared with): ``(outputs per input, inputs per second)``."""
+    with tempfile.TemporaryDirectory(prefix="memsched-rpc-") as tmp:
+        ref = RemoteStage(session, model, f"{uuid.uuid4().hex[:12]}_single.so", tmp, "model")
+        for x in list(inputs)[:warmup]:
+            ref(x)
+        t0 = time.perf_counter()
+        outs = [ref(x)[0] for x in inputs]
+        per_s = len(inputs) / (time.perf_counter() - t0)
+        del ref
+    return outs, per_s
