@@ -4,8 +4,9 @@
         [--sram BYTES] [--check-segments] [--json out.json]
 
 Models come from ``make_models.py`` (int8 .tflite, not in git). For every (model, k): the
-param-balanced cut (the Edge TPU compiler's rule), the learned initial cut alone, Inc-ILP from
-the learned cut and from the param-balanced cut, and the full exact solve -- each (P, O, C),
+param-balanced cut (the Edge TPU compiler's rule), the learned initial cut alone (greedy and
+best of 16 samples), Inc-ILP from the learned cut and from the param-balanced cut, ``auto``, and
+the full exact solve -- each (P, O, C),
 proof status and solve seconds (ortools is imported before timing) -- plus the modelled
 pipeline time per inference (`memsched.partition.latency`, defaults documented there) of the
 param-balanced cut and of ours. ``--check-segments`` writes the certified cut's segments and
@@ -84,12 +85,18 @@ def main() -> None:
                    "param_balanced": base.key, "exact": ex.key, "exact_optimal": ex.optimal,
                    "exact_s": ex.seconds, "inc_pb": inc_pb.key, "inc_pb_optimal": inc_pb.optimal,
                    "inc_pb_s": inc_pb.seconds, "lower_bounds": ex.lower_bounds}
+            auto = timed(problem, k, "auto")
+            rec.update(auto=auto.key, auto_optimal=auto.optimal, auto_s=auto.seconds)
             if have_learned:
+                from memsched.partition.learned import learned_cut
+
                 lr = solve(problem, k, sram_bytes=args.sram, method="learned")
+                greedy = evaluate(problem, learned_cut(problem, k, samples=0), args.sram)
                 inc = timed(problem, k, "inc-ilp", initial="learned")
                 rec.update(learned=lr.key, learned_s=lr.seconds, inc=inc.key,
                            inc_optimal=inc.optimal, inc_s=inc.seconds,
-                           learned_gap=100.0 * (lr.P - ex.P) / ex.P)
+                           learned_gap=100.0 * (lr.P - ex.P) / ex.P,
+                           greedy_gap=100.0 * (greedy.P - ex.P) / ex.P)
             else:
                 inc = inc_pb
                 rec.update(inc=inc.key, inc_optimal=inc.optimal, inc_s=inc.seconds)
@@ -116,42 +123,52 @@ def main() -> None:
 
     # ------------------------------------------------------------------ table
     head = ["model", "k", "|V| Keras / ops", "param-balanced P / O / C",
-            "learned P (gap)", "Inc-ILP = exact P / O / C", "proven", "exact s",
-            "Inc-ILP s (learned / pb init)", "speedup", "ΔP vs pb",
-            "pipeline ms/inf pb → ours"]
+            "learned P gap greedy / best of 16", "optimum P / O / C", "proven",
+            "exact s", "Inc-ILP s (learned init)", "Inc-ILP s (pb init)", "auto s",
+            "Inc-ILP speedup", "ΔP vs pb", "pipeline ms/inf pb → ours"]
     if args.check_segments:
         head.append("segments equal")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
-        pb, ex, inc = r["param_balanced"], r["exact"], r["inc"]
-        same = "" if inc == ex else f" (Inc-ILP {mib(inc[0])}/{mib(inc[1])}/{inc[2] // 1024})"
-        learned = f"{mib(r['learned'][0])} ({r['learned_gap']:+.2f}%)" if "learned" in r else "-"
-        inc_s = (f"{r['inc_s']:.3f} / {r['inc_pb_s']:.3f}" if "learned" in r
-                 else f"- / {r['inc_pb_s']:.3f}")
-        proven = ("yes" if r["exact_optimal"] and r["inc_optimal"] else
-                  f"exact {r['exact_optimal']}, inc {r['inc_optimal']}")
+        pb, ex = r["param_balanced"], r["exact"]
+        same = all(r[m] == ex for m in ("inc", "inc_pb", "auto"))
+        learned = (f"{r['greedy_gap']:+.1f}% / {r['learned_gap']:+.1f}%" if "learned" in r
+                   else "-")
+        proven = all(r[m] for m in ("exact_optimal", "inc_optimal", "inc_pb_optimal",
+                                    "auto_optimal"))
         cells = [r["model"], str(r["k"]), f"{r['keras_layers']} / {r['ops']}",
                  f"{mib(pb[0])} / {mib(pb[1])} / {pb[2] // 1024}",
-                 learned, f"{mib(ex[0])} / {mib(ex[1])} / {ex[2] // 1024}{same}", proven,
-                 f"{r['exact_s']:.3f}", inc_s, f"{r['exact_s'] / r['inc_s']:.2f}x",
+                 learned, f"{mib(ex[0])} / {mib(ex[1])} / {ex[2] // 1024}"
+                 + ("" if same else " (methods differ!)"),
+                 "yes" if proven else "NO",
+                 f"{r['exact_s']:.3f}", f"{r['inc_s']:.3f}", f"{r['inc_pb_s']:.3f}",
+                 f"{r['auto_s']:.3f}", f"{r['exact_s'] / r['inc_s']:.2f}x",
                  f"{100 * (ex[0] - pb[0]) / pb[0]:+.1f}%",
                  f"{r['latency_pb_ms']:.2f} → {r['latency_ours_ms']:.2f}"]
         if args.check_segments:
-            cells.append(f"{r['segments_equal']} ({r['tensors_compared']} tensors)")
+            cells.append(f"{'yes' if r['segments_equal'] else 'NO'} "
+                         f"({r['tensors_compared']} tensors)")
         print("| " + " | ".join(cells) + " |")
-    print("\nP, O in MiB, C in KiB; speedup = exact s / Inc-ILP (learned init) s.")
+    print("\nP, O in MiB, C in KiB; seconds: best of "
+          f"{args.repeat} solves; Inc-ILP speedup = exact s / Inc-ILP (learned init) s.")
     if rows and "learned" in rows[0]:
         for k in stages:
-            gaps = [r["learned_gap"] for r in rows if r["k"] == k]
-            print(f"learned cut mean P gap to optimum, k={k}: {sum(gaps) / len(gaps):.2f}% "
+            g = [r["greedy_gap"] for r in rows if r["k"] == k]
+            s16 = [r["learned_gap"] for r in rows if r["k"] == k]
+            print(f"learned cut mean P gap to optimum, k={k}: greedy {sum(g) / len(g):.2f}%, "
+                  f"best of 16 samples {sum(s16) / len(s16):.2f}% "
                   f"(paper: {PAPER_GAP.get(k, '-')}%)")
-    worst = max((r["exact_s"] for r in rows), default=0.0)
-    worst_inc = max((r["inc_s"] for r in rows), default=0.0)
+    for m, key in (("exact", "exact_s"), ("Inc-ILP (learned init)", "inc_s"),
+                   ("Inc-ILP (pb init)", "inc_pb_s"), ("auto", "auto_s")):
+        ts = [r[key] for r in rows]
+        if ts:
+            print(f"{m}: slowest {max(ts):.3f} s, mean {sum(ts) / len(ts):.3f} s, total "
+                  f"{sum(ts):.2f} s")
     print(f"certified: exact {sum(r['exact_optimal'] for r in rows)}/{len(rows)}, "
-          f"Inc-ILP {sum(r['inc_optimal'] for r in rows)}/{len(rows)}; slowest exact "
-          f"{worst:.3f} s, slowest Inc-ILP {worst_inc:.3f} s; never worse than param-balanced: "
-          f"{all(r['never_worse'] for r in rows)}")
+          f"Inc-ILP {sum(r['inc_optimal'] for r in rows)}/{len(rows)}, auto "
+          f"{sum(r['auto_optimal'] for r in rows)}/{len(rows)}; never worse than "
+          f"param-balanced: {all(r['never_worse'] for r in rows)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

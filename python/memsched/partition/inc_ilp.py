@@ -56,7 +56,7 @@ def relaxation_window(problem: PartitionProblem, s: Sequence[int], levels: Seque
 
 
 def initial_cut(problem: PartitionProblem, stages: int, initial="learned",
-                sram_bytes: int | None = None) -> tuple[list, str]:
+                sram_bytes: int | None = None, samples: int | None = None) -> tuple[list, str]:
     """The starting cut and its name: ``"learned"`` (param-balanced when no weights are
     available), ``"param-balanced"``, ``"best"`` (the better of the two under the objective),
     or an explicit assignment."""
@@ -64,16 +64,17 @@ def initial_cut(problem: PartitionProblem, stages: int, initial="learned",
 
     if isinstance(initial, str):
         if initial in ("learned", "best"):
+            sram = DEFAULT_SRAM if sram_bytes is None else sram_bytes
             try:
-                from .learned import learned_cut
+                from .learned import SAMPLES, learned_cut
 
-                learned = learned_cut(problem, stages)
+                learned = learned_cut(problem, stages, sram_bytes=sram,
+                                      samples=SAMPLES if samples is None else samples)
             except (ImportError, FileNotFoundError):
                 return param_balanced_cut(problem, stages), "param-balanced"
             if initial == "learned":
                 return learned, "learned"
             pb = param_balanced_cut(problem, stages)
-            sram = DEFAULT_SRAM if sram_bytes is None else sram_bytes
             if evaluate(problem, learned, sram).key < evaluate(problem, pb, sram).key:
                 return learned, "learned"
             return pb, "param-balanced"
@@ -87,7 +88,8 @@ def initial_cut(problem: PartitionProblem, stages: int, initial="learned",
                      "exact window solve, certified by a global bound")
 def inc_ilp(problem: PartitionProblem, stages: int, sram_bytes: int,
             time_limit: float | None = None, initial="learned", gamma: int = 10,
-            certify_box: float = 1.0, workers: int = 1, seed: int = 0, **_):
+            certify_box: float = 1.0, workers: int = 1, seed: int = 0,
+            samples: int | None = None, **_):
     if stages == 1:
         return [0] * problem.n, {}, True, {}
     t_start = time.perf_counter()
@@ -96,7 +98,7 @@ def inc_ilp(problem: PartitionProblem, stages: int, sram_bytes: int,
     def remaining():
         return None if deadline is None else max(0.0, deadline - time.perf_counter())
 
-    s, source = initial_cut(problem, stages, initial, sram_bytes)
+    s, source = initial_cut(problem, stages, initial, sram_bytes, samples)
     stats: dict = {"initial": source, "initial_seconds": round(time.perf_counter() - t_start, 4),
                    "rounds": []}
     levels = problem.asap_levels()

@@ -16,7 +16,9 @@ the paper uses it):
 Training (``python -m memsched.partition.train_pointer``, torch, CPU, minutes): REINFORCE with
 the paper's cosine-similarity reward between the agent's stage vector and the exact solver's
 labels on synthetic DAGs (`memsched.partition.synthetic`), greedy rollout as the baseline. The
-weights ship as ``data/pointer_net.npz``; inference here needs numpy only.
+weights ship as ``data/pointer_net.npz``; inference here needs numpy only. The ``learned``
+method returns the best (under the objective) of the greedy cut and 15 cuts sampled from the
+policy -- Bello et al.'s "sampling" inference; ``samples=0`` gives the greedy cut alone.
 """
 from __future__ import annotations
 
@@ -26,11 +28,12 @@ from functools import lru_cache
 import numpy as np
 
 from .base import register
-from .problem import PartitionError, PartitionProblem
+from .problem import DEFAULT_SRAM, PartitionError, PartitionProblem, evaluate
 
 WEIGHTS = os.path.join(os.path.dirname(__file__), "data", "pointer_net.npz")
 N_FEATURES = 14
 CLIP = 10.0
+SAMPLES = 16  # default inference: best of the greedy cut and 15 sampled ones
 
 
 def features(problem: PartitionProblem, k: int, order=None) -> np.ndarray:
@@ -125,8 +128,9 @@ def load_weights(path: str = WEIGHTS) -> dict:
 
 
 def pointer_cut(problem: PartitionProblem, k: int, weights: dict | None = None,
-                order=None) -> list[int]:
-    """Greedy decoding: the ``k-1`` cut positions along ``order``."""
+                order=None, samples: int = 0, seed: int = 0) -> list[int] | list[list[int]]:
+    """The ``k-1`` cut positions along ``order``: greedy decoding, or with ``samples > 0`` a
+    list of that many cuts sampled from the policy (the greedy one first)."""
     W = load_weights() if weights is None else weights
     order = problem.topological_order() if order is None else list(order)
     n = problem.n
@@ -140,38 +144,67 @@ def pointer_cut(problem: PartitionProblem, k: int, weights: dict | None = None,
         h, c = _lstm_step(emb[i], h, c, W["enc_w_ih"], W["enc_w_hh"], be)
         enc[i] = h
     ref = enc @ W["ref_w"].T + W["ref_b"]
+    ref32, v32 = ref.astype(np.float32), W["v"].astype(np.float32)
     bd = W["dec_b_ih"] + W["dec_b_hh"]
-    inp = W["dec_start"]
-    prev = 0
-    cuts = []
+    S = max(1, samples)
+    rng = np.random.default_rng(seed)
+    # decode S sequences at once (row 0 greedy, the others sampled)
+    hs, cs = np.repeat(h[None], S, 0), np.repeat(c[None], S, 0)
+    inp = np.repeat(W["dec_start"][None], S, 0)
+    prev = np.zeros(S, dtype=np.int64)
+    cuts = np.zeros((S, k - 1), dtype=np.int64)
+    ar = np.arange(n)
     for t in range(k - 1):
-        h, c = _lstm_step(inp, h, c, W["dec_w_ih"], W["dec_w_hh"], bd)
-        q = W["q_w"] @ h + W["q_b"]
-        u = CLIP * np.tanh(np.tanh(ref + q) @ W["v"])
+        g = inp @ W["dec_w_ih"].T + hs @ W["dec_w_hh"].T + bd
+        i_, f_, g_, o_ = (_sigmoid(g[:, :H]), _sigmoid(g[:, H:2 * H]), np.tanh(g[:, 2 * H:3 * H]),
+                          _sigmoid(g[:, 3 * H:]))
+        cs = f_ * cs + i_ * g_
+        hs = o_ * np.tanh(cs)
+        q = hs @ W["q_w"].T + W["q_b"]
         hi = n - (k - 1 - t)  # leave one op for every later stage
-        u[:prev + 1] = -np.inf
-        u[hi + 1:] = -np.inf
-        p = int(np.argmax(u))
-        cuts.append(p)
+        lo = int(prev.min()) + 1  # attention only over positions some row may still take
+        u = np.full((S, n), -np.inf)
+        att = np.tanh(ref32[None, lo:hi + 1] + q.astype(np.float32)[:, None, :]) @ v32
+        u[:, lo:hi + 1] = CLIP * np.tanh(att.astype(np.float64))
+        u[ar[None] <= prev[:, None]] = -np.inf
+        p = np.argmax(u, axis=1)
+        if S > 1:
+            z = np.exp(u[1:] - u[1:].max(axis=1, keepdims=True))
+            z /= z.sum(axis=1, keepdims=True)
+            p[1:] = [rng.choice(n, p=row) for row in z]
+        cuts[:, t] = p
         prev = p
         inp = emb[p]
-    return cuts
+    if samples <= 0:
+        return [int(x) for x in cuts[0]]
+    return [[int(x) for x in row] for row in cuts]
 
 
-def learned_cut(problem: PartitionProblem, stages: int, weights: dict | None = None
-                ) -> list[int]:
-    """The learned initial cut as an assignment (valid by construction)."""
+def learned_cut(problem: PartitionProblem, stages: int, weights: dict | None = None,
+                samples: int = 0, sram_bytes: int = DEFAULT_SRAM, seed: int = 0) -> list[int]:
+    """The learned initial cut as an assignment (valid by construction): the greedy decoding,
+    or with ``samples > 0`` the best under the objective of the greedy cut and ``samples - 1``
+    cuts sampled from the policy (Bello et al.'s "sampling" inference)."""
     problem.check_stages(stages)
     if stages == 1:
         return [0] * problem.n
     order = problem.topological_order()
-    return cut_to_assignment(order, pointer_cut(problem, stages, weights, order), problem.n)
+    if samples <= 0:
+        return cut_to_assignment(order, pointer_cut(problem, stages, weights, order), problem.n)
+    best, best_key = None, None
+    for cut in pointer_cut(problem, stages, weights, order, samples=samples, seed=seed):
+        s = cut_to_assignment(order, cut, problem.n)
+        key = evaluate(problem, s, sram_bytes).key
+        if best_key is None or key < best_key:
+            best, best_key = s, key
+    return best
 
 
 @register("learned", "the learned initial cut alone (LSTM pointer network, numpy inference)")
 def learned(problem: PartitionProblem, stages: int, sram_bytes: int,
-            time_limit: float | None = None, **_):
+            time_limit: float | None = None, samples: int = SAMPLES, seed: int = 0, **_):
     try:
-        return learned_cut(problem, stages), {}, False, {}
+        return learned_cut(problem, stages, samples=samples, sram_bytes=sram_bytes,
+                           seed=seed), {}, False, {"samples": samples}
     except FileNotFoundError as e:
         raise PartitionError(str(e)) from None
