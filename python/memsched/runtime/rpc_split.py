@@ -18,7 +18,7 @@ module runs such a program on RPC sessions, one per device (`ServerPool` from
 Works without any solver: give it any program and the per-device libraries.
 
     with ServerPool(local=2) as pool:
-        runner = SplitRunner(program, libs, pool.connect_all())
+        runner = SplitRunner(program, libs, pool.sessions())
         outs, stats = runner.run([x])
 """
 from __future__ import annotations
@@ -242,7 +242,7 @@ def run_split(mod, inputs: Sequence[np.ndarray], pool, *, repeat: int = 5, warmu
 
     program = split_program(mod)
     n = int(program["devices"])
-    sessions = pool.connect_all() if hasattr(pool, "connect_all") else list(pool)
+    sessions = pool.sessions(n) if hasattr(pool, "sessions") else list(pool)
     libs = libs or build_device_libs(mod, n, target)
     times, stats, outs = [], None, None
     with SplitRunner(program, libs, sessions) as runner:

@@ -3,8 +3,9 @@
 Three measurements, all over the real TVM RPC transport:
 
 * **link** (`measure_link`): per-message latency (a 4-byte upload and download), upload and
-  download bandwidth (1 and 4 MiB tensors; the slope between the sizes), the cost of one remote
-  function call (a trivial function), and the host-side memcpy rate of assembling regions;
+  download bandwidth (1 and 4 MiB tensors; the slope between the sizes), the cost of one stage
+  call as the executor makes it (a worker thread calling a small two-argument function) and of
+  taking one result out of a tuple on the device; and the rate a device assembles regions at;
 * **device speed** (`measure_speeds`): one reference convolution timed on every device at the
   same time (so contention between servers on one machine shows), speed relative to device 0;
 * **operator times** (`measure_op_times`): every operator of the model built as its own kernel
@@ -45,6 +46,17 @@ def _trivial_module():
     with bb.function("nop", [x]):
         with bb.dataflow():
             y = bb.emit_output(relax.op.add(x, x))
+        bb.emit_func_output(y)
+    p = relax.Var("p", relax.TensorType((1, 16, 16, 16), "float32"))
+    q = relax.Var("q", relax.TensorType((1, 16, 16, 16), "float32"))
+    with bb.function("pair", [p, q]):  # a stage call: a few tensors in, one out
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.add(p, q))
+        bb.emit_func_output(y)
+    with bb.function("tup", [p, q]):  # a stage call with two results
+        with bb.dataflow():
+            y = bb.emit_output(relax.Tuple([bb.emit(relax.op.add(p, q)),
+                                            bb.emit(relax.op.subtract(p, q))]))
         bb.emit_func_output(y)
     a = relax.Var("a", relax.TensorType((1, 64, 64, 64), "float32"))
     b = relax.Var("b", relax.TensorType((1, 64, 64, 64), "float32"))
@@ -93,11 +105,19 @@ def measure_link(session, lib=None, reps: int = 7) -> Link:
         down.append(_median(lambda: rt.numpy(), max(3, reps // 2)))
     bw_up = (sizes[1] - sizes[0]) / max(up[1] - up[0], 1e-9)
     bw_down = (sizes[1] - sizes[0]) / max(down[1] - down[0], 1e-9)
-    f = vm["nop"]
-    call = _median(lambda: f(r_small), reps)
+    # a stage call as the executor makes it: handed to a worker thread, two tensor arguments
+    from concurrent.futures import ThreadPoolExecutor
+
+    p = tvm.runtime.tensor(np.ones((1, 16, 16, 16), "float32"), device=dev)
+    pair, tup = vm["pair"], vm["tup"]
+    getitem = session.get_function("vm.builtin.tuple_getitem")
+    with ThreadPoolExecutor(max_workers=1) as ex:
+        call = _median(lambda: ex.submit(pair, p, p).result(), reps)
+    r = tup(p, p)
+    item = _median(lambda: getitem(r, 0), reps)
     return Link(bandwidth=float(bw_up), bandwidth_down=float(bw_down),
                 latency=float((up_small + down_small) / 2), broadcast=False, topology="host",
-                call_overhead=float(call))
+                call_overhead=float(call), item_overhead=float(item))
 
 
 def measure_speeds(sessions: Sequence, lib=None, reps: int = 5) -> tuple[list[float], float]:
@@ -160,16 +180,20 @@ def _kernel_function(bb, name, problem, op, value, dim, s):
 
     from ..transform.split_across_devices import _emit_task, _region_shape
 
-    params, shapes = [], []
+    params, shapes, ins = [], [], []
     for k, r in enumerate(op.inputs):
         ten = problem.tensors[r.tensor]
         reg = tuple(int(v) for v in needed(r, ten, dim, 0, s))
+        if reg[1] <= reg[0] or reg[3] <= reg[2]:
+            ins.append(None)  # this slice reads nothing of that input (a concat's other part)
+            continue
         shp = _region_shape(ten, reg)
         shapes.append((shp, ten.dtype))
         params.append(relax.Var(f"in{k}", relax.TensorType(shp, ten.dtype)))
+        ins.append(params[-1])
     with bb.function(name, params):
         with bb.dataflow():
-            y = _emit_task(bb, op, value, dim, 0, s, list(params),
+            y = _emit_task(bb, op, value, dim, 0, s, ins,
                            len(problem.tensors[op.output].shape))
             y = bb.emit_output(y)
         bb.emit_func_output(y)

@@ -22,7 +22,7 @@ reference device of 1 GFLOP/s, and ``speed_k`` = the device's ``gflops``.
 
 Consecutive operators that need no transfer run as one remote call per device (a *stage*): the
 stage takes ``max_k (call_overhead + sum of device k's compute)``; a stage function with ``r > 1``
-results costs ``r`` more calls on its device (RPC cannot return a tuple: each result is taken
+results costs ``r`` more round trips (``item_overhead``) on its device (RPC cannot return a tuple: each result is taken
 out on the device), and assembling an input region from parts costs its bytes over the
 device's ``copy_bandwidth``. Graph inputs start on the
 host and graph outputs end there (uploaded / downloaded like any piece).
@@ -61,6 +61,7 @@ class Link:
     topology: str = "router"  # or "host"
     bandwidth_down: float | None = None  # host topology: device -> host bytes/s
     call_overhead: float = 0.0  # seconds per remote function call
+    item_overhead: float | None = None  # seconds to take one result out of a remote tuple
 
     def __post_init__(self):
         if self.topology not in ("router", "host"):
@@ -71,11 +72,13 @@ class Link:
                 raise SplitError(f"link {k} must be a finite number > 0, not {v!r}")
         if self.bandwidth_down is None:
             self.bandwidth_down = self.bandwidth
+        if self.item_overhead is None:
+            self.item_overhead = self.call_overhead
 
     @classmethod
     def from_dict(cls, d: dict) -> "Link":
         known = {k: d[k] for k in ("bandwidth", "latency", "broadcast", "topology",
-                                   "bandwidth_down", "call_overhead") if k in d}
+                                   "bandwidth_down", "call_overhead", "item_overhead") if k in d}
         return cls(**known)
 
 

@@ -230,7 +230,7 @@ def evaluate(enc: Encoding, cost: CostModel, X) -> Evaluation:
     ons: list = []
 
     def flush(mask, i):
-        extra_calls = np.where(results > 1, results, 0) * call
+        extra_calls = np.where(results > 1, results, 0) * link.item_overhead
         t = np.max(np.where(stage_on, stage_sum + call + extra_calls, 0.0), axis=1)
         latency[:] += np.where(mask, t, 0.0)
         stages[:] += (mask & stage_on.any(axis=1))
