@@ -448,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_pipeline import add_pipeline_command  # run-pipeline (TVM RPC)
 
     add_pipeline_command(sub)
+    from .cli_split import add_split_commands  # split, profile-devices (GenEFlow, TVM RPC)
+
+    add_split_commands(sub)
     return ap
 
 
