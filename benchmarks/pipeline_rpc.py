@@ -8,12 +8,13 @@
 For every network: import (zoo, folded BN), build the unsplit model once and run it on one
 server (``TVM_NUM_THREADS=1``): outputs and single-VM throughput. Then for every k and cut
 method (``auto``: the certified lexicographic (P, O, C) optimum of `memsched.partition`;
-``param-balanced``: the Edge TPU compiler's rule), `PartitionPipeline` cuts ``main``, every
-stage is built on its own and served by its own local server, N inputs are streamed through the
-stages with the host relaying tensors, and every output is compared with the unsplit build's
-(bit-equal expected). Printed per row: the cut (P, O, C in MiB, proven?), pipelined throughput,
-speedup over one VM, per-stage latency (upload + compute + download), the slowest stage's
-compute share. On this 2-core machine k servers share 2 cores with the host: at most ~2x.
+``param-balanced``: the Edge TPU compiler's rule; ``flops-balanced``: equal estimated
+operation counts per stage, a CPU reference that ignores P/O/C), `PartitionPipeline` cuts
+``main``, every stage is built on its own and served by its own local server, N inputs are
+streamed through the stages with the host relaying tensors, and every output is compared with
+the unsplit build's (bit-equal expected). Printed per row: the cut (P, O, C in MiB, proven?),
+pipelined throughput, speedup over one VM, per-stage compute + transfer seconds. On this 2-core
+machine k servers share 2 cores with the host: at most ~2x.
 """
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def bench_network(name, mod, pool, ks, methods, n, sram, seed=0, log=print):
     from memsched.cli_pipeline import build_stages, random_inputs
     from memsched.runtime.rpc_pipeline import (Stage, compare_outputs, run_pipeline,
                                                run_single)
-    from memsched.transform.partition_pipeline import PartitionPipeline, pipeline_report
+    from memsched.transform.partition_pipeline import (PartitionPipeline,
+                                                       flops_balanced_assignment,
+                                                       pipeline_report)
 
     inputs = random_inputs(mod["main"], n, seed)
     t0 = time.perf_counter()
@@ -47,7 +50,11 @@ def bench_network(name, mod, pool, ks, methods, n, sram, seed=0, log=print):
     for k in ks:
         for method in methods:
             t0 = time.perf_counter()
-            new = PartitionPipeline(k, sram_bytes=sram, method=method)(mod)
+            if method == "flops-balanced":  # a CPU reference cut, not an Edge TPU objective
+                cut = flops_balanced_assignment(mod["main"], k)
+                new = PartitionPipeline(k, sram_bytes=sram, assignment=cut)(mod)
+            else:
+                new = PartitionPipeline(k, sram_bytes=sram, method=method)(mod)
             rep = pipeline_report(new)
             solve_s = time.perf_counter() - t0
             t0 = time.perf_counter()
@@ -97,7 +104,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--zoo", nargs="*", default=list(DEFAULT), help="zoo network names")
     ap.add_argument("--k", nargs="*", type=int, default=[2, 3, 4], help="stage counts")
-    ap.add_argument("--methods", nargs="*", default=["auto", "param-balanced"])
+    ap.add_argument("--methods", nargs="*", default=["auto", "param-balanced"],
+                    help="auto, param-balanced, any memsched.partition method, flops-balanced")
     ap.add_argument("-n", type=int, default=4, help="inputs streamed per run (default 4)")
     ap.add_argument("--sram", type=int, default=8 << 20, help="SRAM bytes (default 8 MiB)")
     ap.add_argument("--image-size", type=int, help="override the input size of every net")

@@ -190,3 +190,18 @@ def test_memsched_compile_cli(tmp_path, capsys):
                "-o", str(tmp_path / "q.so")])
     assert rc == 2 and "non-empty stages" in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "q.so")
+
+
+def test_flops_balanced_cut(nas_cell):
+    from memsched.partition import check_assignment
+    from memsched.transform.partition_pipeline import binding_flops, flops_balanced_assignment
+
+    f = nas_cell["main"]
+    problem = partition_problem(f)[0]
+    work = [binding_flops(b) for b in f.body.blocks[0].bindings]
+    assert work[0] == 1 * 8 * 16 * 16 * 8 * 3 * 3  # conv: out elements x (Cin x kh x kw)
+    for k in (1, 2, 3, 4):
+        cut = flops_balanced_assignment(f, k)
+        check_assignment(problem, cut, k)  # monotone, every stage non-empty
+        per = [sum(w for w, s in zip(work, cut) if s == j) for j in range(k)]
+        assert max(per) <= sum(work) / k + max(work)

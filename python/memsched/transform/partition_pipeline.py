@@ -156,6 +156,58 @@ def partition_problem(func: relax.Function, name: str = "main",
     return PartitionProblem.from_graph(graph, op_params, nbytes), graph, block
 
 
+def _numel(ty) -> int:
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return 0
+    n = 1
+    for d in ty.shape.values:
+        n *= int(d.value) if hasattr(d, "value") else 0
+    return n
+
+
+def binding_flops(binding) -> int:
+    """A rough operation count of one binding: multiply-adds of convolutions and matrix
+    products (output elements x reduction size), output elements for everything else."""
+    value = binding.value
+    out = sum(_numel(f) for f in (binding.var.ty.fields
+                                  if isinstance(binding.var.ty, tvm.ir.TupleType)
+                                  else [binding.var.ty]))
+    if not isinstance(value, tvm.ir.Call) or not isinstance(value.op, tvm.ir.Op):
+        return 0 if isinstance(value, (relax.TupleGetItem, relax.Tuple, tvm.ir.Var)) else out
+    name = value.op.name
+    try:
+        if name in ("relax.nn.conv2d", "relax.nn.conv1d", "relax.nn.conv3d"):
+            w = value.args[1].ty
+            o = int(w.shape.values[str(value.attrs.kernel_layout).index("O")].value)
+            return out * (_numel(w) // max(o, 1))
+        if name == "relax.matmul":
+            return out * int(value.args[0].ty.shape.values[-1].value)
+    except (AttributeError, IndexError, TypeError, ValueError):
+        pass
+    return out
+
+
+def flops_balanced_assignment(func: relax.Function, stages: int) -> list[int]:
+    """A cut for CPU pipelines (not an Edge TPU objective): contiguous runs of the binding
+    order with about equal `binding_flops`, every stage non-empty. Pass it as
+    ``PartitionPipeline(k, assignment=...)``; compare with the (P, O, C) cuts."""
+    block = _single_block(func, "function")
+    work = [binding_flops(b) for b in block.bindings]
+    n, k = len(work), stages
+    if not 1 <= k <= n:
+        raise UnsupportedModelError(f"cannot cut {n} bindings into {k} non-empty stages")
+    total = sum(work) or n
+    out, run, prev = [], 0, -1
+    for i, w in enumerate(work):
+        mid = run + (w if sum(work) else 1) / 2  # a binding goes where most of its work lies
+        j = min(int(mid * k / total), k - 1)
+        j = min(max(j, prev, k - (n - i)), prev + 1, k - 1)
+        out.append(j)
+        prev = j
+        run += w if sum(work) else 1
+    return out
+
+
 # ---------------------------------------------------------------------------------- rewriting
 def _leaves(ty, path=()):
     """Paths of the tensor fields of a type (``()`` for a tensor)."""
