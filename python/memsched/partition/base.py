@@ -83,7 +83,7 @@ def solve(problem: PartitionProblem, stages: int, sram_bytes: int = DEFAULT_SRAM
     """Cut ``problem`` into ``stages`` pipeline stages, minimising ``(P, O, C)``
     lexicographically (see `memsched.partition.problem`).
 
-    ``method``: ``auto`` (certified optimum: Inc-ILP from the learned cut), ``exact`` (CP-SAT,
+    ``method``: ``auto`` (certified optimum: Inc-ILP from the param-balanced cut), ``exact`` (CP-SAT,
     three lexicographic solves), ``inc-ilp``, ``learned`` (the learned initial cut alone) or
     ``param-balanced`` (the Edge TPU compiler's rule). ``time_limit`` (seconds) bounds the
     exact solves; when it stops one, the result is the best found and ``optimal`` is False.
