@@ -83,9 +83,9 @@ def solve(problem: PartitionProblem, stages: int, sram_bytes: int = DEFAULT_SRAM
     """Cut ``problem`` into ``stages`` pipeline stages, minimising ``(P, O, C)``
     lexicographically (see `memsched.partition.problem`).
 
-    ``method``: ``auto`` (certified optimum: Inc-ILP from the param-balanced cut), ``exact`` (CP-SAT,
-    three lexicographic solves), ``inc-ilp``, ``learned`` (the learned initial cut alone) or
-    ``param-balanced`` (the Edge TPU compiler's rule). ``time_limit`` (seconds) bounds the
+    ``method``: ``auto`` (certified optimum: Inc-ILP from the param-balanced cut), ``exact``
+    (CP-SAT, three lexicographic solves), ``inc-ilp`` (from the learned cut), ``learned`` (the
+    learned cut alone) or ``param-balanced`` (the Edge TPU compiler's rule). ``time_limit`` (seconds) bounds the
     exact solves; when it stops one, the result is the best found and ``optimal`` is False.
     The searching methods never return a cut worse than the param-balanced one.
     """
