@@ -31,7 +31,6 @@ def pack_model(model) -> bytes:
     TFLite converter writes them, so weights can be used in place)."""
     import flatbuffers
 
-    s = schema()
     builder = flatbuffers.Builder(1 << 20)
     saved = model.buffers
     try:

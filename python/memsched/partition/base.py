@@ -85,8 +85,9 @@ def solve(problem: PartitionProblem, stages: int, sram_bytes: int = DEFAULT_SRAM
 
     ``method``: ``auto`` (certified optimum: Inc-ILP from the param-balanced cut), ``exact``
     (CP-SAT, three lexicographic solves), ``inc-ilp`` (from the learned cut), ``learned`` (the
-    learned cut alone) or ``param-balanced`` (the Edge TPU compiler's rule). ``time_limit`` (seconds) bounds the
-    exact solves; when it stops one, the result is the best found and ``optimal`` is False.
+    learned cut alone) or ``param-balanced`` (the Edge TPU compiler's rule). ``time_limit``
+    (seconds) bounds the exact solves; when it stops one, the result is the best found and
+    ``optimal`` is False.
     The searching methods never return a cut worse than the param-balanced one.
     """
     from . import param_balanced as _pb
