@@ -21,6 +21,7 @@ _LAZY = {
     "PlanArena": "memsched.transform.plan_arena",
     "FuseIsolatedSubgraphs": "memsched.transform.fuse_isolated_subgraphs",
     "PartitionPipeline": "memsched.transform.partition_pipeline",
+    "SplitAcrossDevices": "memsched.transform.split_across_devices",
     "edgetpu_pipeline": "memsched.relax_pipeline",
     "pipeline": "memsched.relax_pipeline",
     "pipeline_passes": "memsched.relax_pipeline",

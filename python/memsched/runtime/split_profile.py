@@ -129,12 +129,15 @@ def measure_speeds(sessions: Sequence, lib=None, reps: int = 5) -> tuple[list[fl
 
     lib = lib or tvm.compile(_trivial_module(), target="llvm")
     times = [0.0] * len(sessions)
-
-    def one(k):
-        s = sessions[k]
+    # load one after another (exporting a library is not thread-safe), time all at once
+    evals = []
+    for k, s in enumerate(sessions):
         vm = _load(s, lib, f"memsched_prof_speed{k}.so")
         x = tvm.runtime.tensor(np.ones((1, 64, 64, 64), "float32"), device=s.cpu())
-        ev = vm.time_evaluator("conv", s.cpu(), number=3, repeat=reps)
+        evals.append((vm.time_evaluator("conv", s.cpu(), number=3, repeat=reps), x))
+
+    def one(k):
+        ev, x = evals[k]
         times[k] = float(ev(x).median)
 
     th = [threading.Thread(target=one, args=(k,)) for k in range(len(sessions))]

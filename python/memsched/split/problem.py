@@ -367,8 +367,12 @@ def _make_op(bi, var, value, res, tensors) -> SplitOp:
     args = [res(a) for a in value.args]
     act = [(k, a) for k, a in enumerate(args) if isinstance(a, int)]
     consts = [a[1] for a in args if isinstance(a, tuple) and a[0] == "const"]
-    if any(isinstance(a, list) for a in args) and kind != "relax.concat":
-        raise SplitError(f"binding {var.name!r} ({kind}) reads a tuple; cannot split it")
+    for a, r in zip(value.args, args):
+        if isinstance(r, list) and not isinstance(a, relax.Tuple) and \
+                not all(isinstance(x, int) for x in r):
+            raise SplitError(f"binding {var.name!r} ({kind}) reads a tuple variable that holds "
+                             "more than tensors; cannot split this model")
+    tuple_of_tensors = any(isinstance(a, list) and _flat_tensors_ok(a) for a in args)
     if any(isinstance(a, tuple) and a[0] == "stat" for a in args):
         raise SplitError(f"binding {var.name!r} reads batch-norm statistics; cannot split it")
     wbytes = sum(_const_bytes(k) for k in consts)
@@ -381,7 +385,9 @@ def _make_op(bi, var, value, res, tensors) -> SplitOp:
     def shp(t):
         return tensors[t].shape
 
-    if kind == "relax.nn.conv2d" and len(act) == 1 and len(consts) == 1 and act[0][0] == 0 \
+    if tuple_of_tensors and kind != "relax.concat":
+        pass  # reads a tuple of activations (other than concat): whole
+    elif kind == "relax.nn.conv2d" and len(act) == 1 and len(consts) == 1 and act[0][0] == 0 \
             and attrs.data_layout == "NCHW" and attrs.kernel_layout == "OIHW" \
             and attrs.out_layout == "NCHW" and rank == 4:
         w = _shape(consts[0].ty)[0]

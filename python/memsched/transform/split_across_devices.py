@@ -170,8 +170,8 @@ def _slice_const(c, dim, a, b, rank):
 def _map_args(args, arg_reqs, ins):
     out = []
     for arg, rk in zip(args, arg_reqs):
-        if isinstance(rk, list):
-            fields = arg.fields if isinstance(arg, relax.Tuple) else [None] * len(rk)
+        if isinstance(rk, list):  # a tuple: its tensors replaced, other fields kept
+            fields = list(arg.fields) if isinstance(arg, relax.Tuple) else [None] * len(rk)
             out.append(relax.Tuple([ins[k] if k is not None else f
                                     for f, k in zip(fields, rk)]))
         elif rk is not None:
