@@ -34,18 +34,26 @@ MODELS = {  # name -> (keras.applications constructor, input size)
 }
 
 
-def convert(name: str, out_dir: str, samples: int) -> dict:
-    import numpy as np
+def frozen_keras(ctor: str, size: int):
+    """(Keras application built with ``weights=None``, its inference function with variables
+    frozen to constants): calibrating a model with resource variables fails."""
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2)
 
-    ctor, size = MODELS[name]
     tf.keras.backend.clear_session()
     model = getattr(tf.keras.applications, ctor)(weights=None, input_shape=(size, size, 3))
     spec = tf.TensorSpec([1, size, size, 3], tf.float32, name="input")
     fn = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec)
-    frozen = convert_variables_to_constants_v2(fn)
+    return model, convert_variables_to_constants_v2(fn)
+
+
+def convert(name: str, out_dir: str, samples: int) -> dict:
+    import numpy as np
+    import tensorflow as tf
+
+    ctor, size = MODELS[name]
+    model, frozen = frozen_keras(ctor, size)
     rng = np.random.default_rng(0)
 
     def representative():

@@ -26,16 +26,9 @@ MODELS = {"NASNetMobile": ("NASNetMobile", 224), "DenseNet121": ("DenseNet121", 
 
 def convert_float(name: str, out_dir: str) -> str:
     import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2)
 
-    ctor, size = MODELS[name]
-    tf.keras.backend.clear_session()
-    model = getattr(tf.keras.applications, ctor)(weights=None, input_shape=(size, size, 3))
-    spec = tf.TensorSpec([1, size, size, 3], tf.float32, name="input")
-    fn = tf.function(lambda x: model(x, training=False)).get_concrete_function(spec)
-    data = tf.lite.TFLiteConverter.from_concrete_functions(
-        [convert_variables_to_constants_v2(fn)]).convert()
+    _, frozen = edgetpu.frozen_keras(*MODELS[name])
+    data = tf.lite.TFLiteConverter.from_concrete_functions([frozen]).convert()
     path = os.path.join(out_dir, f"{name}_float.tflite")
     with open(path, "wb") as f:
         f.write(data)
