@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -95,7 +96,9 @@ class SplitRunner:
                 else:
                     path = os.path.join(tmpdir, f"split_dev{k}.so")
                     lib.export_library(path)
-                name = f"memsched_split_dev{k}{os.path.splitext(path)[1] or '.so'}"
+                # unique: a server's dlopen returns an earlier library of the same path, and
+                # overwriting a loaded library's file crashes the server
+                name = f"{uuid.uuid4().hex[:12]}_split_dev{k}{os.path.splitext(path)[1] or '.so'}"
                 sess.upload(path, target=name)
                 self.vms.append(relax.VirtualMachine(sess.load_module(name), self.devs[k]))
                 self.getitem.append(sess.get_function("vm.builtin.tuple_getitem"))

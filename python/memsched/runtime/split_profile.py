@@ -6,8 +6,9 @@ Three measurements, all over the real TVM RPC transport:
   download bandwidth (1 and 4 MiB tensors; the slope between the sizes), the cost of one stage
   call as the executor makes it (a worker thread calling a small two-argument function) and of
   taking one result out of a tuple on the device; and the rate a device assembles regions at;
-* **device speed** (`measure_speeds`): one reference convolution timed on every device at the
-  same time (so contention between servers on one machine shows), speed relative to device 0;
+* **device speed** (`measure_speeds`): one reference convolution timed on device 0 alone, then
+  on every device at the same time (so contention between servers on one machine shows);
+  speed = time alone on device 0 / time on the device under concurrency;
 * **operator times** (`measure_op_times`): every operator of the model built as its own kernel
   (the same code the rewrite emits for a slice) and timed on device 0 with ``time_evaluator``
   at full size; for a sample of operators of every class and split dimension also at 1/4, 1/2
@@ -78,6 +79,11 @@ def _load(session, lib, name: str):
 
     from tvm import relax
 
+    import uuid
+
+    # a unique remote name: the server's dlopen would return an earlier library of the same
+    # path, and overwriting a loaded library's file crashes the server
+    name = f"{uuid.uuid4().hex[:12]}_{name}"
     with tempfile.TemporaryDirectory(prefix="memsched_prof_") as d:
         path = os.path.join(d, name)
         lib.export_library(path)
@@ -121,8 +127,10 @@ def measure_link(session, lib=None, reps: int = 7) -> Link:
 
 
 def measure_speeds(sessions: Sequence, lib=None, reps: int = 5) -> tuple[list[float], float]:
-    """(speed of every device relative to device 0, seconds of the reference convolution on
-    device 0), timing all devices at once."""
+    """(speed of every device while all compute at once, relative to device 0 computing alone;
+    seconds of the reference convolution on device 0 alone). Operator kernels are timed on
+    device 0 alone, so this is the factor that turns them into times on each device during a
+    split run; servers sharing one machine slow each other down, separate boards do not."""
     import threading
 
     import tvm
@@ -140,12 +148,14 @@ def measure_speeds(sessions: Sequence, lib=None, reps: int = 5) -> tuple[list[fl
         ev, x = evals[k]
         times[k] = float(ev(x).median)
 
+    one(0)
+    alone = times[0]  # the reference: device 0 by itself, as operator kernels are timed
     th = [threading.Thread(target=one, args=(k,)) for k in range(len(sessions))]
     for t in th:
         t.start()
     for t in th:
         t.join()
-    return [times[0] / t for t in times], times[0]
+    return [alone / t for t in times], alone
 
 
 def measure_copy_bandwidth(session, lib=None) -> float:
