@@ -1,7 +1,7 @@
 """Pipelined TVM over RPC: zoo networks cut into k = 2..4 stages, one local server per stage.
 
     python -m benchmarks.pipeline_rpc                                   # default networks
-    python -m benchmarks.pipeline_rpc --zoo resnet-50 densenet-121 --k 2 3 4 -n 4
+    python -m benchmarks.pipeline_rpc --zoo resnet-50 densenet-121 --k 2 3 4 -n 8
     python -m benchmarks.pipeline_rpc --zoo darts-v2-cifar --methods auto param-balanced \\
         --json out.json
 
@@ -13,8 +13,10 @@ operation counts per stage, a CPU reference that ignores P/O/C), `PartitionPipel
 ``main``, every stage is built on its own and served by its own local server, N inputs are
 streamed through the stages with the host relaying tensors, and every output is compared with
 the unsplit build's (bit-equal expected). Printed per row: the cut (P, O, C in MiB, proven?),
-pipelined throughput, speedup over one VM, per-stage compute + transfer seconds. On this 2-core
-machine k servers share 2 cores with the host: at most ~2x.
+pipelined throughput (n / total time, and steady state: outputs per second once the k stages
+are full), speedup over one VM, per-stage compute + transfer seconds while streaming,
+and each stage's seconds for one input with nothing overlapping ("alone": what the stage costs
+without contention). On this 2-core machine k servers share 2 cores with the host: at most ~2x.
 """
 from __future__ import annotations
 
@@ -71,11 +73,14 @@ def bench_network(name, mod, pool, ks, methods, n, sram, seed=0, log=print):
                 "n": n, "outputs_equal": equal, "max_abs_diff": diff,
                 "throughput_per_s": res.throughput_per_s, "single_vm_per_s": single,
                 "speedup": res.throughput_per_s / single,
+                "steady_per_s": res.steady_per_s,
+                "steady_speedup": (res.steady_per_s or 0) / single,
                 "stage_latency_s": res.stage_latency_s,
                 "stage_compute_s": [t.mean("compute") for t in res.stage_times],
                 "stage_transfer_s": [t.mean("upload") + t.mean("download")
                                      for t in res.stage_times],
                 "slowest_stage": slow,
+                "stage_sequential_s": res.sequential_s,
             }
             rows.append(row)
             log(f"  {name} k={k} {method}: P={_mib(row['P'])} O={_mib(row['O'])} "
@@ -88,7 +93,9 @@ def bench_network(name, mod, pool, ks, methods, n, sram, seed=0, log=print):
 
 def print_table(rows) -> None:
     head = ("network", "k", "cut", "P MiB", "O MiB", "C MiB", "proven", "equal",
-            "pipelined /s", "one VM /s", "speedup", "stage latency s (compute+transfer)")
+            "pipelined /s", "steady /s", "one VM /s", "speedup (steady)",
+            "stage latency s (compute+transfer)",
+            "stages alone s")
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
@@ -97,7 +104,9 @@ def print_table(rows) -> None:
         print(f"| {r['network']} | {r['k']} | {r['method']} | {_mib(r['P'])} | "
               f"{_mib(r['O'])} | {_mib(r['C'])} | {'yes' if r['optimal'] else 'no'} | "
               f"{'yes' if r['outputs_equal'] else 'NO'} | {r['throughput_per_s']:.3f} | "
-              f"{r['single_vm_per_s']:.3f} | {r['speedup']:.2f}x | {lat} |")
+              f"{r['steady_per_s'] or 0:.3f} | {r['single_vm_per_s']:.3f} | "
+              f"{r['speedup']:.2f}x ({r['steady_speedup']:.2f}x) | {lat} | "
+              f"{' / '.join(f'{x:.2f}' for x in r.get('stage_sequential_s', []))} |")
 
 
 def main(argv=None) -> int:
@@ -106,7 +115,7 @@ def main(argv=None) -> int:
     ap.add_argument("--k", nargs="*", type=int, default=[2, 3, 4], help="stage counts")
     ap.add_argument("--methods", nargs="*", default=["auto", "param-balanced"],
                     help="auto, param-balanced, any memsched.partition method, flops-balanced")
-    ap.add_argument("-n", type=int, default=4, help="inputs streamed per run (default 4)")
+    ap.add_argument("-n", type=int, default=8, help="inputs streamed per run (default 8)")
     ap.add_argument("--sram", type=int, default=8 << 20, help="SRAM bytes (default 8 MiB)")
     ap.add_argument("--image-size", type=int, help="override the input size of every net")
     ap.add_argument("--json", help="write the rows to this file")

@@ -197,8 +197,9 @@ def _print(args, res, report) -> None:
                   f"{1e3 * (st.mean('upload') + st.mean('download')):.2f}")
     c = Console()
     c.print(t)
-    c.print(f"pipelined: {res.throughput_per_s:.2f} inputs/s; one VM (unsplit, one server): "
-            f"{res.single_vm_per_s:.2f} inputs/s; speedup {res.speedup:.2f}x")
+    steady = f" ({res.steady_per_s:.2f}/s once full)" if res.steady_per_s else ""
+    c.print(f"pipelined: {res.throughput_per_s:.2f} inputs/s{steady}; one VM (unsplit, one "
+            f"server): {res.single_vm_per_s:.2f} inputs/s; speedup {res.speedup:.2f}x")
     eq = "bit-equal" if res.outputs_equal else f"DIFFERENT (max |diff| {res.max_abs_diff:g})"
     c.print(f"outputs vs the unsplit build: {eq} on all {res.n} inputs")
 

@@ -167,6 +167,10 @@ class PipelineReport:
     stage_times: list  # StageTimes per stage
     servers: list
     single_vm_per_s: float | None = None
+    sequential_s: list = field(default_factory=list)  # per stage, one input, no overlap
+    # outputs per second once the pipeline is full: (n - 1) / (last output - first output);
+    # throughput_per_s = n / total also pays for filling and draining the k stages
+    steady_per_s: float | None = None
     outputs_equal: bool | None = None
     max_abs_diff: float | None = None
     extra: dict = field(default_factory=dict)
@@ -188,6 +192,7 @@ class PipelineReport:
             "outputs_equal": self.outputs_equal,
             "max_abs_diff": self.max_abs_diff,
             "throughput_per_s": round(self.throughput_per_s, 4),
+            "steady_per_s": None if self.steady_per_s is None else round(self.steady_per_s, 4),
             "single_vm_per_s": None if self.single_vm_per_s is None
             else round(self.single_vm_per_s, 4),
             "speedup": None if self.speedup is None else round(self.speedup, 4),
@@ -195,6 +200,7 @@ class PipelineReport:
             "stage_compute_s": [round(t.mean("compute"), 6) for t in self.stage_times],
             "stage_transfer_s": [round(t.mean("upload") + t.mean("download"), 6)
                                  for t in self.stage_times],
+            "stage_sequential_s": [round(x, 6) for x in self.sequential_s],
             "servers": list(self.servers),
         }
         out.update(self.extra)
@@ -220,11 +226,14 @@ class RPCPipeline:
     def __len__(self) -> int:
         return len(self.remote)
 
-    def run_one(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """One input through every stage in turn (no overlap)."""
+    def run_one(self, inputs: Sequence[np.ndarray], times: list | None = None) -> list:
+        """One input through every stage in turn (no overlap); with ``times``, append each
+        stage's (upload, compute, download) seconds."""
         arrays = list(inputs)
         for st in self.remote:
-            arrays, _ = st(arrays)
+            arrays, t = st(arrays)
+            if times is not None:
+                times.append(t)
         return arrays
 
     def stream(self, inputs: Sequence[Sequence[np.ndarray]]):
@@ -287,12 +296,14 @@ class RPCPipeline:
             qs[0].put((i, list(x)))
         qs[0].put(done)
         results: dict = {}
+        self.arrivals = []  # seconds from the start to each output
         try:
             while True:
                 item = get(qs[k])
                 if item is None or item is done:
                     break
                 results[item[0]] = item[1]
+                self.arrivals.append(time.perf_counter() - t0)
         except BaseException:  # Ctrl-C: let the stage threads end at their next step
             stop.set()
             raise
@@ -357,9 +368,15 @@ def run_pipeline(stages: Sequence[Stage], pool: ServerPool | Sequence,
     try:
         for x in list(inputs)[:warmup]:
             pipe.run_one(x)
+        alone: list = []  # one input through the stages in turn: latency without overlap
+        pipe.run_one(inputs[0], alone)
         outs, seconds, times = pipe.stream(inputs)
         report = PipelineReport(len(stages), len(inputs), outs, len(inputs) / seconds, seconds,
                                 times, servers)
+        report.sequential_s = [sum(t) for t in alone]
+        arr = pipe.arrivals
+        if len(arr) >= 2 and arr[-1] > arr[0]:
+            report.steady_per_s = (len(arr) - 1) / (arr[-1] - arr[0])
         if reference is not None:
             ref_outs, report.single_vm_per_s = run_single(reference, sessions[0], inputs,
                                                           warmup)
