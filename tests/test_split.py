@@ -156,8 +156,8 @@ def test_ga_is_deterministic_and_never_worse_than_its_seeds():
     cost = CostModel([Device(), Device(), Device()],
                      Link(bandwidth=2e8, latency=2e-5, topology="host", call_overhead=1e-4),
                      OpTimes.from_flops(prob))
-    r1 = compare(prob, cost, seed=3, n_gen=25, pop_size=16)
-    r2 = solve(prob, cost, "ga", seed=3, n_gen=25, pop_size=16,
+    r1 = compare(prob, cost, seed=3, n_gen=10, pop_size=12)
+    r2 = solve(prob, cost, "ga", seed=3, n_gen=10, pop_size=12,
                seeds=[r1[m].X for m in ("single", "uniform", "greedy")])
     assert np.array_equal(r1["ga"].X, r2.X)
     best_seed = min(r1[m].latency for m in ("single", "uniform", "greedy"))

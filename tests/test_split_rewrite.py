@@ -27,7 +27,7 @@ def random_chromosomes(enc, rng, k, baselines=False):
     return out
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, pytest.param(3, marks=pytest.mark.heavy)])
 def test_rewrite_outputs_equal_unsplit_and_plan_matches_evaluator(n):
     mod = tiny_cnn(channels=8, size=12)
     x = np.random.default_rng(1).standard_normal((1, 3, 12, 12)).astype("float32")
