@@ -1,0 +1,89 @@
+"""Soundness of the lower bounds (`memsched.schedulers.bounds`): never above the optimum, and
+per op never above the op's footprint in *any* topological order (enumerated on small DAGs,
+so an unsound bound fails here)."""
+from hypothesis import given, settings, strategies as st
+
+from memsched import MemoryModel, Problem, schedule
+from memsched.random_graphs import random_dag
+from memsched.schedulers.base import trivial_bound
+from memsched.schedulers.bounds import ancestry_bound, ancestry_bounds, reachability
+from memsched.schedulers.exact import cut_segments
+
+MODELS = [MemoryModel.get("paper"), MemoryModel.get("tvm"),
+          MemoryModel(inplace=True, name="inplace")]
+
+
+def _all_orders(p: Problem, limit: int = 3000):
+    """Every topological order of ``p`` (at most ``limit``), depth first."""
+    out = []
+
+    def rec(mask, order):
+        if len(out) >= limit:
+            return
+        if mask == p.full:
+            out.append(list(order))
+            return
+        for v in range(p.n):
+            if not mask >> v & 1 and not p.pred_mask[v] & ~mask:
+                order.append(v)
+                rec(mask | 1 << v, order)
+                order.pop()
+
+    rec(0, [])
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 8), seed=st.integers(0, 10_000), m=st.sampled_from(MODELS))
+def test_ancestry_bound_per_op_never_exceeds_a_footprint(n, seed, m):
+    p = Problem.from_graph(random_dag(n, seed, window=4), m)
+    bounds = ancestry_bounds(p)
+    for order in _all_orders(p):
+        prof = p.evaluate(order)
+        for k, v in enumerate(order):
+            assert bounds[v] <= prof.steps[k], (v, bounds[v], prof.steps[k], order)
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 10), seed=st.integers(0, 10_000), m=st.sampled_from(MODELS))
+def test_ancestry_bound_at_most_brute_force_optimum(n, seed, m):
+    g = random_dag(n, seed)
+    p = Problem.from_graph(g, m)
+    opt = schedule(g, "brute", m).peak
+    assert trivial_bound(p) <= ancestry_bound(p) <= opt
+    # on the segments between cut points too (sub-problems carry base and pinned tensors)
+    before = 0
+    for seg in cut_segments(p):
+        sub, _ = p.restrict(seg, before)
+        before |= sum(1 << v for v in seg)
+        assert ancestry_bound(sub) <= opt
+
+
+def test_reachability_is_strict_ancestry():
+    p = Problem.from_graph(random_dag(12, 3), "paper")
+    r = reachability(p)
+    for v in range(p.n):
+        assert not r[v, v]
+        for u in p.preds[v]:
+            assert r[u, v]
+            assert (r[:, u] <= r[:, v]).all()  # ancestors of a pred are ancestors
+
+
+def test_ancestry_bound_counts_a_waiting_skip_tensor():
+    """A residual block: the skip tensor is live while the branch runs; the trivial bound
+    misses it, the ancestry bound counts it and equals the optimum."""
+    from memsched.graph import GraphBuilder
+
+    b = GraphBuilder("res")
+    x = b.input("x", 100)
+    v0 = b.op("stem", "conv", [x], [("s", 100)])
+    s = b.ops[v0].outputs[0]
+    v1 = b.op("a", "conv", [s], [("a", 100)])
+    v2 = b.op("b", "conv", [b.ops[v1].outputs[0]], [("b", 100)])
+    v3 = b.op("add", "add", [s, b.ops[v2].outputs[0]], [("y", 100)])
+    b.mark_output(b.ops[v3].outputs[0])
+    g = b.build()
+    p = Problem.from_graph(g, "tvm")
+    opt = schedule(g, "brute", "tvm").peak
+    assert trivial_bound(p) < opt
+    assert ancestry_bound(p) == opt
