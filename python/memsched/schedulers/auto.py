@@ -46,6 +46,7 @@ import time
 from ..limits import Deadline, Expired
 from ..memory import Problem
 from .base import register, trivial_bound
+from .bounds import MAX_OPS as ANCESTRY_MAX_OPS, ancestry_bound
 from .exact import astar, cut_segments
 from .heuristics import best_heuristic
 from .hmcos import MAX_WORK
@@ -181,9 +182,21 @@ def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: d
         sub, ids = q.restrict(seg, before)
         before |= sum(1 << v for v in seg)
         o, pk, _ = best_heuristic(sub, deadline, partial=False)
-        subs.append({"sub": sub, "ids": ids, "order": o, "peak": pk, "lb": trivial_bound(sub),
+        lb, lb_by = _cheap_bound(sub, pk, deadline)
+        subs.append({"sub": sub, "ids": ids, "order": o, "peak": pk, "lb": lb, "lb_by": lb_by,
                      "by": None})
     return simp, q, segs, subs
+
+
+def _cheap_bound(p: Problem, peak: int, deadline: Deadline) -> tuple[int, str]:
+    """The best of the search-free lower bounds, cheapest first, stopping as soon as one
+    meets ``peak``: ``(bound, "bound")`` for the trivial bound, ``"ancestry"`` for
+    `bounds.ancestry_bound` (O(n^2) bits)."""
+    lb = trivial_bound(p)
+    if lb >= peak or p.n > ANCESTRY_MAX_OPS:
+        return lb, "bound"
+    a = ancestry_bound(p, deadline)
+    return (a, "ancestry") if a > lb else (lb, "bound")
 
 
 def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse: bool = True,
@@ -203,6 +216,17 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     # 0. the best baseline of the original problem: the answer if everything else is cut
     base_o, base_pk, base_name = best_heuristic(p, deadline)
     stats["baseline"] = base_name
+    # 0b. stop at once when a search-free bound proves the baseline (cheapest bound first)
+    try:
+        p_lb, p_by = _cheap_bound(p, base_pk, deadline)
+    except Expired:
+        p_lb, p_by = trivial_bound(p), "bound"
+    stats["lower_bounds"] = {"whole": p_lb, "whole_by": p_by}
+    if base_pk <= p_lb:
+        stats.update(early_stop=True, fused_ops=None, segments=None, largest_segment=None,
+                     proof=p_by, proved_by={p_by: 1}, states=0, cpsat_variables=0, gap=0.0,
+                     timed_out=False, seconds=round(time.perf_counter() - t0, 3))
+        return base_o, base_pk, True, stats
     kernel = _Kernel(native, deadline) if astar_search else None
     if astar_share is None:  # the C++ A* is 10-20x faster: give it more of the budget
         astar_share = 0.5 if kernel is not None and kernel.strong else 0.25
@@ -213,7 +237,12 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
         simp, q, segs, subs = None, p, [], []
         stats["stages_cut"] = ["segments"]
     stats["fused_ops"] = q.n
-    target = max((s["lb"] for s in subs), default=0)
+    # the global target: the best bound of the original problem or of any segment (the fused
+    # problem has the same optimum), and the technique that gave it
+    target, target_by = p_lb, p_by
+    for s in subs:
+        if s["lb"] > target:
+            target, target_by = s["lb"], s["lb_by"]
     # upper bounds from orders of the *original* problem (baselines, HMCOS): they can express
     # orders the fused problem cannot, and `canonicalize` maps them into it at no higher peak
     t_hmcos = 0.0
@@ -235,13 +264,14 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
             except Expired:
                 stats.setdefault("stages_cut", []).append("seed")
                 break
+    stats["lower_bounds"].update(segments=target, segments_by=target_by)
     stats.update(segments=len(segs), largest_segment=max((len(s) for s in segs), default=0))
     states = 0
     cp_vars = 0
     t_astar = t_cpsat = 0.0
     report = progress if callable(progress) else None
     # 3. hardest segments first
-    glob = target
+    glob, glob_by = target, target_by
 
     def goal(s):  # the bound that makes a segment done
         return s["lb"] if segment_optimal else glob
@@ -281,7 +311,8 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                 states += st
                 if pk < s["peak"]:
                     s["order"], s["peak"] = o, pk
-                s["lb"] = max(s["lb"], lb)
+                if lb > s["lb"]:
+                    s["lb"], s["lb_by"] = lb, "astar"
                 if s["lb"] >= s["peak"]:
                     s["by"] = "astar"
             if s["by"] is None and cpsat and not seg_deadline.expired() and \
@@ -297,14 +328,16 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                 cp_vars += st.get("variables", 0)
                 if pk < s["peak"]:
                     s["order"], s["peak"] = o, pk
-                s["lb"] = max(s["lb"], lb)
+                if lb > s["lb"]:
+                    s["lb"], s["lb_by"] = lb, "cpsat"
                 if s["lb"] >= s["peak"]:
                     s["by"] = "cpsat"
-            glob = max(glob, min(s["lb"], s["peak"]))
+            if min(s["lb"], s["peak"]) > glob:
+                glob, glob_by = min(s["lb"], s["peak"]), s["by"] or s["lb_by"]
     target = glob
     for s in subs:
         if s["by"] is None and s["peak"] <= goal(s):
-            s["by"] = "bound"
+            s["by"] = s["lb_by"] if segment_optimal or s["lb"] >= s["peak"] else glob_by
     # 4. the segments' orders, or the best baseline of the original problem (which can express
     # orders the fused one cannot) when that is better
     peak = max((s["peak"] for s in subs), default=0)
@@ -321,8 +354,8 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     proof = None
     if optimal:
         top = [s for s in subs if s["peak"] == peak]
-        proof = next((s["by"] for s in top if s["by"] not in (None, "bound")), None) or \
-            (top[0]["by"] if top else "bound")
+        proof = next((s["by"] for s in top if s["by"] not in (None, "bound", "ancestry")),
+                     None) or (top[0]["by"] if top else "bound")
     proved: dict[str, int] = {}
     for s in subs:
         if s["by"]:

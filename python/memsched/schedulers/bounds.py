@@ -31,16 +31,21 @@ MAX_OPS = 6000  # n x n bool matrix: 36 MB at this size
 
 def reachability(p: Problem, deadline: Deadline | None = None) -> np.ndarray:
     """``R[u, v]`` is True when ``u`` is a strict ancestor of ``v`` (op ids are topological)."""
+    return _ancestors(p, deadline).T.copy()
+
+
+def _ancestors(p: Problem, deadline: Deadline | None = None) -> np.ndarray:
+    """``A[v, u]`` is True when ``u`` is a strict ancestor of ``v`` (rows: contiguous ORs)."""
     n = p.n
     chk = Checker(deadline, 256)
-    r = np.zeros((n, n), dtype=bool)
+    a = np.zeros((n, n), dtype=bool)
     for v in range(n):
         chk.tick()
-        col = r[:, v]
+        row = a[v]
         for u in set(p.preds[v]):
-            col |= r[:, u]
-            col[u] = True
-    return r
+            row |= a[u]
+            row[u] = True
+    return a
 
 
 def _credit(p: Problem, v: int) -> int:
@@ -58,7 +63,8 @@ def ancestry_bounds(p: Problem, deadline: Deadline | None = None) -> list[int]:
     if n > MAX_OPS:
         return [p.static_bound(v) for v in range(n)]
     chk = Checker(deadline, 64)
-    r = reachability(p, deadline)  # r[u] = descendants of u, r[:, v] = ancestors of v
+    anc = _ancestors(p, deadline)  # anc[v]: ancestors of v
+    desc = anc.T.copy()  # desc[u]: descendants of u
     prod = [-1] * len(p.size)
     for v, ts in enumerate(p.creates):
         for t in ts:
@@ -79,10 +85,10 @@ def ancestry_bounds(p: Problem, deadline: Deadline | None = None) -> list[int]:
                 continue  # dies with its producer's step (counted in created)
             readers = np.zeros(n, dtype=bool)
             for c in cons:
-                readers |= r[:, c]  # ops before a reader: the reader is a descendant
+                readers |= anc[c]  # ops before a reader: the reader is a descendant
                 readers[c] = True
         if u >= 0:
-            readers &= r[u]  # ... and after the producer
+            readers &= desc[u]  # ... and after the producer
         forced[readers] += size
     out = []
     for v in range(n):
