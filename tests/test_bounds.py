@@ -6,7 +6,8 @@ from hypothesis import given, settings, strategies as st
 from memsched import MemoryModel, Problem, schedule
 from memsched.random_graphs import random_dag
 from memsched.schedulers.base import trivial_bound
-from memsched.schedulers.bounds import ancestry_bound, ancestry_bounds, reachability
+from memsched.schedulers.bounds import (ancestry_bound, ancestry_bounds, mincut_bound,
+                                        mincut_bounds, reachability)
 from memsched.schedulers.exact import cut_segments
 
 MODELS = [MemoryModel.get("paper"), MemoryModel.get("tvm"),
@@ -44,19 +45,50 @@ def test_ancestry_bound_per_op_never_exceeds_a_footprint(n, seed, m):
             assert bounds[v] <= prof.steps[k], (v, bounds[v], prof.steps[k], order)
 
 
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 8), seed=st.integers(0, 10_000), m=st.sampled_from(MODELS))
+def test_mincut_bound_per_op_is_the_smallest_footprint(n, seed, m):
+    """Per op, the min-cut bound is at most its footprint in every order, at least the
+    ancestry bound, and (without in-place credits) equal to the smallest footprint."""
+    p = Problem.from_graph(random_dag(n, seed, window=4), m)
+    cut, anc = mincut_bounds(p), ancestry_bounds(p)
+    orders = _all_orders(p)
+    least = [None] * p.n
+    for order in orders:
+        prof = p.evaluate(order)
+        for k, v in enumerate(order):
+            assert cut[v] <= prof.steps[k], (v, cut[v], prof.steps[k], order)
+            least[v] = prof.steps[k] if least[v] is None else min(least[v], prof.steps[k])
+    for v in range(p.n):
+        assert anc[v] <= cut[v]
+        if not p.inplace[v] and len(orders) < 3000:
+            assert cut[v] == least[v], (v, cut[v], least[v])
+
+
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 10), seed=st.integers(0, 10_000), m=st.sampled_from(MODELS))
-def test_ancestry_bound_at_most_brute_force_optimum(n, seed, m):
+def test_bounds_at_most_brute_force_optimum(n, seed, m):
     g = random_dag(n, seed)
     p = Problem.from_graph(g, m)
     opt = schedule(g, "brute", m).peak
-    assert trivial_bound(p) <= ancestry_bound(p) <= opt
+    assert trivial_bound(p) <= ancestry_bound(p) <= mincut_bound(p) <= opt
     # on the segments between cut points too (sub-problems carry base and pinned tensors)
     before = 0
     for seg in cut_segments(p):
         sub, _ = p.restrict(seg, before)
         before |= sum(1 << v for v in seg)
-        assert ancestry_bound(sub) <= opt
+        assert ancestry_bound(sub) <= mincut_bound(sub) <= opt
+
+
+def test_mincut_bound_quantized_sizes_stay_sound(monkeypatch):
+    """Capacities rounded down to a coarse quantum (huge tensors) only lower the bound."""
+    import memsched.schedulers.bounds as b
+
+    p = Problem.from_graph(random_dag(9, 5), "paper")
+    exact = mincut_bound(p)
+    monkeypatch.setattr(b, "INT32_CAP", 3)
+    coarse = mincut_bound(p)
+    assert ancestry_bound(p) <= coarse <= exact
 
 
 def test_reachability_is_strict_ancestry():

@@ -105,3 +105,93 @@ def ancestry_bound(p: Problem, deadline: Deadline | None = None) -> int:
     if p.n == 0:
         return 0
     return max(max(ancestry_bounds(p, deadline)), p.live(0), p.live(p.full))
+
+
+# ----------------------------------------------------------------------------- min-cut bound
+INT32_CAP = 1 << 29  # finite capacities are scaled under this (scipy's flows are int32)
+
+
+def _cut_network(p: Problem):
+    """The part of the flow network shared by every op (see `mincut_bounds`): a list of
+    ``(tail, head, capacity)`` with capacities in units of ``quantum`` bytes (rounded down:
+    the cut only gets smaller, the bound stays valid), the node count, and the quantum."""
+    import math
+
+    n, tcount = p.n, len(p.size)
+    src, sink = n + tcount, n + tcount + 1
+    prod = [-1] * tcount
+    for v, ts in enumerate(p.creates):
+        for t in ts:
+            prod[t] = v
+    live_ts = [t for t in range(tcount) if p.size[t] and (p.pinned[t] or p.consumers[t])
+               and (prod[t] >= 0 or p.initial[t])]
+    total = sum(p.size[t] for t in live_ts)
+    quantum = 0
+    for t in live_ts:
+        quantum = math.gcd(quantum, p.size[t])
+    quantum = max(quantum, 1, -(-total // INT32_CAP))
+    inf = total // quantum + 1
+    edges = []
+    for t in live_ts:
+        x = n + t
+        edges.append((prod[t] if prod[t] >= 0 else src, x, p.size[t] // quantum))
+        for r in p.consumers[t]:
+            edges.append((x, r, inf))
+        if p.pinned[t]:
+            edges.append((x, sink, inf))
+    for w in range(n):  # w before v needs its predecessors before v: w in S => pred in S
+        for u in set(p.preds[w]):
+            edges.append((w, u, inf))
+    return edges, n + tcount + 2, src, sink, inf, quantum
+
+
+def mincut_bounds(p: Problem, ops=None, deadline: Deadline | None = None) -> list[int] | None:
+    """Per op ``v`` (all, or those in ``ops``; others get 0), the *smallest footprint ``v``
+    can have in any topological order*: the executed set ``I`` before ``v`` is any
+    down-closed set holding the ancestors of ``v`` and none of its descendants, and the
+    memory live at ``I`` (tensors produced in ``I`` with a reader outside it, or kept) is a
+    minimum cut of a flow network: op nodes, one node per tensor (producer -> tensor: its
+    size; tensor -> each reader and, if kept, -> sink: infinite), ``w -> pred`` infinite (a
+    closed set), ``source -> preds(v)`` and ``v -> sink`` infinite. So the bound is at least
+    `ancestry_bounds` (which counts only the tensors every such ``I`` holds). One max-flow per
+    op (scipy's Dinic). None when scipy is missing."""
+    try:
+        import scipy.sparse as sp
+        from scipy.sparse.csgraph import maximum_flow
+    except ImportError:  # pragma: no cover - scipy comes with the install
+        return None
+    n = p.n
+    if n == 0:
+        return []
+    chk = Checker(deadline, 1)
+    edges, nodes, src, sink, inf, quantum = _cut_network(p)
+    tails = np.array([e[0] for e in edges], dtype=np.int32)
+    heads = np.array([e[1] for e in edges], dtype=np.int32)
+    caps = np.array([e[2] for e in edges], dtype=np.int32)
+    out = [0] * n
+    for v in (range(n) if ops is None else ops):
+        chk.tick()
+        preds = sorted(set(p.preds[v]))
+        extra_t = np.array(preds + [v], dtype=np.int32)
+        extra_t[:len(preds)] = src
+        extra_h = np.array(preds + [sink], dtype=np.int32)
+        t = np.concatenate([tails, extra_t])
+        h = np.concatenate([heads, extra_h])
+        c = np.concatenate([caps, np.full(len(preds) + 1, inf, dtype=np.int32)])
+        keep = t != h
+        g = sp.csr_matrix((c[keep], (t[keep], h[keep])), shape=(nodes, nodes))
+        g.sum_duplicates()
+        flow = maximum_flow(g, src, sink).flow_value
+        created = sum(p.size[tt] for tt in p.creates[v])
+        live = min(flow, inf - 1) * quantum
+        out[v] = p.base + live + created + p.workspace[v] - _credit(p, v)
+    return out
+
+
+def mincut_bound(p: Problem, deadline: Deadline | None = None) -> int:
+    """The largest `mincut_bounds` entry (at least `ancestry_bound`)."""
+    if p.n == 0:
+        return 0
+    b = mincut_bounds(p, None, deadline)
+    a = ancestry_bound(p, deadline)
+    return a if b is None else max(a, max(b))
