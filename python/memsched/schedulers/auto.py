@@ -19,9 +19,17 @@ Pipeline (each stage optional, for ablations):
 4. the order is expanded back to the original ops and compared with the baselines on the
    original problem (which see orders the fused problem cannot express).
 
+Cheap bounds first (`memsched.schedulers.bounds`): right after the baselines of the original
+problem, the trivial bound and then the ancestry bound; when the best baseline meets one, the
+call returns at once (``early_stop``: no fusion, no search). Each segment gets both too, and
+the segments whose peak is still above the global target the **min-cut** bound (one max-flow
+per op, ops with the largest ancestry bound first, stopping when it meets the segment's
+peak) before any HMCOS or search: a segment whose order is already proven is never searched.
+
 ``stats``: ``proof`` names the technique that proved the segment holding the peak
-(``bound``: the heuristic met a lower bound, ``hmcos``, ``astar``, ``cpsat``), or ``None`` with
-``gap`` > 0; ``proved_by`` counts segments per technique; ``fused_ops``, ``segments``,
+(``bound``: the heuristic met the trivial bound, ``ancestry`` / ``mincut``: those bounds,
+``hmcos``, ``astar``, ``cpsat``), or ``None`` with ``gap`` > 0; ``lower_bounds``: the bound of
+the original problem and the best segment bound, each with its technique; ``mincut_seconds``; ``proved_by`` counts segments per technique; ``fused_ops``, ``segments``,
 ``largest_segment``, ``states`` (A*), ``cpsat_variables`` and the time of each stage.
 
 Limits (`memsched.limits`): one `Deadline` for the whole call; stages get shares of what is
@@ -46,7 +54,7 @@ import time
 from ..limits import Deadline, Expired
 from ..memory import Problem
 from .base import register, trivial_bound
-from .bounds import MAX_OPS as ANCESTRY_MAX_OPS, ancestry_bound
+from .bounds import MAX_OPS as ANCESTRY_MAX_OPS, MINCUT_MAX_OPS, ancestry_bound, mincut_bound
 from .exact import astar, cut_segments
 from .heuristics import best_heuristic
 from .hmcos import MAX_WORK
@@ -182,21 +190,30 @@ def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: d
         sub, ids = q.restrict(seg, before)
         before |= sum(1 << v for v in seg)
         o, pk, _ = best_heuristic(sub, deadline, partial=False)
-        lb, lb_by = _cheap_bound(sub, pk, deadline)
+        lb, lb_by = _cheap_bound(sub, pk, deadline, mincut=False)
         subs.append({"sub": sub, "ids": ids, "order": o, "peak": pk, "lb": lb, "lb_by": lb_by,
                      "by": None})
     return simp, q, segs, subs
 
 
-def _cheap_bound(p: Problem, peak: int, deadline: Deadline) -> tuple[int, str]:
+def _cheap_bound(p: Problem, peak: int, deadline: Deadline,
+                 mincut: bool = True) -> tuple[int, str]:
     """The best of the search-free lower bounds, cheapest first, stopping as soon as one
     meets ``peak``: ``(bound, "bound")`` for the trivial bound, ``"ancestry"`` for
-    `bounds.ancestry_bound` (O(n^2) bits)."""
+    `bounds.ancestry_bound` (O(n^2) bits), ``"mincut"`` for `bounds.mincut_bound` (one
+    max-flow per op; with ``mincut``, up to ``MINCUT_MAX_OPS`` ops)."""
     lb = trivial_bound(p)
     if lb >= peak or p.n > ANCESTRY_MAX_OPS:
         return lb, "bound"
     a = ancestry_bound(p, deadline)
-    return (a, "ancestry") if a > lb else (lb, "bound")
+    if a > lb:
+        lb, by = a, "ancestry"
+    else:
+        by = "bound"
+    if lb >= peak or not mincut or p.n > MINCUT_MAX_OPS:
+        return lb, by
+    m = mincut_bound(p, deadline, goal=peak)
+    return (m, "mincut") if m > lb else (lb, by)
 
 
 def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse: bool = True,
@@ -218,7 +235,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     stats["baseline"] = base_name
     # 0b. stop at once when a search-free bound proves the baseline (cheapest bound first)
     try:
-        p_lb, p_by = _cheap_bound(p, base_pk, deadline)
+        p_lb, p_by = _cheap_bound(p, base_pk, deadline, mincut=False)
     except Expired:
         p_lb, p_by = trivial_bound(p), "bound"
     stats["lower_bounds"] = {"whole": p_lb, "whole_by": p_by}
@@ -243,6 +260,21 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     for s in subs:
         if s["lb"] > target:
             target, target_by = s["lb"], s["lb_by"]
+    # the min-cut bound on the segments still above the target, highest peak first
+    t_cut = time.perf_counter()
+    for s in sorted(subs, key=lambda s: -s["peak"]):
+        if s["peak"] <= max(target, s["lb"]) or s["sub"].n > MINCUT_MAX_OPS or \
+                deadline.expired():
+            continue
+        try:
+            m = mincut_bound(s["sub"], deadline, goal=s["peak"])
+        except Expired:
+            break
+        if m > s["lb"]:
+            s["lb"], s["lb_by"] = m, "mincut"
+            if m > target:
+                target, target_by = m, "mincut"
+    stats["mincut_seconds"] = round(time.perf_counter() - t_cut, 3)
     # upper bounds from orders of the *original* problem (baselines, HMCOS): they can express
     # orders the fused problem cannot, and `canonicalize` maps them into it at no higher peak
     t_hmcos = 0.0
@@ -354,7 +386,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     proof = None
     if optimal:
         top = [s for s in subs if s["peak"] == peak]
-        proof = next((s["by"] for s in top if s["by"] not in (None, "bound", "ancestry")),
+        proof = next((s["by"] for s in top if s["by"] not in (None, "bound", "ancestry", "mincut")),
                      None) or (top[0]["by"] if top else "bound")
     proved: dict[str, int] = {}
     for s in subs:
