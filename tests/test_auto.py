@@ -10,7 +10,7 @@ from memsched.random_graphs import random_dag
 MODELS = [MemoryModel.get("paper"), MemoryModel.get("tvm"),
           MemoryModel(inplace=True, name="inplace")]
 STAGES = ("fuse", "divide", "hmcos", "cpsat")
-PROOFS = ("bound", "ancestry", "mincut", "hmcos", "astar", "cpsat")
+PROOFS = ("bound", "ancestry", "mincut", "branchcut", "hmcos", "astar", "cpsat")
 
 
 @settings(max_examples=60, deadline=None)

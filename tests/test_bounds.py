@@ -6,8 +6,8 @@ from hypothesis import given, settings, strategies as st
 from memsched import MemoryModel, Problem, schedule
 from memsched.random_graphs import random_dag
 from memsched.schedulers.base import trivial_bound
-from memsched.schedulers.bounds import (ancestry_bound, ancestry_bounds, mincut_bound,
-                                        mincut_bounds, reachability)
+from memsched.schedulers.bounds import (ancestry_bound, ancestry_bounds, branch_cut_bound,
+                                        mincut_bound, mincut_bounds, reachability)
 from memsched.schedulers.exact import cut_segments
 
 MODELS = [MemoryModel.get("paper"), MemoryModel.get("tvm"),
@@ -119,3 +119,31 @@ def test_ancestry_bound_counts_a_waiting_skip_tensor():
     opt = schedule(g, "brute", "tvm").peak
     assert trivial_bound(p) < opt
     assert ancestry_bound(p) == opt
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 8), seed=st.integers(0, 10_000), m=st.sampled_from(MODELS),
+       over=st.integers(0, 2))
+def test_branch_cut_bound_never_exceeds_the_optimum(n, seed, m, over):
+    """Asked to reach a goal above the optimum, the branching bound stops at most at the
+    optimum (its leaves are total orders, whose cuts are their exact footprints); asked for
+    the optimum itself (no in-place credits), it proves it."""
+    g = random_dag(n, seed, window=4)
+    p = Problem.from_graph(g, m)
+    opt = schedule(g, "brute", m).peak
+    bound, proved, nodes = branch_cut_bound(p, opt + over, max_nodes=3000)
+    assert bound <= opt
+    assert proved == (bound >= opt + over)
+    if over == 0 and m.name != "inplace" and nodes < 3000:
+        assert proved and bound == opt
+
+
+def test_branch_cut_bound_respects_its_budget():
+    from memsched.limits import Deadline
+
+    p = Problem.from_graph(random_dag(60, 1), "paper")
+    opt_upper = schedule(random_dag(60, 1), "heuristic", "paper").peak
+    bound, proved, nodes = branch_cut_bound(p, opt_upper, max_nodes=3)
+    assert nodes <= 3 + 2 and bound <= opt_upper
+    bound2, _, _ = branch_cut_bound(p, opt_upper, Deadline(0.0))
+    assert bound2 <= opt_upper

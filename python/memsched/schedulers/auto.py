@@ -54,7 +54,8 @@ import time
 from ..limits import Deadline, Expired
 from ..memory import Problem
 from .base import register, trivial_bound
-from .bounds import MAX_OPS as ANCESTRY_MAX_OPS, MINCUT_MAX_OPS, ancestry_bound, mincut_bound
+from .bounds import (MAX_OPS as ANCESTRY_MAX_OPS, MINCUT_MAX_OPS, ancestry_bound,
+                     branch_cut_bound, mincut_bound)
 from .exact import astar, cut_segments
 from .heuristics import best_heuristic
 from .hmcos import MAX_WORK
@@ -62,6 +63,8 @@ from .hmcos import MAX_WORK
 HMCOS_MIN_OPS = 24  # smaller segments: baselines + A* are cheaper than building a hierarchy
 CPSAT_MAX_VARS = 400_000  # estimated Booleans above which CP-SAT is not attempted
 SEGMENT_HMCOS_WORK = MAX_WORK // 2  # HMCOS work budget per fused segment
+BRANCH_SHARE = 0.25  # of the time left: branching min-cut bounds (before HMCOS and searches)
+BRANCH_MAX_NODES = 400  # per segment (caps it when there is no time limit)
 
 
 def _estimate_vars(p: Problem) -> int:
@@ -223,7 +226,8 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                native: bool | None = None, segment_optimal: bool = False,
                deterministic_time: float | None = None, deadline: Deadline | None = None,
                memory_limit: int | None = None, hmcos_work: int = MAX_WORK,
-               segment_hmcos_work: int = SEGMENT_HMCOS_WORK):
+               segment_hmcos_work: int = SEGMENT_HMCOS_WORK,
+               branch_share: float = BRANCH_SHARE):
     t0 = time.perf_counter()
     deadline = Deadline.of(deadline, time_limit)
     stats: dict = {"ops": p.n}
@@ -260,6 +264,13 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     for s in subs:
         if s["lb"] > target:
             target, target_by = s["lb"], s["lb_by"]
+    # the best baseline of the original problem, mapped into the segments (cheap, and the
+    # bounds below stop as soon as they meet a segment's peak)
+    if subs and any(s["peak"] > target for s in subs):
+        try:
+            _seed_segments(base_o, simp, subs, deadline)
+        except Expired:
+            stats.setdefault("stages_cut", []).append("seed")
     # the min-cut bound on the segments still above the target, highest peak first
     t_cut = time.perf_counter()
     for s in sorted(subs, key=lambda s: -s["peak"]):
@@ -275,11 +286,33 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
             if m > target:
                 target, target_by = m, "mincut"
     stats["mincut_seconds"] = round(time.perf_counter() - t_cut, 3)
+    # branching on precedences under min-cut bounds, a share of the time, hardest first
+    t_cut = time.perf_counter()
+    branch_nodes = 0
+    if branch_share > 0:
+        b_deadline = deadline.share(branch_share)
+        left = [s for s in sorted(subs, key=lambda s: -s["peak"])
+                if s["peak"] > max(target, s["lb"]) and 1 < s["sub"].n <= MINCUT_MAX_OPS]
+        for i, s in enumerate(left):
+            if b_deadline.expired() or s["peak"] <= max(target, s["lb"]):
+                continue
+            lb, proved, nodes = branch_cut_bound(
+                s["sub"], s["peak"], b_deadline.share(1 / (len(left) - i)),
+                max_nodes=BRANCH_MAX_NODES)
+            branch_nodes += nodes
+            if lb > s["lb"]:
+                s["lb"], s["lb_by"] = lb, "branchcut"
+                if lb > target:
+                    target, target_by = lb, "branchcut"
+            if proved:
+                s["by"] = "branchcut"
+    stats.update(branchcut_seconds=round(time.perf_counter() - t_cut, 3),
+                 branchcut_nodes=branch_nodes)
     # upper bounds from orders of the *original* problem (baselines, HMCOS): they can express
     # orders the fused problem cannot, and `canonicalize` maps them into it at no higher peak
     t_hmcos = 0.0
     if subs and any(s["peak"] > target for s in subs):
-        seeds = [base_o]
+        seeds = []
         if hmcos and p.n >= HMCOS_MIN_OPS:
             from .hmcos import hmcos_schedule
 
@@ -335,7 +368,8 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
             if astar_search:
                 t = time.perf_counter()
                 a_deadline = seg_deadline.share(astar_share) if cpsat else seg_deadline
-                o, pk, lb, st = _astar_stage(sub, (s["order"], s["peak"]), goal(s), a_deadline,
+                o, pk, lb, st = _astar_stage(sub, (s["order"], s["peak"]),
+                                             max(goal(s), min(s["lb"], s["peak"])), a_deadline,
                                              kernel, (lambda n, k=k: report(k, len(subs),
                                                                              states + n))
                                              if report else None, memory_limit)
@@ -386,7 +420,8 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     proof = None
     if optimal:
         top = [s for s in subs if s["peak"] == peak]
-        proof = next((s["by"] for s in top if s["by"] not in (None, "bound", "ancestry", "mincut")),
+        proof = next((s["by"] for s in top
+                      if s["by"] not in (None, "bound", "ancestry", "mincut")),
                      None) or (top[0]["by"] if top else "bound")
     proved: dict[str, int] = {}
     for s in subs:

@@ -499,10 +499,12 @@ def _floor(block, sites, model) -> int:
 # ----------------------------------------------------------------------------- the pass
 @dataclass
 class _Eval:
-    peak: int
+    peak: int  # the peak of ``order``: an upper bound on the block's optimum
     optimal: bool
     order: list[int] | None = None  # binding indices in schedule order
     hot: set = field(default_factory=set)  # vars live (or computed) at a step at the peak
+    lower: int = 0  # a proven lower bound on the block's optimum
+    exact: bool = True  # from the configured scheduler (False: cheap screen, see _screen)
 
 
 def _hot_vars(block, graph, problem, order) -> set:
@@ -523,6 +525,35 @@ def _hot_vars(block, graph, problem, order) -> set:
         if any(lo <= k <= hi for k in steps):
             hot.add(block.bindings[op.source].var)
     return hot
+
+
+def _follow(block, graph, hint) -> list[int]:
+    """A topological order of ``graph`` (ops of ``block``) that keeps the ops whose vars are in
+    ``hint`` in hint order and runs every other op (what a rewrite added) right after its
+    last predecessor."""
+    import heapq
+
+    pos = {v: k for k, v in enumerate(hint)}
+    prio = []
+    for op in graph.ops:
+        k = pos.get(block.bindings[op.source].var)
+        prio.append(k if k is not None else max([prio[u] for u in op.preds], default=-1) + 0.5)
+    indeg = [len(set(op.preds)) for op in graph.ops]
+    succs: list[list[int]] = [[] for _ in graph.ops]
+    for v, op in enumerate(graph.ops):
+        for u in set(op.preds):
+            succs[u].append(v)
+    ready = [(prio[v], v) for v in range(len(graph.ops)) if not indeg[v]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, v = heapq.heappop(ready)
+        order.append(v)
+        for w in succs[v]:
+            indeg[w] -= 1
+            if not indeg[w]:
+                heapq.heappush(ready, (prio[w], w))
+    return order
 
 
 @tvm.transform.module_pass(opt_level=0, name="RewriteConcatConv")
@@ -583,7 +614,28 @@ class RewriteConcatConv:
         graph = block_graph(block, name=name, mod=getattr(self, "_mod", None))
         s = schedule(graph, self._algorithm, self._model, time_limit=self._time_limit)
         hot = _hot_vars(block, graph, Problem.from_graph(graph, self._model), s.order)
-        return _Eval(s.peak, bool(s.optimal), [graph.ops[v].source for v in s.order], hot)
+        return _Eval(s.peak, bool(s.optimal), [graph.ops[v].source for v in s.order], hot,
+                     s.lower_bound)
+
+    def _screen(self, block, name, hint=None) -> _Eval:
+        """The cheap evaluation: an upper bound from the best baseline order and from ``hint``
+        (vars of the unrewritten block in its best order: that order with the rewrite's new
+        ops run as early as possible, `_follow`), and the search-free lower bounds (trivial,
+        ancestry); milliseconds where a search costs up to ``time_limit``."""
+        from ..schedulers.bounds import ancestry_bound
+        from ..schedulers.heuristics import best_heuristic
+
+        graph = block_graph(block, name=name, mod=getattr(self, "_mod", None))
+        p = Problem.from_graph(graph, self._model)
+        order, peak, _ = best_heuristic(p)
+        if hint:
+            o = _follow(block, graph, hint)
+            pk = p.evaluate(o).peak
+            if pk < peak:
+                order, peak = o, pk
+        lower = min(peak, ancestry_bound(p))
+        return _Eval(peak, lower >= peak, [graph.ops[v].source for v in order],
+                     _hot_vars(block, graph, p, order), lower, exact=lower >= peak)
 
     def _enabled(self, site: Site) -> bool:
         return self.conv if site.kind == "channel" else self.depthwise
@@ -706,21 +758,40 @@ class RewriteConcatConv:
             for s in u:
                 vs |= {s.conv_var} | {st.var for st in s.chain}
             touch.append(vs - {None})
-        cache: dict = {}
+        cache: dict = {frozenset(): (block, 0, base)}  # keep -> (block, convs, evaluation)
 
-        def ev(keep: frozenset) -> _Eval:
+        def ev(keep: frozenset, exact: bool = False, near: frozenset | None = None) -> _Eval:
+            """Screened (`_screen`, following the order of the evaluated set ``near``) unless
+            ``exact`` or the screen proved it; an exact evaluation replaces the screen."""
             if keep not in cache:
                 chosen = [s for u in sorted(keep) for s in units[u]]
-                if chosen:
-                    new, n = self._apply(block, chosen, outside)
-                    cache[keep] = (new, n, self._evaluate(new, name))
-                else:
-                    cache[keep] = (block, 0, base)
+                new, n = self._apply(block, chosen, outside)
+                nb, _, ne = cache[near if near in cache else frozenset()]
+                hint = [nb.bindings[k].var for k in ne.order] if ne.order else None
+                cache[keep] = (new, n, self._screen(new, name, hint))
+            new, n, e = cache[keep]
+            if exact and not e.exact:
+                cache[keep] = (new, n, self._evaluate(new, name))
             return cache[keep][2]
+
+        def below(keep: frozenset, near: frozenset, strict: bool = True,
+                  exact: bool = True) -> bool:
+            """Whether ``keep``'s best order goes below the peak of ``near`` (or to it,
+            ``strict`` False). The exact scheduler runs only when the cheap bounds leave it
+            open (and ``exact``)."""
+            threshold = ev(near).peak
+            e = ev(keep, near=near)
+            if e.peak < threshold or (not strict and e.peak == threshold):
+                return True
+            if e.lower > threshold or (strict and e.lower == threshold) or e.exact or \
+                    not exact:
+                return False
+            e = ev(keep, exact=True)
+            return e.peak < threshold or (not strict and e.peak == threshold)
 
         if self.force:
             every = frozenset(range(len(units)))
-            ev(every)
+            ev(every, exact=True)
             return cache[every]
         end = None if self.budget is None else time.perf_counter() + self.budget
         floor = _floor(block, sites, self._model)
@@ -736,10 +807,11 @@ class RewriteConcatConv:
             if len(crit) > 1:
                 trials += [cur | {u} for u in crit]
             better = None
-            for trial in trials:
+            for k, trial in enumerate(trials):
                 if spent():
                     break
-                if ev(trial).peak < peak:
+                # the exact search for the combined trial only; single sites are screened
+                if below(trial, cur, exact=k == 0):
                     better = trial
                     break
             if better is None:
@@ -748,9 +820,12 @@ class RewriteConcatConv:
                 if spent():
                     break
                 fewer = better - {u}
-                if fewer != cur and ev(fewer).peak <= ev(better).peak:
+                if fewer != cur and below(fewer, better, strict=False):
                     better = fewer
             cur = better
+        # the chosen set once with the configured scheduler (the order and peak reported)
+        if cur and not spent():
+            ev(cur, exact=True)
         if ev(cur).peak >= base.peak:
             return block, 0, base
         return cache[cur]
