@@ -24,12 +24,16 @@ problem, the trivial bound and then the ancestry bound; when the best baseline m
 call returns at once (``early_stop``: no fusion, no search). Each segment gets both too, and
 the segments whose peak is still above the global target the **min-cut** bound (one max-flow
 per op, ops with the largest ancestry bound first, stopping when it meets the segment's
-peak) before any HMCOS or search: a segment whose order is already proven is never searched.
+peak) before any HMCOS or search, then **branching** on precedences under min-cut bounds
+(`bounds.branch_cut_bound`, ``branch_share`` of the time left, at most ``BRANCH_MAX_NODES``
+nodes per segment): a segment whose order is already proven is never searched, and the A* of
+an open segment gets its proven bound as target.
 
 ``stats``: ``proof`` names the technique that proved the segment holding the peak
-(``bound``: the heuristic met the trivial bound, ``ancestry`` / ``mincut``: those bounds,
-``hmcos``, ``astar``, ``cpsat``), or ``None`` with ``gap`` > 0; ``lower_bounds``: the bound of
-the original problem and the best segment bound, each with its technique; ``mincut_seconds``; ``proved_by`` counts segments per technique; ``fused_ops``, ``segments``,
+(``bound``: the heuristic met the trivial bound, ``ancestry`` / ``mincut`` / ``branchcut``:
+those bounds, ``hmcos``, ``astar``, ``cpsat``), or ``None`` with ``gap`` > 0; ``lower_bounds``: the bound of
+the original problem and the best segment bound, each with its technique; ``mincut_seconds``,
+``branchcut_seconds``, ``branchcut_nodes``; ``proved_by`` counts segments per technique; ``fused_ops``, ``segments``,
 ``largest_segment``, ``states`` (A*), ``cpsat_variables`` and the time of each stage.
 
 Limits (`memsched.limits`): one `Deadline` for the whole call; stages get shares of what is

@@ -39,6 +39,13 @@ reaches a floor no rewrite can pass (the largest footprint of an op the rewrites
 ``force=True`` rewrites every matched site. A function's peak is the maximum over its blocks,
 so it never rises.
 
+Candidate sets are *screened* first (milliseconds): an upper bound from the best baseline
+order and from the order of the set it is compared with (new ops as early as possible), and
+the search-free lower bounds (`memsched.schedulers.bounds`). The exact search runs only where
+the screen leaves the comparison open (the combined trial of a round, a set the screen can
+neither accept nor reject) and once on the chosen set, whose order and peak are reported.
+DenseNet-121: 12.0 s -> 1.8 s by default, the same site and the same certified peak.
+
 Results are function attributes (bytes for peaks), set on every function with at least one
 matched site: ``memsched.rewrite_sites`` (convolutions rewritten, follow-ups included),
 ``memsched.rewrite_candidates`` (convolutions matched), ``memsched.rewrite_peak_before`` /
