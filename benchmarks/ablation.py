@@ -11,12 +11,19 @@ and whether it is optimal. Configurations:
 * ``ilp``: CP-SAT alone (per segment); ``ilp+fuse``: CP-SAT on the fused problem;
 * ``auto``: everything (fusion, cut points, HMCOS, A*, CP-SAT); ``no-fuse``, ``no-divide``,
   ``no-hmcos``, ``no-astar``, ``no-cpsat``: auto without that stage;
+* ``no-branchcut``: auto without the branching min-cut bound; ``no-new-bounds``: auto with the
+  trivial bound only (no ancestry, min-cut or branching bounds, `memsched.schedulers.bounds`);
 * ``btsearch``, ``hmcos``, ``ilp-part``: peaks of the other schedulers (not proofs).
+
+``--bounds`` prints the lower-bound ablation instead: per graph, the best known peak (``auto``)
+and the global lower bound of each search-free technique on the fused segments (trivial,
+ancestry, min-cut, branching min-cut with ``--time-limit`` per graph), with seconds.
 
     .venv/bin/python benchmarks/ablation.py                         # synthetic cells (fast)
     .venv/bin/python benchmarks/ablation.py --cells large --time-limit 60
     .venv/bin/python benchmarks/ablation.py --zoo nasnet-a-mobile hrnet-w18-small-v1
     .venv/bin/python benchmarks/ablation.py --zoo-tag ilp --segments   # every segment optimal
+    .venv/bin/python benchmarks/ablation.py --bounds --cells large --random 32:2 32:3
 
 ``--zoo`` builds networks of `benchmarks.zoo` (torch.export -> Relax, ~30-60 s each; cached as
 pickled OpGraphs in out/zoo_cache/) and imports them with
@@ -55,12 +62,49 @@ CONFIGS = {
     "no-hmcos": ("auto", {"hmcos": False}, True),
     "no-astar": ("auto", {"astar_search": False}, True),
     "no-cpsat": ("auto", {"cpsat": False}, True),
+    "no-branchcut": ("auto", {"branch_share": 0.0}, True),
+    "no-new-bounds": ("auto", {"strong_bounds": False}, True),
     "btsearch": ("btsearch", {}, True),
     "hmcos": ("hmcos", {}, False),
     "ilp-part": ("ilp-partition", {}, False),
 }
 DEFAULT = ["exact", "ilp", "ilp+fuse", "auto", "no-fuse", "no-divide", "no-hmcos", "no-cpsat",
-           "btsearch", "hmcos"]
+           "no-branchcut", "no-new-bounds", "btsearch", "hmcos"]
+
+
+def bound_row(name: str, p: Problem, time_limit: float, native: bool | None) -> list[str]:
+    """The lower-bound ablation row: best peak (auto) and each bound with its seconds."""
+    from memsched.limits import Deadline
+    from memsched.schedulers.bounds import ancestry_bound, branch_cut_bound, mincut_bound
+    from memsched.schedulers.exact import cut_segments
+    from memsched.schedulers.heuristics import best_heuristic
+
+    order, _, _, _ = run(p, "auto", time_limit=time_limit, native=native)
+    peak = p.evaluate(order).peak
+    q = simplify(p).problem
+    before = 0
+    subs = []
+    for seg in cut_segments(q):
+        sub, _ = q.restrict(seg, before)
+        before |= sum(1 << v for v in seg)
+        subs.append(sub)
+    cols = [name, str(p.n), str(q.n), f"{peak:,}"]
+    for label, fn in (("trivial", trivial_bound), ("ancestry", ancestry_bound),
+                      ("mincut", mincut_bound)):
+        t = time.perf_counter()
+        b = max((fn(s) for s in subs), default=0)
+        cols.append(f"{b:,} ({time.perf_counter() - t:.2f} s)")
+    # branching: the segments whose min-cut bound is below the peak, time shared among them
+    t = time.perf_counter()
+    d = Deadline(time_limit)
+    b = max((mincut_bound(s) for s in subs), default=0)
+    open_ = [s for s in subs if best_heuristic(s)[1] > b]
+    for i, s in enumerate(open_):
+        lb, _, _ = branch_cut_bound(s, peak, d.share(1 / (len(open_) - i)))
+        b = max(b, lb)
+    cols.append(f"{b:,} ({time.perf_counter() - t:.2f} s)")
+    cols.append("yes" if b >= peak else "no")
+    return cols
 
 
 def zoo_graph(name: str, cache_dir: str, fold_bn: bool = True):
@@ -126,6 +170,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-fold-bn", action="store_true",
                     help="keep batch norms separate (benchmarks/run.py's graphs)")
     ap.add_argument("--cache", default=os.path.join(ROOT, "out", "zoo_cache"))
+    ap.add_argument("--bounds", action="store_true",
+                    help="the lower-bound ablation table (see module docstring)")
+    ap.add_argument("--random", nargs="*", default=[], metavar="NODES:SEED",
+                    help="add memsched.examples randwire graphs, e.g. 32:2")
     args = ap.parse_args(argv)
 
     if args.segments:
@@ -142,6 +190,26 @@ def main(argv=None) -> int:
         names += [n for n in zoo.names(args.zoo_tag) if n not in names]
     for name in names:
         graphs.append((name, zoo_graph(name, args.cache, not args.no_fold_bn)))
+    for spec in args.random:
+        from memsched.examples import example_onnx
+        from memsched.importers.onnx import from_onnx
+
+        nodes, seed = (int(x) for x in spec.split(":"))
+        graphs.append((f"randwire(nodes={nodes}, seed={seed})",
+                       from_onnx(example_onnx("randwire", seed=seed, nodes=nodes))))
+    if args.bounds:
+        native = {"off": False, "on": True, "auto": None}[args.native]
+        print(f"<!-- memory model {args.model}, auto and branching limited to "
+              f"{args.time_limit:g} s each; global lower bounds over the fused segments -->")
+        cols = ["graph", "ops", "fused", "best peak (auto)", "trivial", "ancestry", "min-cut",
+                "branching min-cut", "proves"]
+        print("| " + " | ".join(cols) + " |")
+        print("|" + "|".join("---" for _ in cols) + "|")
+        for name, g in graphs:
+            p = Problem.from_graph(g, args.model)
+            print("| " + " | ".join(bound_row(name, p, args.time_limit, native)) + " |",
+                  flush=True)
+        return 0
 
     cols = ["graph", "ops", "fused", "V", "V pruned", "V fused"]
     cols += [f"T {c}" for c in args.configs] + ["peak", "lower bound", "optimal"]

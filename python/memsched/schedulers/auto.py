@@ -27,7 +27,8 @@ per op, ops with the largest ancestry bound first, stopping when it meets the se
 peak) before any HMCOS or search, then **branching** on precedences under min-cut bounds
 (`bounds.branch_cut_bound`, ``branch_share`` of the time left, at most ``BRANCH_MAX_NODES``
 nodes per segment): a segment whose order is already proven is never searched, and the A* of
-an open segment gets its proven bound as target.
+an open segment gets its proven bound as target. ``strong_bounds=False`` keeps the trivial
+bound only (ablation).
 
 ``stats``: ``proof`` names the technique that proved the segment holding the peak
 (``bound``: the heuristic met the trivial bound, ``ancestry`` / ``mincut`` / ``branchcut``:
@@ -176,7 +177,8 @@ def _seed_segments(order, simp, subs, deadline: Deadline) -> None:
         s["order"], s["peak"] = local, pk
 
 
-def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: dict):
+def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: dict,
+              strong_bounds: bool = True):
     """Stage 1-2: fuse, cut, seed each segment with its best baseline. Returns ``(simp, q,
     segs, subs)``; raises `Expired` (nothing partial survives)."""
     simp = None
@@ -197,7 +199,8 @@ def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: d
         sub, ids = q.restrict(seg, before)
         before |= sum(1 << v for v in seg)
         o, pk, _ = best_heuristic(sub, deadline, partial=False)
-        lb, lb_by = _cheap_bound(sub, pk, deadline, mincut=False)
+        lb, lb_by = (_cheap_bound(sub, pk, deadline, mincut=False) if strong_bounds
+                     else (trivial_bound(sub), "bound"))
         subs.append({"sub": sub, "ids": ids, "order": o, "peak": pk, "lb": lb, "lb_by": lb_by,
                      "by": None})
     return simp, q, segs, subs
@@ -231,7 +234,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                deterministic_time: float | None = None, deadline: Deadline | None = None,
                memory_limit: int | None = None, hmcos_work: int = MAX_WORK,
                segment_hmcos_work: int = SEGMENT_HMCOS_WORK,
-               branch_share: float = BRANCH_SHARE):
+               branch_share: float = BRANCH_SHARE, strong_bounds: bool = True):
     t0 = time.perf_counter()
     deadline = Deadline.of(deadline, time_limit)
     stats: dict = {"ops": p.n}
@@ -243,7 +246,8 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     stats["baseline"] = base_name
     # 0b. stop at once when a search-free bound proves the baseline (cheapest bound first)
     try:
-        p_lb, p_by = _cheap_bound(p, base_pk, deadline, mincut=False)
+        p_lb, p_by = (_cheap_bound(p, base_pk, deadline, mincut=False) if strong_bounds
+                      else (trivial_bound(p), "bound"))
     except Expired:
         p_lb, p_by = trivial_bound(p), "bound"
     stats["lower_bounds"] = {"whole": p_lb, "whole_by": p_by}
@@ -257,7 +261,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
         astar_share = 0.5 if kernel is not None and kernel.strong else 0.25
     # 1-2. fuse and divide (all or nothing)
     try:
-        simp, q, segs, subs = _segments(p, fuse, divide, deadline, stats)
+        simp, q, segs, subs = _segments(p, fuse, divide, deadline, stats, strong_bounds)
     except Expired:
         simp, q, segs, subs = None, p, [], []
         stats["stages_cut"] = ["segments"]
@@ -278,8 +282,8 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     # the min-cut bound on the segments still above the target, highest peak first
     t_cut = time.perf_counter()
     for s in sorted(subs, key=lambda s: -s["peak"]):
-        if s["peak"] <= max(target, s["lb"]) or s["sub"].n > MINCUT_MAX_OPS or \
-                deadline.expired():
+        if not strong_bounds or s["peak"] <= max(target, s["lb"]) or \
+                s["sub"].n > MINCUT_MAX_OPS or deadline.expired():
             continue
         try:
             m = mincut_bound(s["sub"], deadline, goal=s["peak"])
@@ -293,7 +297,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     # branching on precedences under min-cut bounds, a share of the time, hardest first
     t_cut = time.perf_counter()
     branch_nodes = 0
-    if branch_share > 0:
+    if branch_share > 0 and strong_bounds:
         b_deadline = deadline.share(branch_share)
         left = [s for s in sorted(subs, key=lambda s: -s["peak"])
                 if s["peak"] > max(target, s["lb"]) and 1 < s["sub"].n <= MINCUT_MAX_OPS]
