@@ -69,7 +69,8 @@ HMCOS_MIN_OPS = 24  # smaller segments: baselines + A* are cheaper than building
 CPSAT_MAX_VARS = 400_000  # estimated Booleans above which CP-SAT is not attempted
 SEGMENT_HMCOS_WORK = MAX_WORK // 2  # HMCOS work budget per fused segment
 BRANCH_SHARE = 0.25  # of the time left: branching min-cut bounds (before HMCOS and searches)
-BRANCH_MAX_NODES = 400  # per segment (caps it when there is no time limit)
+BRANCH_MAX_NODES = 200  # per segment (caps it when there is no time limit); it also stops
+# after `bounds.STALL_NODES` expansions that did not raise the bound
 
 
 def _estimate_vars(p: Problem) -> int:

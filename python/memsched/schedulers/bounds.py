@@ -238,8 +238,12 @@ def _with_edges(p: Problem, extra) -> tuple[Problem, list[int]] | None:
     return dataclasses.replace(p, preds=preds), anc
 
 
+STALL_NODES = 24  # branching stops when the bound has not risen over this many expansions
+
+
 def branch_cut_bound(p: Problem, goal: int, deadline: Deadline | None = None,
-                     max_nodes: int | None = None) -> tuple[int, bool, int]:
+                     max_nodes: int | None = None,
+                     stall: int | None = STALL_NODES) -> tuple[int, bool, int]:
     """A lower bound from branching on precedences, each node bounded by `mincut_bounds`.
 
     The min-cut bound is the best bound *per step*; the optimum is higher when the orders that
@@ -250,7 +254,8 @@ def branch_cut_bound(p: Problem, goal: int, deadline: Deadline | None = None,
     parent's). Best-first over the open nodes: the smallest open bound is always a valid lower
     bound, and the search stops as soon as it reaches ``goal`` (a known peak: then proven
     optimal), when the deadline passes or after ``max_nodes`` nodes. Returns ``(bound,
-    proved, nodes)``. ``deadline`` expiring returns the bound reached (never raises).
+    proved, nodes)``. ``deadline`` expiring returns the bound reached (never raises);
+    ``stall``: stop after that many expansions without a higher bound (None: never).
     """
     import heapq
 
@@ -278,11 +283,16 @@ def branch_cut_bound(p: Problem, goal: int, deadline: Deadline | None = None,
     nodes = 1
     heap = [(root[0], 0, (), root)]
     tick = 1
+    best, since = root[0], 0
     while heap:
         val, _, extra, (_, cuts, anc) = heap[0]
         if val >= goal:
             return goal, True, nodes
+        if val > best:
+            best, since = val, 0
+        since += 1
         if (max_nodes is not None and nodes >= max_nodes) or \
+                (stall is not None and since > stall) or \
                 (deadline is not None and deadline.expired()):
             break
         heapq.heappop(heap)
