@@ -193,17 +193,18 @@ def mincut_bounds(p: Problem, ops=None, deadline: Deadline | None = None,
 MINCUT_MAX_OPS = 1500  # one max-flow per op: ~1 s at this size
 
 
-def mincut_bound(p: Problem, deadline: Deadline | None = None, goal: int | None = None) -> int:
+def mincut_bound(p: Problem, deadline: Deadline | None = None, goal: int | None = None,
+                 top: int | None = None) -> int:
     """The largest `mincut_bounds` entry and `ancestry_bound` (ops with the largest ancestry
-    bound first; stops once ``goal`` is reached). Above ``MINCUT_MAX_OPS`` ops (or without
-    scipy): `ancestry_bound`."""
+    bound first; stops once ``goal`` is reached; ``top``: only that many ops, a weaker but
+    still valid bound). Above ``MINCUT_MAX_OPS`` ops (or without scipy): `ancestry_bound`."""
     if p.n == 0:
         return 0
     per_op = ancestry_bounds(p, deadline)
     a = max(max(per_op), p.live(0), p.live(p.full))
     if p.n > MINCUT_MAX_OPS or (goal is not None and a >= goal):
         return a
-    ops = sorted(range(p.n), key=lambda v: -per_op[v])
+    ops = sorted(range(p.n), key=lambda v: -per_op[v])[:top]
     b = mincut_bounds(p, ops, deadline, goal)
     return a if b is None else max(a, max(b))
 
@@ -277,7 +278,7 @@ def branch_cut_bound(p: Problem, goal: int, deadline: Deadline | None = None,
 
     try:
         order_hint = None
-        root = node((), mincut_bound(p, deadline))
+        root = node((), 0)
     except (Expired, ImportError):
         return 0, False, 0
     nodes = 1
