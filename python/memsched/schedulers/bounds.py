@@ -167,21 +167,36 @@ def mincut_bounds(p: Problem, ops=None, deadline: Deadline | None = None,
         return []
     chk = Checker(deadline, 1)
     edges, nodes, src, sink, inf, quantum = _cut_network(p)
-    tails = np.array([e[0] for e in edges], dtype=np.int32)
-    heads = np.array([e[1] for e in edges], dtype=np.int32)
-    caps = np.array([e[2] for e in edges], dtype=np.int32)
+    # one matrix for every op: source -> u and u -> sink for every op u, at capacity 0 except
+    # for the op being bounded (set in place, then reset)
+    ids = np.arange(n, dtype=np.int32)
+    tails = np.concatenate([np.array([e[0] for e in edges], dtype=np.int32),
+                            np.full(n, src, dtype=np.int32), ids])
+    heads = np.concatenate([np.array([e[1] for e in edges], dtype=np.int32), ids,
+                            np.full(n, sink, dtype=np.int32)])
+    caps = np.concatenate([np.array([e[2] for e in edges], dtype=np.int32),
+                           np.zeros(2 * n, dtype=np.int32)])
+    keep = tails != heads
+    g = sp.csr_matrix((caps[keep], (tails[keep], heads[keep])), shape=(nodes, nodes))
+    g.sum_duplicates()
+    g.sort_indices()
+
+    def slot(r: int, c: int) -> int:
+        lo, hi = g.indptr[r], g.indptr[r + 1]
+        return int(lo + np.searchsorted(g.indices[lo:hi], c))
+
+    from_src = [slot(src, u) for u in range(n)]
+    to_sink = [slot(u, sink) for u in range(n)]
     out = [0] * n
     for v in (range(n) if ops is None else ops):
         chk.tick()
-        preds = sorted(set(p.preds[v]))
-        t = np.concatenate([tails, np.full(len(preds), src, dtype=np.int32),
-                            np.array([v], dtype=np.int32)])
-        h = np.concatenate([heads, np.array(preds + [sink], dtype=np.int32)])
-        c = np.concatenate([caps, np.full(len(preds) + 1, inf, dtype=np.int32)])
-        keep = t != h
-        g = sp.csr_matrix((c[keep], (t[keep], h[keep])), shape=(nodes, nodes))
-        g.sum_duplicates()
-        flow = int(maximum_flow(g, src, sink).flow_value)
+        opened = [from_src[u] for u in set(p.preds[v])] + [to_sink[v]]
+        saved = g.data[opened].copy()
+        g.data[opened] = inf
+        try:
+            flow = int(maximum_flow(g, src, sink).flow_value)
+        finally:
+            g.data[opened] = saved
         created = sum(p.size[tt] for tt in p.creates[v])
         live = min(flow, inf - 1) * quantum
         out[v] = p.base + live + created + p.workspace[v] - _credit(p, v)
