@@ -8,7 +8,9 @@ Pipeline (each stage optional, for ablations):
    each segment is an independent sub-problem; the largest trivial bound over segments is a
    global lower bound (the *target*): a segment whose order stays at or below it is done.
 3. per segment, hardest first, until its peak meets the target or its own proven bound:
-   the best baseline order, of the segment and of the whole original problem (mapped into the
+   a **quick A\*** (``QUICK_ASTAR_STATES`` states) on the open segments, which proves NAS
+   cells before HMCOS would have started; the best baseline order, of the segment and of the
+   whole original problem (mapped into the
    fused problem by `Simplified.canonicalize`); **HMCOS** on the original problem and on
    large segments for better upper bounds; the
    best-first **A\\*** search (its C++ kernel `native_exact.astar` when the library is built
@@ -74,6 +76,7 @@ SEGMENT_HMCOS_WORK = MAX_WORK // 2  # HMCOS work budget per fused segment
 # BRANCH_MAX_OPS fused ops. Measured: the proofs they find take 5-9 nodes (DenseNet blocks
 # rewritten by RewriteConcatConv, random cells); on RandWire stages and NAS cells that A*
 # proves they found nothing in hundreds of nodes.
+QUICK_ASTAR_STATES = 50_000  # the A* before HMCOS (native kernel; a tenth for Python)
 BRANCH_SHARE = 0.15
 BRANCH_MIN_SECONDS = 0.5  # ... but at least this much when the limit allows
 MINCUT_TOP = 96  # min-cut bound per segment: the ops with the largest ancestry bounds only
@@ -328,10 +331,34 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                 s["by"] = "branchcut"
     stats.update(branchcut_seconds=round(time.perf_counter() - t_cut, 3),
                  branchcut_nodes=branch_nodes)
+    # a quick A* (a few states) on the open segments before HMCOS: on NAS cells it proves the
+    # baseline-seeded segments in ~1k states, where HMCOS would cost seconds
+    t_quick = time.perf_counter()
+    quick_states = 0
+    if astar_search and hmcos and subs:
+        fn = kernel.fast or astar
+        cap = QUICK_ASTAR_STATES if kernel.fast else QUICK_ASTAR_STATES // 10
+        for s in sorted(subs, key=lambda s: -s["peak"]):
+            if s["by"] is not None or s["peak"] <= max(target, s["lb"]) or deadline.expired():
+                continue
+            o, pk, lb, st = fn(s["sub"], (s["order"], s["peak"]),
+                               max(target, min(s["lb"], s["peak"])), deadline.share(0.25),
+                               None, cap, memory_limit)
+            quick_states += st
+            if pk < s["peak"]:
+                s["order"], s["peak"] = o, pk
+            if lb > s["lb"]:
+                s["lb"], s["lb_by"] = lb, "astar"
+            if s["lb"] >= s["peak"]:
+                s["by"] = "astar"
+            if min(s["lb"], s["peak"]) > target:
+                target, target_by = min(s["lb"], s["peak"]), s["by"] or s["lb_by"]
+    stats.update(quick_astar_seconds=round(time.perf_counter() - t_quick, 3),
+                 quick_astar_states=quick_states)
     # upper bounds from orders of the *original* problem (baselines, HMCOS): they can express
     # orders the fused problem cannot, and `canonicalize` maps them into it at no higher peak
     t_hmcos = 0.0
-    if subs and any(s["peak"] > target for s in subs):
+    if subs and any(s["peak"] > target and s["by"] is None for s in subs):
         seeds = []
         if hmcos and p.n >= HMCOS_MIN_OPS:
             from .hmcos import hmcos_schedule
@@ -351,7 +378,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                 break
     stats["lower_bounds"].update(segments=target, segments_by=target_by)
     stats.update(segments=len(segs), largest_segment=max((len(s) for s in segs), default=0))
-    states = 0
+    states = quick_states
     cp_vars = 0
     t_astar = t_cpsat = 0.0
     report = progress if callable(progress) else None
