@@ -121,13 +121,17 @@ def cmd_analyze(args) -> int:
         raise CLIError(f"unknown algorithm {args.algorithm!r}; choose one of "
                        f"{', '.join(sorted(available()))}")
     model = MemoryModel.get(args.memory_model)
+    if args.plot or args.report:  # bad paths or no matplotlib: fail before any work
+        from .report import check_outputs
+
+        check_outputs(args.plot, args.report)
     graph = _load(load_graph, args)
     problem = Problem.from_graph(graph, model)
     methods = {}
     for name in BASELINES:
         s = schedule(graph, name, model)
         methods[name] = s.peak
-    update, stop = _progress_callback(not args.json)
+    update, stop = _progress_callback(not args.json or bool(args.plot or args.report))
     try:
         best = schedule(graph, args.algorithm, model, time_limit=args.time_limit,
                         progress=update or False)
@@ -149,6 +153,11 @@ def cmd_analyze(args) -> int:
         "methods": methods,
         "stats": best.stats,
     }
+    if args.plot or args.report:
+        from .report import write_outputs
+
+        for line in write_outputs(graph, model, best.order, result, args.plot, args.report):
+            print(line, file=sys.stderr)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -434,6 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exact search time limit in seconds (default 60)")
     a.add_argument("--algorithm", default="auto", help="scheduler (default auto)")
     a.add_argument("--input-shapes", help="static input shapes, e.g. x:1x3x224x224")
+    a.add_argument("--plot", metavar="OUT.png|OUT.svg",
+                   help="plot live memory over time (input order, TVM's, ours; needs matplotlib)")
+    a.add_argument("--report", metavar="OUT.html",
+                   help="one self-contained HTML page: methods table, plot, per-op schedule")
     _add_verbose(a)
     a.set_defaults(func=cmd_analyze)
     c = sub.add_parser("compile", help="compile with the named passes")
