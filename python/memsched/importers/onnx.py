@@ -56,7 +56,15 @@ def from_onnx(model, input_shapes: dict | None = None, name: str | None = None, 
         model = read_onnx(path, input_shapes)
         name = name or os.path.basename(path)
     elif check:
-        check_onnx(name or model.graph.name or "<ModelProto>", model, input_shapes)
+        from .onnx_file import check_fold_sizes
+        from .onnx_front import prepare_onnx
+
+        label = name or model.graph.name or "<ModelProto>"
+        check_onnx(label, model, input_shapes, fold_sizes=False)
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)  # the caller's model stays as it was
+        model = prepare_onnx(label, copy, input_shapes)
+        check_fold_sizes(label, model)
     graph = model.graph
     if input_shapes:
         for inp in graph.input:

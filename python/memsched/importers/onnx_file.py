@@ -14,7 +14,11 @@ frontend). In order:
    load time (constants, ``Shape`` of static tensors and what is computed from them only, such
    as ``ConstantOfShape``) must have a shape known to ONNX shape inference and at most
    `load.MAX_FOLD_BYTES` bytes, so a tiny file cannot make the importer allocate terabytes;
-4. only then is the external data read.
+4. only then is the external data read;
+5. the front door (`onnx_front.prepare_onnx`): inputs pinned to ``--input-shapes``, shapes
+   inferred and constants folded (bounded by `load.MAX_FOLD_BYTES`) until every tensor is
+   static, else one line naming the tensor that is not and the fix; the sizes of what TVM's
+   frontend would still compute at load time are checked on the result.
 
 Every problem is a `ModelLoadError` whose one-line message names the file and the problem.
 """
@@ -166,10 +170,11 @@ def _check_text(path: str, g) -> None:
                 _fail(path, f"{what} {k} has a name that is not valid UTF-8")
 
 
-def check_onnx(path: str, model, input_shapes: dict | None = None) -> None:
-    """Validate a parsed ``ModelProto`` (see the module docstring); `ModelLoadError` if bad."""
-    import onnx
-
+def check_onnx(path: str, model, input_shapes: dict | None = None, *,
+               fold_sizes: bool = True) -> None:
+    """Validate a parsed ``ModelProto`` (see the module docstring); `ModelLoadError` if bad.
+    ``fold_sizes=False`` leaves out the sizes of what is computed from constants at load time
+    (`read_onnx` checks them after `onnx_front.prepare_onnx` has folded what it can)."""
     g = model.graph
     if len(g.node) == 0:
         _fail(path, "the model has no operators (empty graph)")
@@ -198,7 +203,24 @@ def check_onnx(path: str, model, input_shapes: dict | None = None) -> None:
         if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
             _fail(path, f"--input-shapes gives {name!r} {len(dims)} dims; the model's input "
                         f"has rank {len(tt.shape.dim)}")
-    info = _inferred(path, model, input_shapes)
+    _check_nodes(path, model, _inferred(path, model, input_shapes) if fold_sizes else None,
+                 inits, seen_inputs)
+
+
+def check_fold_sizes(path: str, model) -> None:
+    """The size check of `check_onnx` on a model whose value_info holds inferred shapes."""
+    g = model.graph
+    info = {vi.name: vi for vi in list(g.input) + list(g.value_info) + list(g.output)}
+    _check_nodes(path, model, info, {t.name for t in g.initializer},
+                 {vi.name for vi in g.input})
+
+
+def _check_nodes(path: str, model, info, inits, seen_inputs) -> None:
+    """Dangling inputs, duplicate names, outputs; with ``info`` (inferred value infos) also the
+    sizes of the tensors computed from constants at load time."""
+    import onnx
+
+    g = model.graph
 
     def static(name: str) -> bool:
         vi = info.get(name)
@@ -220,6 +242,8 @@ def check_onnx(path: str, model, input_shapes: dict | None = None) -> None:
                 _fail(path, f"duplicate tensor name {name!r} (defined twice; node {label!r})")
             defined.add(name)
         ins = [n for n in node.input if n]
+        if info is None:
+            continue
         if node.op_type in SHAPE_OPS:
             folded = bool(ins) and static(ins[0])
         else:
@@ -234,6 +258,8 @@ def check_onnx(path: str, model, input_shapes: dict | None = None) -> None:
         _value_dims(path, vi, f"output {vi.name!r}")
     for vi in g.value_info:
         _value_dims(path, vi, f"tensor {vi.name!r}")
+    if info is None:
+        return
     # Sizes of what the frontend computes at import time, from ONNX shape inference.
     for name in sorted(const - set(inits)):
         vi = info.get(name)
@@ -290,9 +316,14 @@ def read_onnx(path: str, input_shapes: dict | None = None, *, check: bool = True
         _fail(path, "malformed ONNX file (no graph)")
     _check_external(path, model)
     if check:
-        check_onnx(path, model, input_shapes)
+        check_onnx(path, model, input_shapes, fold_sizes=False)
     try:
         load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
     except Exception as e:  # noqa: BLE001
         _fail(path, f"cannot read external data ({type(e).__name__}: {e})")
+    if check:
+        from .onnx_front import prepare_onnx
+
+        model = prepare_onnx(path, model, input_shapes)
+        check_fold_sizes(path, model)
     return model

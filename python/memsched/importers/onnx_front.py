@@ -1,0 +1,264 @@
+"""The ONNX front door: static shapes and folded constants before any importer sees a model.
+
+ONNX files from the classic ``torch.onnx.export`` path compute reshape targets at run time
+(``Shape -> Gather -> Unsqueeze -> Concat -> Reshape`` for a channel shuffle or a flatten),
+often carry a symbolic batch dimension (``unk__0``) and no ``value_info``; exporters such as
+Paddle2ONNX leave tensors of unknown rank. Plain ONNX shape inference cannot size those tensors,
+so `prepare_onnx` does, in order:
+
+1. pins every graph input to its ``--input-shapes`` entry; an input still holding a symbolic or
+   missing dimension is an error naming the input and the ``--input-shapes`` entry to give;
+2. drops stale ``value_info`` / output dims that are not static (they were inferred by the
+   exporter for the symbolic shapes);
+3. iterates to a fixed point: ONNX shape inference (``onnx.shape_inference``, with data
+   propagation), then constant folding of every node whose inputs are all constants (or the
+   ``Shape``/``Size`` of a static tensor) *and* whose outputs have a known size of at most
+   `load.MAX_FOLD_BYTES` -- so a tiny file cannot make the importer allocate terabytes;
+4. refuses, in one line naming the tensor and the fix, a model with a tensor still not static.
+
+Constant folding uses **onnxslim** (its bundled ONNX-GraphSurgeon ``fold_constants``, which
+evaluates the constant subgraph with ONNX Runtime). Chosen over onnxsim because: onnxslim is a
+small pure-Python wheel (``py3-none-any``, 0.25 MB, MIT) that installs wherever TVM does, while
+onnxsim 0.8 is a 9.7 MB native wheel that requires Python >= 3.11 (this package supports 3.10)
+and bundles quantization and fusion tooling we do not want; onnxslim's folding can be called on
+its own (no fusions, so the op graph stays one op per ONNX node) with a per-node exclusion hook
+(our size bound) and a size threshold. Both projects are maintained (releases in 2026).
+The fold runs only when needed (a ``Shape``/``Size`` node or a tensor not static after
+inference), so already-static files are imported unchanged and without importing onnxslim.
+"""
+from __future__ import annotations
+
+from ..graph import UnsupportedModelError
+from .load import MAX_FOLD_BYTES, ModelLoadError
+
+SHAPE_OPS = {"Shape", "Size"}
+MAX_ROUNDS = 8
+
+
+class DynamicShapeError(ModelLoadError, UnsupportedModelError):
+    """A model whose shapes are not static after the front door (both error kinds: a file that
+    cannot be loaded, a model that cannot be scheduled)."""
+
+
+def _fail(path: str, problem: str):
+    raise ModelLoadError(f"cannot read model {path!r}: {problem}")
+
+
+def _dynamic(path: str, problem: str):
+    raise DynamicShapeError(f"cannot read model {path!r}: dynamic shape: {problem}")
+
+
+def _dims(vi):
+    """Static dims of a ValueInfo; None for unknown rank; entries None where not static."""
+    if not vi.type.HasField("tensor_type") or not vi.type.tensor_type.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else None
+            for d in vi.type.tensor_type.shape.dim]
+
+
+def _dim_text(vi) -> str:
+    return "x".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?")
+                    for d in vi.type.tensor_type.shape.dim)
+
+
+def _suggest(vi, given: list[int] | None = None) -> str:
+    dims = given or [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
+                     for d in vi.type.tensor_type.shape.dim]
+    return f"{vi.name}:{'x'.join(str(d) for d in dims)}"
+
+
+def _pin_inputs(path: str, model, input_shapes: dict) -> bool:
+    """Pins inputs to ``input_shapes``; True when a static dim was changed."""
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    changed = False
+    for vi in g.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        if vi.name in input_shapes:
+            old = _dims(vi)
+            new = [int(v) for v in input_shapes[vi.name]]
+            if old is not None and any(o is not None and o != n for o, n in zip(old, new)):
+                changed = True
+            dims = vi.type.tensor_type.shape.dim
+            del dims[:]
+            for v in new:
+                dims.add().dim_value = v
+            continue
+        dims = _dims(vi)
+        if dims is None:
+            _dynamic(path, f"input {vi.name!r} has unknown rank; give its shape with "
+                        f"--input-shapes {vi.name}:1x3x224x224 (its real dims)")
+        bad = [k for k, d in enumerate(dims) if d is None]
+        if bad:
+            d = vi.type.tensor_type.shape.dim[bad[0]]
+            sym = d.dim_param or "?"
+            _dynamic(path, f"input {vi.name!r} has symbolic dimension {sym!r} (dim {bad[0]} of "
+                        f"{_dim_text(vi)}); pin it with --input-shapes {_suggest(vi)}")
+    return changed
+
+
+def _clear_dynamic(model, everything: bool) -> None:
+    """Drops value_info that is not static (or all of it) and non-static output dims."""
+    g = model.graph
+    keep = [vi for vi in g.value_info if not everything and _dims(vi) is not None
+            and None not in _dims(vi)]
+    del g.value_info[:]
+    g.value_info.extend(keep)
+    for vi in g.output:
+        dims = _dims(vi)
+        if dims is not None and (everything or None in dims):
+            vi.type.tensor_type.ClearField("shape")
+
+
+def _infer(path: str, model):
+    import onnx
+
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as e:  # noqa: BLE001 - onnx raises several types
+        lines = str(e).strip().splitlines()
+        _fail(path, f"ONNX shape inference failed ({lines[0][:160] if lines else e})")
+
+
+def _info(model) -> dict:
+    g = model.graph
+    return {vi.name: vi for vi in list(g.input) + list(g.value_info) + list(g.output)}
+
+
+def _nbytes(vi):
+    from .onnx_file import DTYPE_BITS
+
+    dims = _dims(vi)
+    if dims is None or None in dims:
+        return None
+    bits = DTYPE_BITS.get(vi.type.tensor_type.elem_type)
+    if bits is None:
+        return None
+    n = 1
+    for d in dims:
+        n *= d
+    return (n * bits + 7) // 8
+
+
+def _static(vi) -> bool:
+    dims = _dims(vi)
+    return dims is not None and None not in dims
+
+
+def _foldable(model, info) -> tuple[set, bool]:
+    """(names of node outputs constant folding may compute, whether any tensor is unsized).
+
+    A node is folded when every input is constant (an initializer, a ``Constant`` output or
+    something folded) -- or it is ``Shape``/``Size`` of a static tensor -- and every output has
+    a known size within `MAX_FOLD_BYTES`. ``Constant`` nodes alone are not counted."""
+    import onnx
+
+    g = model.graph
+    const = {t.name for t in g.initializer}
+    fold: set[str] = set()
+    dynamic = False
+    for node in g.node:
+        ins = [n for n in node.input if n]
+        outs = [n for n in node.output if n]
+        if node.op_type in SHAPE_OPS:
+            ok = bool(ins) and ins[0] in info and _static(info[ins[0]])
+        else:
+            ok = all(n in const for n in ins) and not any(
+                a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                for a in node.attribute)
+        sized = [info.get(o) is not None and _nbytes(info[o]) is not None for o in outs]
+        if not all(sized):
+            dynamic = True
+        if ok and all(sized) and all(_nbytes(info[o]) <= MAX_FOLD_BYTES for o in outs):
+            const.update(outs)
+            if node.op_type != "Constant":
+                fold.update(outs)
+    return fold, dynamic
+
+
+def _fold(model, fold: set):
+    """Folds the nodes whose outputs are in ``fold`` with onnxslim (ONNX-GraphSurgeon)."""
+    import onnxruntime as ort
+    from onnxslim.third_party import onnx_graphsurgeon as gs
+    from onnxslim.third_party.onnx_graphsurgeon.logger import G_LOGGER
+
+    ort.set_default_logger_severity(4)  # no ORT warnings on the terminal
+    with G_LOGGER.suppress():
+        graph = gs.import_onnx(model)
+        graph.toposort()
+
+        def exclude(node) -> bool:
+            return not all(t.name in fold for t in node.outputs if t.name)
+
+        graph.fold_constants(size_threshold=MAX_FOLD_BYTES, should_exclude_node=exclude,
+                             flatten_subgraphs=False, recurse_subgraphs=False,
+                             recurse_functions=False)
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        out = gs.export_onnx(graph, do_type_check=False)
+    # keep what GraphSurgeon does not carry over
+    out.ir_version = model.ir_version
+    del out.opset_import[:]
+    out.opset_import.extend(model.opset_import)
+    out.producer_name = model.producer_name
+    return out
+
+
+def _first_dynamic(model, info):
+    """(tensor name, node label, description) of the first tensor that is not static."""
+    for k, node in enumerate(model.graph.node):
+        for o in node.output:
+            if not o:
+                continue
+            vi = info.get(o)
+            if vi is None or _dims(vi) is None:
+                what = "has unknown rank"
+            elif None in _dims(vi):
+                what = f"has shape {_dim_text(vi)}"
+            else:
+                continue
+            return o, node.name or f"{node.op_type}_{k}", node.op_type, what
+    return None
+
+
+def prepare_onnx(path: str, model, input_shapes: dict | None = None):
+    """``model`` with static inputs, inferred shapes and folded constants (see the module
+    docstring); `ModelLoadError` naming the tensor and the fix when that is not possible.
+    ``model`` is modified (inputs pinned) and a model is returned (possibly a new one)."""
+    everything = _pin_inputs(path, model, input_shapes or {})
+    _clear_dynamic(model, everything)
+    shape_ops = any(n.op_type in SHAPE_OPS for n in model.graph.node)
+    for _ in range(MAX_ROUNDS):
+        inferred = _infer(path, model)
+        info = _info(inferred)
+        fold, dynamic = _foldable(inferred, info)
+        if not fold or not (dynamic or shape_ops):
+            break
+        before = len(inferred.graph.node)
+        try:
+            model = _fold(inferred, fold)
+        except ModelLoadError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the folder raises anything on odd graphs
+            lines = str(e).strip().splitlines()
+            _fail(path, f"constant folding failed ({type(e).__name__}: "
+                        f"{lines[-1][:160] if lines else ''})")
+        shape_ops = any(n.op_type in SHAPE_OPS for n in model.graph.node)
+        if len(model.graph.node) == before:
+            inferred = _infer(path, model)
+            info = _info(inferred)
+            break
+    else:
+        inferred = _infer(path, model)
+        info = _info(inferred)
+    bad = _first_dynamic(inferred, info)
+    if bad:
+        name, label, op, what = bad
+        inputs = [vi for vi in inferred.graph.input
+                  if vi.name not in {t.name for t in inferred.graph.initializer}]
+        hint = ", ".join(_suggest(vi) for vi in inputs) or "NAME:1x3x224x224"
+        _dynamic(path, f"tensor {name!r} ({op} node {label!r}) {what} after shape inference and "
+                    "constant folding: the model is dynamic; give every input its real "
+                    f"static shape (--input-shapes {hint}) or re-export the model with "
+                    "static shapes")
+    return inferred
