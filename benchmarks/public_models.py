@@ -15,11 +15,13 @@ Every model is exported the ways users export it, into a temporary directory:
 * ``pt2``: ``torch.export.export`` + ``torch.export.save``.
 
 Then, for every file, what a user runs: ``memsched analyze FILE --json`` and ``memsched compile
-FILE --pass MemoryAwareSchedule --pass PlanArena -o model.so`` (both through `memsched.cli.main`,
+FILE --pass MemoryAwareSchedule --pass PlanArena -o model.so --json`` (both through `memsched.cli.main`,
 in process), the library is loaded and run on the input in TVM's VM, and its output compared
 with ONNX Runtime on the classic ONNX file (``rtol 1e-3``, ``atol 1e-4 * max|ref|``). Plain
-TVM's planned bytes are `memsched.planned_bytes` of the same file with ``schedule=False,
-plan_arena=False`` (what ``tvm.compile`` allocates for activations).
+TVM's planned bytes (what ``tvm.compile`` allocates for activations) come from the JSON of
+analyze/compile (``tvm_planned_bytes``), or, when neither has it, `memsched.planned_bytes` of the
+same file with ``schedule=False, plan_arena=False``; a row notes it when analyze's peak or
+planned bytes differ from compile's.
 
     .venv/bin/python benchmarks/public_models.py            # all models, all formats
     .venv/bin/python benchmarks/public_models.py --quick    # 3 models
@@ -38,7 +40,6 @@ import io
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 import time
@@ -553,6 +554,7 @@ class Row:
     equal: bool | None = None
     seconds: float = 0.0
     errors: list = field(default_factory=list)
+    step_seconds: dict = field(default_factory=dict)  # export, analyze, compile, run, plain
 
     def cells(self) -> list[str]:
         def num(v):
@@ -594,23 +596,41 @@ def run_file(row: Row, path: str, x, ref, time_limit: float, workdir: str) -> Ro
     """analyze + compile + run one exported file; fills ``row``."""
     import numpy as np
 
-    t0 = time.perf_counter()
+    t0 = t = time.perf_counter()
+
+    def lap(step):
+        nonlocal t
+        now = time.perf_counter()
+        row.step_seconds[step] = round(now - t, 2)
+        t = now
+
+    analyzed_planned = None
     rc, out, err = _cli(["analyze", path, "--json", "--time-limit", str(time_limit)])
+    lap("analyze")
     if rc == 0:
         res = json.loads(out)
         row.ops, row.memory_model = res["ops"], res.get("memory_model", "")
         row.input_peak, row.peak = res["input_order_peak_bytes"], res["peak_bytes"]
         row.lower_bound, row.optimal = res["lower_bound"], bool(res["optimal"])
+        row.tvm_planned = res.get("tvm_planned_bytes")  # analyze's Relax view reports both
+        analyzed_planned = res.get("planned_bytes")
     else:
         row.errors.append("analyze: " + _short(err))
     so = os.path.join(workdir, f"{row.model}-{row.format}.so")
     rc, out, err = _cli(["compile", path, "--pass", "MemoryAwareSchedule", "--pass", "PlanArena",
-                         "--time-limit", str(time_limit), "-o", so])
+                         "--time-limit", str(time_limit), "-o", so, "--json"])
+    lap("compile")
     if rc != 0:
         row.errors.append("compile: " + _short(err))
     else:
-        m = re.search(r"planned storage ([\d,]+) B", err)
-        row.ours_planned = int(m.group(1).replace(",", "")) if m else None
+        built = json.loads(out)
+        row.ours_planned = built["planned_bytes"]
+        if row.tvm_planned is None:
+            row.tvm_planned = built.get("tvm_planned_bytes")
+        if analyzed_planned is not None and row.ours_planned != analyzed_planned:
+            row.errors.append(f"analyze planned {analyzed_planned:,} B != compile")
+        if row.peak is not None and built.get("peak_bytes") != row.peak:
+            row.errors.append(f"compile peak {built.get('peak_bytes')} != analyze")
         try:
             import tvm
             from tvm import relax
@@ -630,13 +650,17 @@ def run_file(row: Row, path: str, x, ref, time_limit: float, workdir: str) -> Ro
                 row.equal = bool(np.allclose(y, ref, rtol=1e-3, atol=1e-4 * scale))
         except Exception as e:  # noqa: BLE001 - the row reports it
             row.errors.append(f"run: {type(e).__name__}: {_short(str(e))}")
-    try:  # what plain tvm.compile allocates for the same file
-        from memsched import load_relax, planned_bytes
+        lap("run")
+    if row.tvm_planned is None:  # what plain tvm.compile allocates for the same file
+        try:
+            from memsched import load_relax, planned_bytes
 
-        with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull):
-            row.tvm_planned = planned_bytes(load_relax(path), schedule=False, plan_arena=False)
-    except Exception as e:  # noqa: BLE001
-        row.errors.append(f"plain TVM: {type(e).__name__}: {_short(str(e))}")
+            with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull):
+                row.tvm_planned = planned_bytes(load_relax(path), schedule=False,
+                                                plan_arena=False)
+        except Exception as e:  # noqa: BLE001
+            row.errors.append(f"plain TVM: {type(e).__name__}: {_short(str(e))}")
+        lap("plain")
     row.seconds = time.perf_counter() - t0
     return row
 
@@ -657,7 +681,9 @@ def run_model(name: str, size: int, formats, time_limit: float, workdir: str,
             continue
         path = os.path.join(workdir, f"{name}-{fmt}.{'pt2' if fmt == 'pt2' else 'onnx'}")
         try:
+            t = time.perf_counter()
             export(model, x, fmt, path)
+            row.step_seconds["export"] = round(time.perf_counter() - t, 2)
             paths[fmt] = path
         except Exception as e:  # noqa: BLE001
             row.errors.append(f"export: {type(e).__name__}: {_short(str(e))}")

@@ -67,13 +67,15 @@ def test_figure_has_three_lines_axes_peak_and_bound(solved):
     assert any(t.startswith("lower bound") for t in labels)
 
 
-def test_cli_svg_and_html(tmp_path, capsys):
+@pytest.mark.parametrize("view", [[], ["--view", "file"]], ids=["relax", "file"])
+def test_cli_svg_and_html(tmp_path, capsys, view):
     svg, page = tmp_path / "m.svg", tmp_path / "m.html"
     assert main(["analyze", "example:randwire", "--time-limit", "20", "--json",
-                 "--plot", str(svg), "--report", str(page)]) == 0
+                 "--plot", str(svg), "--report", str(page), *view]) == 0
     import json
 
     result = json.loads(capsys.readouterr().out)
+    assert result["input_order_peak_bytes"] > result["peak_bytes"]  # else the plot shows little
     text = svg.read_text()
     ids = _ids(text)
     for gid in ("memsched-input", "memsched-tvm", "memsched-ours", "memsched-lower-bound",
@@ -90,6 +92,12 @@ def test_cli_svg_and_html(tmp_path, capsys):
 
     html = page.read_text()
     assert html.startswith("<!DOCTYPE html>") and html.rstrip().endswith("</html>")
+    # the page's numbers are analyze's numbers (same graph, same memory model)
+    assert f"best peak <b>{result['peak_bytes']:,} B</b>" in html
+    assert f"input order {result['input_order_peak_bytes']:,} B" in html
+    assert f"memory model <code>{result['memory_model']}</code>" in html
+    legend = re.findall(r"memsched: peak [^<]*\(([\d,]+) B\)", text)
+    assert legend and int(legend[0].replace(",", "")) == result["peak_bytes"]
     assert "<svg" in html and 'id="memsched-ours"' in html and "<img" not in html
     assert 'src="http' not in html and "<script" not in html  # self-contained
     methods = html[html.index('<table id="methods"'):]
