@@ -171,6 +171,16 @@ def load_relax(path: str, input_shapes: dict | None = None):
             with open(path, "rb") as f:
                 buf = f.read()
             tfl = check_tflite(path, buf, input_shapes)
+            from tvm.relax.frontend.tflite.tflite_frontend import OperatorConverter
+
+            from .tflite_prepare import prepare_for_tvm
+
+            # float16/int8 weight DEQUANTIZE, SQUEEZE/EXPAND_DIMS, quantized PAD/STRIDED_SLICE,
+            # custom ops: rewritten exactly or refused by name (importers.tflite_prepare)
+            fixed = prepare_for_tvm(path, buf, getattr(
+                OperatorConverter, "_SUPPORTED_QUANTIZED_OPS", frozenset()))
+            if fixed is not buf:
+                tfl = check_tflite(path, fixed, input_shapes)
             mod = from_tflite(tfl, input_shapes or None, None)
         else:  # .pt2
             from tvm.relax.frontend.torch import from_exported_program
@@ -198,7 +208,10 @@ def load_relax(path: str, input_shapes: dict | None = None):
 
 
 def load_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
-    """The `OpGraph` of a model: ONNX files are read directly; others through Relax."""
+    """The `OpGraph` of a model: ONNX files are read directly (`importers.onnx`), .tflite
+    files from the flatbuffer as the TFLite interpreter sees them
+    (`importers.tflite_graph.analysis_graph`: the file's dtypes, its in-place ops); others
+    through Relax."""
     kind = _check_file(path)
     if kind == ".onnx":
         from .onnx import from_onnx
@@ -206,6 +219,10 @@ def load_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
 
         model = read_onnx(path, input_shapes)
         graph = from_onnx(model, input_shapes, name=os.path.basename(path), check=False)
+    elif kind == ".tflite":  # read from the flatbuffer: the file's dtypes, no TVM
+        from .tflite_graph import load_tflite_graph
+
+        graph = load_tflite_graph(path, input_shapes)
     else:
         from .relax import from_relax
 

@@ -31,9 +31,14 @@ def _text(x) -> str:
     return x.decode("utf-8", "replace") if isinstance(x, (bytes, bytearray)) else str(x)
 
 
-def check_tflite(path: str, buf: bytes, input_shapes: dict | None = None):
-    """Validate the flatbuffer ``buf`` read from ``path``; returns the ``tflite.Model``."""
-    import tflite
+def check_tflite(path: str, buf: bytes, input_shapes: dict | None = None, schema=None):
+    """Validate the flatbuffer ``buf`` read from ``path``; returns the ``tflite.Model`` (the
+    root ``Model`` of ``schema``, a flatbuffer schema module with the same accessors such as
+    LiteRT's ``schema_py_generated``, when given)."""
+    if schema is None:
+        import tflite
+    else:
+        tflite = schema
 
     if len(buf) < 8 or buf[4:8] != b"TFL3":
         _fail(path, "not a .tflite flatbuffer (missing TFL3 identifier)")
@@ -45,7 +50,7 @@ def check_tflite(path: str, buf: bytes, input_shapes: dict | None = None):
         return n
 
     try:
-        model = tflite.Model.GetRootAsModel(buf, 0)
+        model = tflite.Model.GetRootAs(buf, 0)
         if length(model.SubgraphsLength(), "subgraphs") < 1:
             _fail(path, "the model has no subgraph")
         sg = model.Subgraphs(0)

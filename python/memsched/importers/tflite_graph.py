@@ -103,11 +103,13 @@ class TFLiteGraph:
         return np.zeros(0, dtype=np.uint8)
 
 
-def read_tflite(path_or_bytes, name: str | None = None) -> TFLiteGraph:
-    """Parse a .tflite file (path or bytes) into a `TFLiteGraph`."""
+def read_tflite(path_or_bytes, name: str | None = None, label: str | None = None
+                ) -> TFLiteGraph:
+    """Parse a .tflite file (path or bytes) into a `TFLiteGraph`; ``label`` names the file in
+    errors."""
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
-        label = name or "model.tflite"
+        label = label or name or "model.tflite"
     else:
         label = str(path_or_bytes)
         try:
@@ -270,3 +272,118 @@ def op_macs(tg: TFLiteGraph) -> list[int]:
         else:
             out.append(elems)
     return out
+
+
+# The interpreter's in-place ops (TFLite's ArenaPlanner, checked against the LiteRT interpreter's
+# tensor addresses, without delegates): RESHAPE / SQUEEZE / EXPAND_DIMS leave data unmodified and
+# their output shares input 0's buffer whenever that input is an activation that is not a
+# subgraph input and the output is not a subgraph output (other readers of the input are fine);
+# ADD / MUL / SUB write over input 0 or 1 when that input is read by this op only (reference
+# count 1), has the output's size, and neither is a subgraph input/output.
+VIEW_OPS = {"RESHAPE", "SQUEEZE", "EXPAND_DIMS"}
+INPLACE_OPS = {"ADD", "MUL", "SUB"}
+# DEQUANTIZE of a constant (float16 / int8 weights) is computed once when the interpreter
+# prepares the model, into a persistent buffer: a parameter, not an activation.
+PREPARED_OPS = {"DEQUANTIZE", "DENSIFY"}
+
+
+def analysis_graph(tg: TFLiteGraph) -> OpGraph:
+    """The `OpGraph` the TFLite interpreter's arena sees: one op per operator of subgraph 0 in
+    file order (``Op.source``), tensors in the file's own dtypes (int8 = 1 byte per element),
+    views and in-place ops as the interpreter treats them (`VIEW_OPS`, `INPLACE_OPS`), weights
+    dequantized at prepare time (`PREPARED_OPS` of constants) counted as parameters."""
+    sg = tg.subgraph
+    tensors = sg.tensors or []
+    ops = sg.operators or []
+    sub_in = [int(t) for t in (sg.inputs if sg.inputs is not None else [])]
+    sub_out = {int(t) for t in (sg.outputs if sg.outputs is not None else [])}
+    sub_in_set = set(sub_in)
+    refs: dict[int, int] = {}
+    for op in ops:
+        for t in (op.inputs if op.inputs is not None else []):
+            if t >= 0:
+                refs[int(t)] = refs.get(int(t), 0) + 1
+    for t in sub_out:
+        refs[t] = refs.get(t, 0) + 1
+    b = GraphBuilder(tg.name)
+    tmap: dict[int, int] = {}  # file tensor -> graph tensor holding its data
+    deps: dict[int, list[int]] = {}  # file tensor -> the alias / prepare op defining it
+    own: set[int] = set()  # file tensors with their own buffer (not a view)
+    for t in sub_in:
+        if t not in tmap:
+            tmap[t] = b.input(_tname(tensors[t], t), tensor_nbytes(tensors[t]))
+            own.add(t)
+    for v, op in enumerate(ops):
+        kind = tg.graph.ops[v].kind
+        label = tg.graph.ops[v].name
+        ins = [int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0]
+        outs = [int(t) for t in (op.outputs if op.outputs is not None else []) if t >= 0]
+        reads, preds = [], []
+        for t in ins:
+            if t in tmap:
+                reads.append(tmap[t])
+            preds += deps.get(t, [])
+        if kind in PREPARED_OPS and not reads and not preds:
+            vid = b.op(label, kind, [], [], source=v)
+            for t in outs:
+                deps[t] = [vid]
+            continue
+        if kind in VIEW_OPS and len(outs) == 1 and ins and ins[0] in tmap and \
+                ins[0] not in sub_in_set and outs[0] not in sub_out:
+            vid = b.op(label, kind, reads, [], alias=True, source=v, extra_preds=preds)
+            tmap[outs[0]] = tmap[ins[0]]
+            deps[outs[0]] = [vid]
+            continue
+        inplace = []
+        if kind in INPLACE_OPS and len(outs) == 1 and outs[0] not in sub_out:
+            size = tensor_nbytes(tensors[outs[0]])
+            for t in ins[:2]:
+                if t in own and t not in sub_in_set and t not in sub_out and \
+                        refs.get(t, 0) == 1 and tensor_nbytes(tensors[t]) == size:
+                    inplace = [tmap[t]]
+                    break
+        vid = b.op(label, kind, reads,
+                   [(_tname(tensors[t], t), tensor_nbytes(tensors[t])) for t in outs],
+                   source=v, extra_preds=preds, inplace=inplace)
+        for t, gt in zip(outs, b.ops[vid].outputs):
+            tmap[t] = gt
+            own.add(t)
+    for t in sorted(sub_out):
+        if t in tmap:
+            b.mark_output(tmap[t])
+    return b.build()
+
+
+def load_tflite_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
+    """`analysis_graph` of the .tflite file ``path`` (checked first by
+    `tflite_file.check_tflite`); no TVM. ``input_shapes`` may only restate the file's shapes:
+    a .tflite file fixes every tensor's shape."""
+    from .load import MAX_TFLITE_BYTES
+    from .tflite_file import check_tflite
+
+    try:
+        size = os.path.getsize(path)
+    except OSError as e:
+        raise TFLiteModelError(f"cannot read model {path!r}: {e.strerror or e}") from None
+    if size > MAX_TFLITE_BYTES:
+        raise TFLiteModelError(f"cannot read model {path!r}: larger than the 2 GiB flatbuffer "
+                               "limit")
+    with open(path, "rb") as f:
+        data = f.read()
+    check_tflite(path, data, input_shapes, schema=schema())
+    tg = read_tflite(data, name=os.path.splitext(os.path.basename(path))[0], label=path)
+    sg = tg.subgraph
+    for name, dims in (input_shapes or {}).items():
+        for t in (sg.inputs if sg.inputs is not None else []):
+            if _tname(sg.tensors[t], t) == name:
+                have = [int(d) for d in sg.tensors[t].shape]
+                if have != list(dims):
+                    raise TFLiteModelError(
+                        f"cannot read model {path!r}: --input-shapes gives {name!r} "
+                        f"{'x'.join(map(str, dims))} but a .tflite file fixes its shapes "
+                        f"({'x'.join(map(str, have))}); convert the model with the shape you "
+                        "want")
+    try:
+        return analysis_graph(tg)
+    except GraphError as e:
+        raise TFLiteModelError(f"cannot read model {path!r}: malformed model ({e})") from None
