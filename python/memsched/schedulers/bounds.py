@@ -21,6 +21,8 @@ trivial bound per op is returned instead (the matrix would not fit comfortably).
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ..limits import Checker, Deadline
@@ -157,16 +159,20 @@ def mincut_bounds(p: Problem, ops=None, deadline: Deadline | None = None,
     `ancestry_bounds` (which counts only the tensors every such ``I`` holds). One max-flow per
     op (scipy's Dinic, ~0.5 ms at 100 ops). Stops after the first op whose bound reaches
     ``goal``. None when scipy is missing."""
-    try:
-        import scipy.sparse as sp
-        from scipy.sparse.csgraph import maximum_flow
-    except ImportError:  # pragma: no cover - scipy comes with the install
-        return None
     n = p.n
     if n == 0:
         return []
     chk = Checker(deadline, 1)
     edges, nodes, src, sink, inf, quantum = _cut_network(p)
+    todo = list(range(n) if ops is None else ops)
+    if "scipy.sparse.csgraph" not in sys.modules and \
+            len(todo) * (len(edges) + n) <= SMALL_FLOW_WORK:
+        return _mincut_bounds_small(p, todo, chk, goal, edges, nodes, src, sink, inf, quantum)
+    try:
+        import scipy.sparse as sp
+        from scipy.sparse.csgraph import maximum_flow
+    except ImportError:  # pragma: no cover - scipy comes with the install
+        return None
     # one matrix for every op: source -> u and u -> sink for every op u, at capacity 0 except
     # for the op being bounded (set in place, then reset)
     ids = np.arange(n, dtype=np.int32)
@@ -197,6 +203,78 @@ def mincut_bounds(p: Problem, ops=None, deadline: Deadline | None = None,
             flow = int(maximum_flow(g, src, sink).flow_value)
         finally:
             g.data[opened] = saved
+        created = sum(p.size[tt] for tt in p.creates[v])
+        live = min(flow, inf - 1) * quantum
+        out[v] = p.base + live + created + p.workspace[v] - _credit(p, v)
+        if goal is not None and out[v] >= goal:
+            break
+    return out
+
+
+# Below this many (ops bounded) x (edges), a max-flow in Python costs less than importing
+# scipy.sparse.csgraph (~0.25 s): small graphs are bounded without it (start-up of the CLI).
+SMALL_FLOW_WORK = 20_000
+
+
+def _max_flow_small(nodes: int, edges, src: int, sink: int) -> int:
+    """Max-flow value (Dinic) of a small network of ``(tail, head, capacity)`` triples; the
+    value is unique, so it equals scipy's."""
+    head: list[int] = []
+    cap: list[int] = []
+    adj: list[list[int]] = [[] for _ in range(nodes)]
+    for u, v, c in edges:
+        if u != v and c > 0:
+            adj[u].append(len(head))
+            head.append(v)
+            cap.append(c)
+            adj[v].append(len(head))
+            head.append(u)
+            cap.append(0)
+    top = sum(cap) + 1
+    flow = 0
+    while True:
+        level = [-1] * nodes
+        level[src] = 0
+        queue = [src]
+        for u in queue:
+            for e in adj[u]:
+                if cap[e] > 0 and level[head[e]] < 0:
+                    level[head[e]] = level[u] + 1
+                    queue.append(head[e])
+        if level[sink] < 0:
+            return flow
+        nxt = [0] * nodes
+
+        def push(u: int, f: int) -> int:
+            if u == sink:
+                return f
+            while nxt[u] < len(adj[u]):
+                e = adj[u][nxt[u]]
+                v = head[e]
+                if cap[e] > 0 and level[v] == level[u] + 1:
+                    d = push(v, min(f, cap[e]))
+                    if d:
+                        cap[e] -= d
+                        cap[e ^ 1] += d
+                        return d
+                nxt[u] += 1
+            return 0
+
+        while True:
+            f = push(src, top)
+            if not f:
+                break
+            flow += f
+
+
+def _mincut_bounds_small(p: Problem, todo, chk, goal, edges, nodes, src, sink, inf,
+                         quantum) -> list[int]:
+    """`mincut_bounds` on a small network with `_max_flow_small` (same values)."""
+    out = [0] * p.n
+    for v in todo:
+        chk.tick()
+        extra = [(src, u, inf) for u in set(p.preds[v])] + [(v, sink, inf)]
+        flow = _max_flow_small(nodes, edges + extra, src, sink)
         created = sum(p.size[tt] for tt in p.creates[v])
         live = min(flow, inf - 1) * quantum
         out[v] = p.base + live + created + p.workspace[v] - _credit(p, v)

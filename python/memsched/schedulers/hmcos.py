@@ -7,7 +7,7 @@ Architecture Search Networks", DAC 2022, §3.
   whose first op has the highest stable footprint (Condition 1) and whose transient footprints
   never increase (Condition 2); a sequence is scheduled as a whole.
 * **Groups** (§3.1.2): without NAS cell scopes we take the memory-aware part of the recipe:
-  the ops strictly post-dominated by an op ``o`` (computed with networkx dominators on the
+  the ops strictly post-dominated by an op ``o`` (computed with `memsched.dominators` on the
   reversed graph) only produce values that end up in ``o``, so the group's outgoing values are
   exactly ``o``'s (condition (b) with equality); the largest such sets of at most
   ``group_size`` ops, top-down in the post-dominator tree, become groups (``o`` excluded).
@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import time
 
-import networkx as nx  # imported with memsched (0.2 s): inside a time-limited call it would count
 
+from ..dominators import immediate_dominators
 from ..limits import Deadline, Expired
 from ..memory import Problem
 from .base import bound_in_time, register
@@ -123,14 +123,9 @@ def _groups(p: Problem, succs, group_size: int) -> list[int]:
 
     n = p.n
     snk = n
-    g = nx.DiGraph()
-    g.add_nodes_from(range(n + 1))
-    for v in range(n):
-        for u in dict.fromkeys(p.preds[v]):
-            g.add_edge(v, u)  # reversed
-        if not succs[v]:
-            g.add_edge(snk, v)
-    ipdom = nx.immediate_dominators(g, snk)
+    rev: list[list[int]] = [list(dict.fromkeys(p.preds[v])) for v in range(n)]  # reversed
+    rev.append([v for v in range(n) if not succs[v]])
+    ipdom = immediate_dominators(rev, snk)
     children: list[list[int]] = [[] for _ in range(n + 1)]
     for v in range(n):
         d = ipdom.get(v)

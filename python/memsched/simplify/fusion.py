@@ -396,22 +396,25 @@ def maximal_chains(p: Problem, ctx: _Ctx) -> list[list[int]]:
 def _dominator_regions(p: Problem, ctx: _Ctx, max_group: int) -> list[list[int]]:
     """Regions between an op and its immediate post-dominator (and dominator), with and
     without the op itself: single-entry, single-exit candidates for the isolated rule."""
-    import networkx as nx
+    from ..dominators import immediate_dominators
 
     n = p.n
     src, snk = n, n + 1
-    g = nx.DiGraph()
-    g.add_nodes_from(range(n + 2))
+    succ: list[list[int]] = [[] for _ in range(n + 2)]
+    pred: list[list[int]] = [[] for _ in range(n + 2)]
     for v in range(n):
         for u in dict.fromkeys(p.preds[v]):
-            g.add_edge(u, v)
+            succ[u].append(v)
+            pred[v].append(u)
         if not p.preds[v]:
-            g.add_edge(src, v)
+            succ[src].append(v)
+            pred[v].append(src)
         if not ctx.succs[v]:
-            g.add_edge(v, snk)
+            succ[v].append(snk)
+            pred[snk].append(v)
     regions: dict[int, None] = {}
-    ipdom = nx.immediate_dominators(g.reverse(copy=False), snk)
-    idom = nx.immediate_dominators(g, src)
+    ipdom = immediate_dominators(pred, snk)
+    idom = immediate_dominators(succ, src)
     pairs = []
     for v in range(n):
         j = ipdom.get(v)
@@ -457,7 +460,6 @@ def find_groups(p: Problem, max_group: int = 32, max_ideals: int = 20000,
                 else:
                     i += 1
     if isolated:
-        deadline.check_import("networkx", 0.4)
         regions = _dominator_regions(p, ctx, max_group)
         deadline.check()
         for region in regions:
