@@ -41,6 +41,15 @@ def _nbytes(vi, what: str) -> int:
     return (n * DTYPE_BITS[tt.elem_type] + 7) // 8
 
 
+def _shapes_known(model) -> bool:
+    """Every node output has a static shape in value_info or the graph outputs."""
+    g = model.graph
+    known = {vi.name for vi in list(g.value_info) + list(g.output)
+             if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape") and
+             all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
+    return all(o in known for n in g.node for o in n.output if o)
+
+
 def from_onnx(model, input_shapes: dict | None = None, name: str | None = None, *,
               check: bool = True) -> OpGraph:
     """The `OpGraph` of an ONNX model (a ModelProto or a path). ``input_shapes`` overrides the
@@ -66,18 +75,23 @@ def from_onnx(model, input_shapes: dict | None = None, name: str | None = None, 
         model = prepare_onnx(label, copy, input_shapes)
         check_fold_sizes(label, model)
     graph = model.graph
+    pinned = False
     if input_shapes:
         for inp in graph.input:
             if inp.name in input_shapes:
                 dims = inp.type.tensor_type.shape.dim
-                new = list(input_shapes[inp.name])
+                new = [int(v) for v in input_shapes[inp.name]]
+                if [d.dim_value if d.HasField("dim_value") else None for d in dims] != new:
+                    pinned = True
                 del dims[:]
                 for v in new:
-                    dims.add().dim_value = int(v)
-    try:
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception as e:  # noqa: BLE001 - onnx raises several types
-        raise UnsupportedModelError(f"ONNX shape inference failed: {e}") from None
+                    dims.add().dim_value = v
+    # the front door (onnx_front.prepare_onnx) has inferred every shape already
+    if pinned or not _shapes_known(model):
+        try:
+            model = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+        except Exception as e:  # noqa: BLE001 - onnx raises several types
+            raise UnsupportedModelError(f"ONNX shape inference failed: {e}") from None
     graph = model.graph
     weights = {i.name for i in graph.initializer}
     info = {vi.name: vi for vi in list(graph.value_info) + list(graph.input) + list(graph.output)}

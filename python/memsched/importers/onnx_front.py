@@ -28,6 +28,8 @@ inference), so already-static files are imported unchanged and without importing
 """
 from __future__ import annotations
 
+import contextlib
+
 from ..graph import UnsupportedModelError
 from .load import MAX_FOLD_BYTES, ModelLoadError
 
@@ -111,14 +113,45 @@ def _clear_dynamic(model, everything: bool) -> None:
             vi.type.tensor_type.ClearField("shape")
 
 
+SKELETON_BYTES = 4096  # initializers above this are only dims+dtype to shape inference
+
+
 def _infer(path: str, model):
+    """``model`` with value_info and outputs from ONNX shape inference (data propagation on).
+    Inference runs on a skeleton: initializers above `SKELETON_BYTES` (weights; shape tensors
+    are tiny) become typed graph inputs, so the weights are not serialized for it."""
     import onnx
 
+    g = model.graph
+    sk = onnx.ModelProto()
+    sk.ir_version = max(model.ir_version, 4)
+    sk.opset_import.extend(model.opset_import)
+    sk.functions.extend(model.functions)
+    sg = sk.graph
+    sg.name = g.name
+    sg.node.extend(g.node)
+    sg.input.extend(g.input)
+    sg.output.extend(g.output)
+    sg.value_info.extend(g.value_info)
+    declared = {vi.name for vi in g.input}
+    for t in g.initializer:
+        if t.ByteSize() <= SKELETON_BYTES:
+            sg.initializer.append(t)
+        elif t.name not in declared:
+            sg.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
+                                                               list(t.dims)))
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        sk = onnx.shape_inference.infer_shapes(sk, strict_mode=False, data_prop=True)
     except Exception as e:  # noqa: BLE001 - onnx raises several types
         lines = str(e).strip().splitlines()
         _fail(path, f"ONNX shape inference failed ({lines[0][:160] if lines else e})")
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(sk.graph.value_info)
+    del out.graph.output[:]
+    out.graph.output.extend(sk.graph.output)
+    return out
 
 
 def _info(model) -> dict:
@@ -177,14 +210,54 @@ def _foldable(model, info) -> tuple[set, bool]:
     return fold, dynamic
 
 
+_GS_MODULES: dict = {}
+
+
+@contextlib.contextmanager
+def _graphsurgeon():
+    """onnxslim's bundled ONNX-GraphSurgeon, without running ``onnxslim/__init__`` (which
+    imports its CLI, its symbolic shape inference and sympy: ~0.9 s that folding never uses;
+    GraphSurgeon imports nothing else from onnxslim). While the block runs, ``onnxslim`` and
+    ``onnxslim.third_party`` are plain package stubs in ``sys.modules`` (GraphSurgeon imports
+    its own submodules lazily); afterwards they and GraphSurgeon's modules are taken out again
+    (kept here for the next fold), so a later ``import onnxslim`` loads the real package. When
+    the real package is already imported it is used as it is."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+    import types
+
+    name = "onnxslim.third_party.onnx_graphsurgeon"
+    if "onnxslim" in sys.modules and not getattr(sys.modules["onnxslim"], "_memsched_stub",
+                                                 False):
+        yield importlib.import_module(name)
+        return
+    if not _GS_MODULES:
+        spec = importlib.util.find_spec("onnxslim")
+        if spec is None or not spec.submodule_search_locations:
+            raise ImportError("onnxslim is not installed (pip install onnxslim)")
+        root = list(spec.submodule_search_locations)[0]
+        for mod, path in (("onnxslim", root),
+                          ("onnxslim.third_party", os.path.join(root, "third_party"))):
+            stub = types.ModuleType(mod)
+            stub.__path__ = [path]
+            stub._memsched_stub = True
+            _GS_MODULES[mod] = stub
+    sys.modules.update(_GS_MODULES)
+    try:
+        yield importlib.import_module(name)
+    finally:
+        for mod in [m for m in sys.modules if m == "onnxslim" or m.startswith("onnxslim.")]:
+            _GS_MODULES[mod] = sys.modules.pop(mod)
+
+
 def _fold(model, fold: set):
     """Folds the nodes whose outputs are in ``fold`` with onnxslim (ONNX-GraphSurgeon)."""
     import onnxruntime as ort
-    from onnxslim.third_party import onnx_graphsurgeon as gs
-    from onnxslim.third_party.onnx_graphsurgeon.logger import G_LOGGER
 
     ort.set_default_logger_severity(4)  # no ORT warnings on the terminal
-    with G_LOGGER.suppress():
+    with _graphsurgeon() as gs, gs.logger.G_LOGGER.suppress():
         graph = gs.import_onnx(model)
         graph.toposort()
 
@@ -196,6 +269,13 @@ def _fold(model, fold: set):
                              recurse_functions=False)
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
         out = gs.export_onnx(graph, do_type_check=False)
+    # GraphSurgeon's toposort regroups nodes: put the kept ones back in file order (the input
+    # order memsched reports is the file's)
+    pos = {o: k for k, n in enumerate(model.graph.node) for o in n.output if o}
+    nodes = sorted(out.graph.node, key=lambda n: min(
+        (pos.get(o, len(pos)) for o in n.output if o), default=len(pos)))
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
     # keep what GraphSurgeon does not carry over
     out.ir_version = model.ir_version
     del out.opset_import[:]
