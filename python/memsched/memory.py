@@ -18,7 +18,12 @@ the exact search over executed sets (`memsched.schedulers.exact`) possible.
 * ``paper`` (default): graph inputs and outputs counted (outputs live to the end), weights not,
   no in-place reuse: the definition of the papers' tables.
 * ``tvm``: what Relax's StaticPlanBlockMemory plans: function parameters and the returned
-  tensor are not planned storage; reshape views / TupleGetItem own no storage (true in both).
+  tensor are not planned storage; reshape views / TupleGetItem own no storage (true in both);
+  each tensor counts its size rounded up to 64 bytes, the offset alignment `PlanArena` gives
+  it in the arena (the VM needs it for zero-copy tensors), so the model's peak is the arena a
+  memsched build allocates (a MobileNet/ShuffleNet .pt2 has 96-byte batch-norm statistics).
+
+``alignment`` (bytes, default 1) rounds every counted tensor up to a multiple of it.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ class MemoryModel:
     inplace: bool = False
     workspace: bool = True
     name: str = "custom"
+    alignment: int = 1
 
     @staticmethod
     def get(spec: "MemoryModel | str | None") -> "MemoryModel":
@@ -52,7 +58,7 @@ class MemoryModel:
 
 
 PAPER = MemoryModel(True, True, False, True, "paper")
-TVM = MemoryModel(False, False, False, True, "tvm")
+TVM = MemoryModel(False, False, False, True, "tvm", 64)  # 64: PlanArena's offset alignment
 PRESETS = {"paper": PAPER, "tvm": TVM}
 
 
@@ -107,9 +113,10 @@ class Problem:
         initial = [False] * len(tid)
         pinned = [False] * len(tid)
         consumers: list[list[int]] = [[] for _ in tid]
+        a = max(1, int(model.alignment))
         for t, k in tid.items():
             ten = graph.tensors[t]
-            size[k] = ten.nbytes
+            size[k] = -(-ten.nbytes // a) * a
             initial[k] = ten.producer is None
             pinned[k] = ten.is_output and model.count_outputs
             consumers[k] = list(dict.fromkeys(ten.consumers))
