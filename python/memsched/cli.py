@@ -244,8 +244,13 @@ def _analyze_relax(args):
         stages = _plan(mod, opts, target, config)
         plain = _plain_tvm_planned(mod, stages, opts, target, config)
     pre, scheduled, planned = stages["pre"], stages["scheduled"], stages["planned"]
+    if not any(g.name_hint == "main" for g in scheduled.get_global_vars()):
+        raise CLIError(f"cannot analyze {args.model!r}: the module has no 'main' function")
     main = scheduled["main"]
     attrs = main.attrs
+    if attrs is None or "memsched.peak_after" not in attrs:
+        raise CLIError(f"cannot analyze {args.model!r}: 'main' has no dataflow block to "
+                       "schedule")
     if "memsched.skipped" in attrs:
         raise CLIError(f"cannot analyze {args.model!r}: MemoryAwareSchedule could not model "
                        f"{attrs['memsched.skipped']}")
