@@ -140,6 +140,17 @@ def test_symbolic_batch_is_one_line_naming_input_and_fix(files, capsys):
     assert len(err) == 1 and "--input-shapes x:1x8x6x6" in err[0]
 
 
+def test_symbolic_spatial_dims_get_placeholders(tmp_path):
+    m = shufflenet_like()
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    dims[2].dim_param, dims[3].dim_param = "height", "width"
+    p = tmp_path / "hw.onnx"
+    onnx.save(m, str(p))
+    with pytest.raises(ModelLoadError, match=r"--input-shapes x:1x8x<height>x<width>"):
+        load_graph(str(p))
+    assert load_graph(str(p), {"x": [2, 8, 6, 6]}).tensors[0].nbytes == 2 * 8 * 6 * 6 * 4
+
+
 def test_still_dynamic_is_one_line_naming_tensor(files, capsys):
     with pytest.raises(ModelLoadError) as e:
         load_graph(files["nonzero"])

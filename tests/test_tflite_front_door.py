@@ -161,3 +161,26 @@ def test_compile_runs_equal_to_litert(files, name):
         assert np.abs(got.astype(int) - ref.astype(int)).max() <= 1
     else:
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_corrupt_files_are_one_line_errors(files, tmp_path):
+    """Truncated files and flipped bytes: analysis either reads a graph or raises one
+    ModelLoadError line, never anything else."""
+    buf = files["int8"][1]
+    rng = np.random.default_rng(0)
+    p = tmp_path / "corrupt.tflite"
+    errors = 0
+    for k in range(120):
+        b = bytearray(buf)
+        if k % 3 == 0:
+            b = b[:int(rng.integers(8, len(b)))]
+        else:
+            for _ in range(int(rng.integers(1, 20))):
+                b[int(rng.integers(8, len(b)))] = int(rng.integers(0, 256))
+        p.write_bytes(bytes(b))
+        try:
+            load_graph(str(p))
+        except ModelLoadError as e:
+            assert "\n" not in str(e) and "corrupt.tflite" in str(e)
+            errors += 1
+    assert errors > 40

@@ -63,10 +63,16 @@ def _dim_text(vi) -> str:
                     for d in vi.type.tensor_type.shape.dim)
 
 
-def _suggest(vi, given: list[int] | None = None) -> str:
-    dims = given or [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
-                     for d in vi.type.tensor_type.shape.dim]
-    return f"{vi.name}:{'x'.join(str(d) for d in dims)}"
+def _suggest(vi) -> str:
+    """``NAME:1x3x224x224`` for an input: static dims as they are, a symbolic batch (dim 0) as
+    1, other symbolic dims as ``<name>`` placeholders for the sizes the user will run."""
+    dims = []
+    for k, d in enumerate(vi.type.tensor_type.shape.dim):
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(str(d.dim_value))
+        else:
+            dims.append("1" if k == 0 else f"<{d.dim_param or 'size'}>")
+    return f"{vi.name}:{'x'.join(dims)}"
 
 
 def _pin_inputs(path: str, model, input_shapes: dict) -> bool:
