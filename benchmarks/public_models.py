@@ -26,6 +26,7 @@ planned bytes differ from compile's.
     .venv/bin/python benchmarks/public_models.py            # all models, all formats
     .venv/bin/python benchmarks/public_models.py --quick    # 3 models
     .venv/bin/python benchmarks/public_models.py --models resnet18 unet --formats onnx pt2
+    .venv/bin/python benchmarks/public_models.py --jobs 2 --summary    # the README's table
 
 Prints a markdown table: model, format, ops, peak in the input order and ours (from
 ``analyze``), optimal (peak == lower bound), plain-TVM and our planned bytes (from
@@ -581,6 +582,44 @@ HEADER = ["model", "format", "ops", "peak input order (B)", "peak ours (B)", "op
           "errors"]
 
 
+SUMMARY_HEADER = ["model", "formats", "ops", "peak input order (B)", "peak ours (B)", "optimal",
+                  "plain TVM planned (B)", "ours planned (B)", "saved", "outputs equal",
+                  "max abs diff", "s"]
+
+
+def summary(rows: list[Row]) -> str:
+    """One line per model: a value shared by every format once, else one per format
+    ("a / b / c" in the order of the formats column)."""
+    def num(v):
+        return "-" if v is None else f"{v:,}"
+
+    def joined(vals):
+        return vals[0] if len(set(vals)) == 1 else " / ".join(vals)
+
+    lines = ["| " + " | ".join(SUMMARY_HEADER) + " |", "|" + "---|" * len(SUMMARY_HEADER)]
+    for name in dict.fromkeys(r.model for r in rows):
+        rs = [r for r in rows if r.model == name and not
+              (r.errors and r.errors[0].startswith("skipped"))]
+        if not rs:
+            continue
+        saved = [f"{100.0 * (r.ours_planned - r.tvm_planned) / r.tvm_planned:+.0f}%"
+                 if r.tvm_planned and r.ours_planned is not None else "-" for r in rs]
+        diffs = [r.max_diff for r in rs if r.max_diff is not None]
+        cells = [name, " / ".join(r.format for r in rs),
+                 joined([num(r.ops) for r in rs]), joined([num(r.input_peak) for r in rs]),
+                 joined([num(r.peak) for r in rs]),
+                 joined(["-" if r.optimal is None else "yes" if r.optimal else "no"
+                         for r in rs]),
+                 joined([num(r.tvm_planned) for r in rs]),
+                 joined([num(r.ours_planned) for r in rs]), joined(saved),
+                 f"{sum(bool(r.equal) for r in rs)}/{len(rs)}",
+                 f"{max(diffs):.1e}" if diffs else "-", f"{sum(r.seconds for r in rs):.0f}"]
+        if any(r.errors for r in rs):
+            cells[0] += " (errors: see the full table)"
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _cli(argv: list[str]) -> tuple[int, str, str]:
     from memsched.cli import main
 
@@ -744,6 +783,8 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=10.0,
                     help="analyze/compile scheduling time limit per file (default 10 s)")
     ap.add_argument("--json", metavar="OUT", help="also write the rows as JSON")
+    ap.add_argument("--summary", action="store_true",
+                    help="one line per model (formats side by side) instead of one per file")
     ap.add_argument("--jobs", type=int, default=1,
                     help="models run in parallel processes (default 1; 2 on an idle 2-core "
                          "machine halves the wall time)")
@@ -769,7 +810,7 @@ def main(argv=None) -> int:
           f"({args.jobs} job{'s' if args.jobs > 1 else ''}); memory "
           f"model of analyze: {', '.join(sorted({r.memory_model for r in rows if r.memory_model}))}"
           "\n")
-    print(markdown(rows))
+    print(summary(rows) if args.summary else markdown(rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.__dict__ for r in rows], f, indent=1)
