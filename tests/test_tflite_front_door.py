@@ -184,3 +184,25 @@ def test_corrupt_files_are_one_line_errors(files, tmp_path):
             assert "\n" not in str(e) and "corrupt.tflite" in str(e)
             errors += 1
     assert errors > 40
+
+
+def test_ops_tvm_cannot_convert_are_named(tmp_path, capsys):
+    """A builtin TVM's frontend does not convert quantized (int8 LOCAL_RESPONSE_NORMALIZATION
+    here is not in its list and not a data-movement op): compile names it in one line."""
+    net = ts._Net("lrn_int8", True, 0)
+    s = net.s
+    x = net.act("x", [1, 4, 4, 8])
+    net.b.inputs = [x]
+    y = net.act("y", [1, 4, 4, 8], like=x)
+    net.b.op("LOCAL_RESPONSE_NORMALIZATION", [x], [y],
+             s.BuiltinOptions.LocalResponseNormalizationOptions,
+             s.LocalResponseNormalizationOptionsT())
+    a, _ = net.conv(y, [1, 4, 4, 8], 8, k=1)
+    net.b.outputs = [a]
+    p = tmp_path / "lrn.tflite"
+    p.write_bytes(net.b.finish())
+    assert [op.kind for op in load_graph(str(p)).ops] == ["LOCAL_RESPONSE_NORMALIZATION",
+                                                          "CONV_2D"]
+    assert main(["compile", str(p), "-o", str(tmp_path / "lrn.so")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "LOCAL_RESPONSE_NORMALIZATION" in err[0] and "lrn.tflite" in err[0]

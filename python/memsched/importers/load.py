@@ -203,8 +203,11 @@ def load_relax(path: str, input_shapes: dict | None = None):
         raise ModelLoadError(f"cannot read model {path!r}: nested too deeply") from None
     except Exception as e:  # noqa: BLE001 - frontends raise anything; name the file
         msg = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
-        raise ModelLoadError(f"cannot read model {path!r}: {type(e).__name__}: "
-                             f"{msg[-1][:300] if msg else ''}") from None
+        if type(e).__name__ == "OpNotImplemented":  # a frontend's list of ops: keep every line
+            text = "; ".join(msg)[:600]
+        else:
+            text = msg[-1][:300] if msg else ""
+        raise ModelLoadError(f"cannot read model {path!r}: {type(e).__name__}: {text}") from None
 
 
 def load_graph(path: str, input_shapes: dict | None = None) -> OpGraph:

@@ -331,9 +331,10 @@ class _Net:
 
 def pad_slice_model(quantized: bool = True, fp16_weights: bool = False, seed: int = 0,
                     size: int = 8, channels: int = 8) -> bytes:
-    """input -> PAD -> conv3x3 VALID -> depthwise -> STRIDED_SLICE (channels) -> ADD (skip) ->
-    RESHAPE -> SQUEEZE -> EXPAND_DIMS -> FULLY_CONNECTED: the ops TVM's TFLite frontend
-    mishandles in int8 models (PAD, STRIDED_SLICE) and the interpreter's in-place views.
+    """input -> PAD -> conv3x3 VALID -> depthwise -> STRIDED_SLICE (channels) -> ADD (skip: a
+    1x1 conv of the input, then PRELU in float models) -> RESHAPE -> SQUEEZE -> EXPAND_DIMS ->
+    FULLY_CONNECTED: the ops TVM's TFLite frontend mishandles in int8 models (PAD,
+    STRIDED_SLICE) and the interpreter's in-place views.
     ``fp16_weights``: float32 model whose weights are float16 behind DEQUANTIZE ops."""
     name = "pad_slice_int8" if quantized else ("pad_slice_fp16w" if fp16_weights
                                                else "pad_slice")
@@ -346,6 +347,12 @@ def pad_slice_model(quantized: bool = True, fp16_weights: bool = False, seed: in
     d, shape = net.conv(a, shape, 2 * c, depthwise=True)
     sl, sshape = net.strided_slice(d, shape, [0, 0, 0, 0], [1, size, size, c])
     k, _ = net.conv(x, [1, size, size, 4], c, k=1, relu=False)
+    if not quantized:  # PReLU with a (float16 -> DEQUANTIZE) alpha, as in MediaPipe models
+        alpha, _ = net.weight("prelu/alpha", net.rng.uniform(0.05, 0.3, (1, 1, c)).astype(
+            np.float32), None)
+        kp = net.act("prelu", sshape)
+        net.b.op("PRELU", [k, alpha], [kp])
+        k = kp
     sm = net.add(sl, k, sshape)
     flat = size * size * c
     r, _ = net.reshape(sm, [1, flat])
