@@ -200,14 +200,21 @@ def load_relax(path: str, input_shapes: dict | None = None):
     except (ModelLoadError, UnsupportedModelError):
         raise
     except RecursionError:
-        raise ModelLoadError(f"cannot read model {path!r}: nested too deeply") from None
+        failure = "nested too deeply"
     except Exception as e:  # noqa: BLE001 - frontends raise anything; name the file
         msg = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
         if type(e).__name__ == "OpNotImplemented":  # a frontend's list of ops: keep every line
             text = "; ".join(msg)[:600]
         else:
             text = msg[-1][:300] if msg else ""
-        raise ModelLoadError(f"cannot read model {path!r}: {type(e).__name__}: {text}") from None
+        failure = f"{type(e).__name__}: {text}"
+    # A frontend that raised leaves its half-built BlockBuilder in reference cycles; collected
+    # at exit it logs "BlockBuilder destroyed with remaining blocks" after the error line.
+    # Collect it now, while the caller (the CLI) still holds TVM's log back.
+    import gc
+
+    gc.collect()
+    raise ModelLoadError(f"cannot read model {path!r}: {failure}")
 
 
 def load_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
