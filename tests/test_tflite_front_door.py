@@ -206,3 +206,18 @@ def test_ops_tvm_cannot_convert_are_named(tmp_path, capsys):
     assert main(["compile", str(p), "-o", str(tmp_path / "lrn.so")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "LOCAL_RESPONSE_NORMALIZATION" in err[0] and "lrn.tflite" in err[0]
+
+
+def test_control_flow_is_refused(tmp_path):
+    from memsched.graph import UnsupportedModelError
+
+    b = ts.TFLiteBuilder("while")
+    T = b.s.TensorType
+    x = b.tensor("x", [1, 4], T.FLOAT32)
+    y = b.tensor("y", [1, 4], T.FLOAT32)
+    b.inputs, b.outputs = [x], [y]
+    b.op("WHILE", [x], [y])
+    p = tmp_path / "while.tflite"
+    p.write_bytes(b.finish())
+    with pytest.raises(UnsupportedModelError, match="control flow: operator 0 is WHILE"):
+        load_graph(str(p))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..graph import GraphBuilder, GraphError, OpGraph
+from ..graph import GraphBuilder, GraphError, OpGraph, UnsupportedModelError
 from .load import ModelLoadError
 
 # bytes per element (INT4/UINT4/INT2 are packed: handled in tensor_nbytes)
@@ -285,6 +285,8 @@ INPLACE_OPS = {"ADD", "MUL", "SUB"}
 # DEQUANTIZE of a constant (float16 / int8 weights) is computed once when the interpreter
 # prepares the model, into a persistent buffer: a parameter, not an activation.
 PREPARED_OPS = {"DEQUANTIZE", "DENSIFY"}
+# ops running other subgraphs: their memory is not in subgraph 0's graph
+CONTROL_FLOW = {"WHILE", "IF", "STABLEHLO_WHILE", "STABLEHLO_CASE", "STABLEHLO_COMPOSITE"}
 
 
 def analysis_graph(tg: TFLiteGraph) -> OpGraph:
@@ -316,6 +318,9 @@ def analysis_graph(tg: TFLiteGraph) -> OpGraph:
     for v, op in enumerate(ops):
         kind = tg.graph.ops[v].kind
         label = tg.graph.ops[v].name
+        if kind in CONTROL_FLOW:
+            raise UnsupportedModelError(f"control flow: operator {v} is {kind}; graphs with "
+                                        "control flow cannot be scheduled")
         ins = [int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0]
         outs = [int(t) for t in (op.outputs if op.outputs is not None else []) if t >= 0]
         reads, preds = [], []
