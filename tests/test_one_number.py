@@ -208,3 +208,33 @@ def test_dynamic_input_hint_names_tensor_and_fix():
     why = _unschedulable(mod, "m.onnx")
     assert "'data'" in why and "--input-shapes data:1x3x224x224" in why, why
     assert "re-export" in _unschedulable(mod, "m.pt2")
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("name", ["darts-v2-cifar", "nasnet-a-cifar", "densenet-121"])
+@pytest.mark.parametrize("rewrite", [False, True])
+def test_tvm_model_equals_built_allocation_zoo(name, rewrite):
+    """Zoo networks (batch norm folded, torch.export -> Relax), with and without
+    RewriteConcatConv: the scheduled peak is what the memsched build allocates."""
+    import pathlib
+
+    import tvm
+
+    import memsched
+    from memsched.relax_pipeline import pipeline_passes
+    from memsched.tvm_memory import storage_sizes
+
+    pytest.importorskip("torch")
+    root = pathlib.Path(__file__).resolve().parents[1]
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    from benchmarks import zoo
+
+    mod = zoo.build_relax(name, fold_bn=True)
+    before = [memsched.RewriteConcatConv()] if rewrite else []
+    with tvm.target.Target("llvm"):
+        planned = tvm.transform.Sequential(pipeline_passes(
+            stop_after_planning=True, time_limit=60, before=before))(mod)
+    attrs = planned["main"].attrs
+    assert int(attrs["memsched.arena_optimal"]) == 1
+    assert int(attrs["memsched.peak_after"]) == sum(storage_sizes(planned, "main"))
