@@ -1,8 +1,12 @@
 """Command line: ``memsched analyze|compile`` and a ``tvmc``-style ``tvmc compile``.
 
-    memsched analyze model.onnx [--json] [--memory-model paper|tvm] [--time-limit S]
-    memsched compile model.onnx --pass MemoryAwareSchedule --target llvm -o out.so
-    tvmc compile --pass MemoryAwareSchedule model.onnx -o out.so
+    memsched analyze model.onnx [--json] [--view relax|file] [--pass NAME] [--time-limit S]
+    memsched compile model.onnx --pass MemoryAwareSchedule --pass PlanArena [--json] -o out.so
+    tvmc compile --pass MemoryAwareSchedule --pass PlanArena model.onnx -o out.so
+
+``analyze`` (default ``--view relax``) and ``compile`` share the planning code (`_plan`): for
+the same file and options they print the same peak and planned bytes. ``--view file``
+schedules the file's own graph without TVM.
 
 MODEL is a .onnx, .tflite or .pt2 (saved torch.export program) file,
 or ``example:NAME`` for a built-in example (randwire, nas_cell, two_branch).
