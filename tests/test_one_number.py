@@ -155,13 +155,19 @@ def test_tvm_model_counts_planarena_alignment(tmp_path):
     assert peak == built == 512 + 704 + 1216
 
 
-def test_file_view_imports_neither_tvm_nor_torch(onnx_files):
-    code = ("import sys; from memsched.cli import main; "
-            f"rc = main(['analyze', {onnx_files['two_branch']!r}, '--view', 'file', '--json']); "
-            "print(rc, 'tvm' in sys.modules, 'torch' in sys.modules, 'tvm_ffi' in sys.modules)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[-4:] == ["0", "False", "False", "False"], r.stdout
+def test_file_view_imports_neither_tvm_nor_torch(onnx_files, tmp_path):
+    from memsched.examples import example_tflite
+
+    tfl = tmp_path / "two_branch.tflite"
+    tfl.write_bytes(example_tflite("two_branch"))
+    for path in (onnx_files["two_branch"], str(tfl)):
+        code = ("import sys; from memsched.cli import main; "
+                f"rc = main(['analyze', {path!r}, '--view', 'file', '--json']); "
+                "print(rc, *(m in sys.modules for m in ('tvm', 'torch', 'tvm_ffi')))")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split()[-4:] == ["0", "False", "False", "False"], (path, r.stdout)
 
 
 def test_relax_view_of_onnx_does_not_import_torch(onnx_files):
