@@ -805,9 +805,17 @@ def main(argv=None) -> int:
                 futures = [pool.submit(_timed, *item) for item in work]
                 for fut in futures:  # table in model order
                     rows += fut.result()
+    import resource
+
+    cpu = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF,
+              resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
+    try:
+        load = f", load average {os.getloadavg()[0]:.1f}"
+    except OSError:
+        load = ""
     print(f"\n{len(names)} models, input 1x3x{args.size}x{args.size} float32, "
           f"time limit {args.time_limit:g} s, total {time.perf_counter() - t0:.0f} s "
-          f"({args.jobs} job{'s' if args.jobs > 1 else ''}); memory "
+          f"({args.jobs} job{'s' if args.jobs > 1 else ''}, {cpu:.0f} CPU s{load}); memory "
           f"model of analyze: {', '.join(sorted({r.memory_model for r in rows if r.memory_model}))}"
           "\n")
     print(summary(rows) if args.summary else markdown(rows))

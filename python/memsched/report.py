@@ -176,7 +176,8 @@ def plot_memory(graph: OpGraph, lines: list[Curve], lower_bound: int | None,
         marker, size = {"input": ("s", 9), "tvm": ("v", 7)}.get(c.key, ("o", 8))
         ax.plot([k + 0.5], [c.peak / scale], marker=marker, linestyle="none", markersize=size,
                 color=COLORS.get(c.key), gid=f"memsched-peak-{c.key}")
-        if c.key in ("input", "ours"):
+        ours_order = next((o.order for o in lines if o.key == "ours"), None)
+        if c.key == "ours" or (c.key == "input" and c.order != ours_order):
             name = graph.ops[c.order[k]].name
             ax.annotate(f"peak: {name[:40]}", (k + 0.5, c.peak / scale),
                         textcoords="offset points", xytext=(6, 6 if c.key == "ours" else -14),
