@@ -107,6 +107,23 @@ def test_analysis_does_not_import_tvm(files):
     assert int(r.stdout) == 10
 
 
+def test_analyze_defaults_to_the_interpreters_view(files, capsys):
+    """A .tflite is analyzed as the interpreter runs it (int8 bytes, no TVM) unless --view relax
+    asks for what a TVM build plans."""
+    code = ("import sys, json, io, contextlib; from memsched.cli import main; "
+            "buf = io.StringIO()\n"
+            "with contextlib.redirect_stdout(buf):\n"
+            f"    rc = main(['analyze', {files['int8'][0]!r}, '--json'])\n"
+            "d = json.loads(buf.getvalue()); "
+            "print(rc, d['view'], d['peak_bytes'], 'tvm' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rc, view, peak, tvm_loaded = r.stdout.split()
+    assert (rc, view, tvm_loaded) == ("0", "file", "False")
+    assert main(["analyze", files["int8"][0], "--view", "file", "--json"]) == 0
+    assert int(peak) == json.loads(capsys.readouterr().out)["peak_bytes"]
+
+
 def test_input_shapes_must_restate_the_file(files):
     path = files["int8"][0]
     assert len(load_graph(path, {"x": [1, 8, 8, 4]})) == 10

@@ -137,7 +137,11 @@ def _import_tvm(model: str | None) -> None:
 
 
 def _analyze_view(args) -> str:
-    view = args.view or "relax"
+    # A .tflite file runs on the TFLite / TFLite Micro interpreter with its own dtypes (int8 =
+    # 1 byte per element) while TVM's frontend lowers it to float32: its default view is the
+    # file's (what the interpreter allocates); --view relax gives what a TVM build plans.
+    default = "file" if str(args.model).lower().endswith(".tflite") else "relax"
+    view = args.view or default
     if view == "file" and (args.passes or args.pass_config):
         raise CLIError("--pass/--pass-config apply to the Relax view (what compile builds); "
                        "drop them or --view file")
@@ -706,9 +710,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("model", help="model file (.onnx/.tflite/.pt2) or example:NAME")
     a.add_argument("--json", action="store_true", help="one JSON object on stdout")
     a.add_argument("--view", choices=["relax", "file"], default=None,
-                   help="relax (default): the Relax bindings `memsched compile` schedules and "
-                        "the storage TVM plans (the numbers compile prints); file: the file's "
-                        "own graph (ONNX nodes, TFLite operators), without TVM for .onnx")
+                   help="relax (default except .tflite): the Relax bindings `memsched compile` "
+                        "schedules and the storage TVM plans (the numbers compile prints); "
+                        "file (default for .tflite: the interpreter's own dtypes): the file's "
+                        "own graph (ONNX nodes, TFLite operators), without TVM")
     a.add_argument("--memory-model", default=None, choices=["paper", "tvm"],
                    help="tvm: what TVM plans (default of the relax view); paper: inputs and "
                         "outputs counted (default of the file view)")
