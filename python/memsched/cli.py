@@ -4,9 +4,9 @@
     memsched compile model.onnx --pass MemoryAwareSchedule --pass PlanArena [--json] -o out.so
     tvmc compile --pass MemoryAwareSchedule --pass PlanArena model.onnx -o out.so
 
-``analyze`` (default ``--view relax``) and ``compile`` share the planning code (`_plan`): for
-the same file and options they print the same peak and planned bytes. ``--view file``
-schedules the file's own graph without TVM.
+``analyze`` (``--view relax``, the default except for .tflite files) and ``compile`` share
+the planning code (`_plan`): for the same file and options they print the same peak and
+planned bytes. ``--view file`` schedules the file's own graph without TVM.
 
 MODEL is a .onnx, .tflite or .pt2 (saved torch.export program) file,
 or ``example:NAME`` for a built-in example (randwire, nas_cell, two_branch).
