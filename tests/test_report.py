@@ -155,19 +155,22 @@ def test_missing_matplotlib_is_one_clear_error(tmp_path, capsys, monkeypatch):
 
 def test_html_escapes_names_and_given_tvm_order(solved):
     g, s = solved
-    saved = g.ops[0].name
-    g.ops[0].name = "<b>&evil"
+    saved = [op.name for op in g.ops]
+    for op in g.ops:  # markup for the page, mathtext for matplotlib
+        op.name = "<b>&evil$^{$"
     try:
         topo = g.topological_order()
         lines = curves(g, "paper", s.order, tvm_order=topo)
         assert lines[1].order == topo
+        svg = inline_svg(plot_memory(g, lines, s.lower_bound, title="m$x$.onnx"))
+        assert "peak: &lt;b&gt;&amp;evil$^{$" in svg and "m$x$.onnx" in svg
         page = html_report(g, {"model": "m<x>", "methods": {}, "lower_bound": s.lower_bound},
-                           lines, inline_svg(plot_memory(g, lines, s.lower_bound)),
-                           __import__("memsched.memory", fromlist=["PAPER"]).PAPER)
+                           lines, svg, __import__("memsched.memory", fromlist=["PAPER"]).PAPER)
         assert "<b>&evil" not in page and "&lt;b&gt;&amp;evil" in page
         assert "m&lt;x&gt;" in page
     finally:
-        g.ops[0].name = saved
+        for op, name in zip(g.ops, saved):
+            op.name = name
 
 
 def test_write_outputs_returns_messages(solved, tmp_path):

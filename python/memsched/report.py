@@ -143,6 +143,11 @@ def curves(graph: OpGraph, model: MemoryModel | str | None, ours: Sequence[int],
     return out
 
 
+def _plain(text: str) -> str:
+    """User text (model path, op names) for matplotlib: a ``$`` would start mathtext."""
+    return str(text).replace("$", r"\$")
+
+
 def human_bytes(n: float) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if abs(n) >= scale:
@@ -179,7 +184,7 @@ def plot_memory(graph: OpGraph, lines: list[Curve], lower_bound: int | None,
         ours_order = next((o.order for o in lines if o.key == "ours"), None)
         if c.key == "ours" or (c.key == "input" and c.order != ours_order):
             name = graph.ops[c.order[k]].name
-            ax.annotate(f"peak: {name[:40]}", (k + 0.5, c.peak / scale),
+            ax.annotate(f"peak: {_plain(name[:40])}", (k + 0.5, c.peak / scale),
                         textcoords="offset points", xytext=(6, 6 if c.key == "ours" else -14),
                         fontsize=8, color=COLORS.get(c.key), gid=f"memsched-peak-label-{c.key}")
     if lower_bound is not None and lower_bound > 0:
@@ -194,7 +199,7 @@ def plot_memory(graph: OpGraph, lines: list[Curve], lower_bound: int | None,
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(True, alpha=0.3)
     fig.legend(loc="outside lower center", ncols=2, fontsize=8, frameon=False)
-    ax.set_title(title or f"{graph.name}: {n} ops", fontsize=10)
+    ax.set_title(_plain(title or f"{graph.name}: {n} ops"), fontsize=10)
     return fig
 
 
