@@ -96,6 +96,9 @@ def test_cli_svg_and_html(tmp_path, capsys, view):
     assert f"best peak <b>{result['peak_bytes']:,} B</b>" in html
     assert f"input order {result['input_order_peak_bytes']:,} B" in html
     assert f"memory model <code>{result['memory_model']}</code>" in html
+    assert re.search(r"TVM(&#39;|')s order \((its frontend keeps the file(&#39;|')s order|"
+                     r"Relax bindings) = input order\)", text)
+    assert ("file" in view) == ("keeps the file" in text)
     legend = re.findall(r"memsched: peak [^<]*\(([\d,]+) B\)", text)
     assert legend and int(legend[0].replace(",", "")) == result["peak_bytes"]
     assert "<svg" in html and 'id="memsched-ours"' in html and "<img" not in html
