@@ -107,9 +107,19 @@ class SplitRunner:
                 own_tmp.cleanup()
         self._pool = ThreadPoolExecutor(max_workers=max(1, n))
         self._last_use = self._lifetimes()
+        # remote functions looked up once: ``vm[name]`` is a GetFunction round trip over RPC,
+        # which the cost model (one call = one round trip) does not price per call
+        self._fns: dict = {}
+
+    def _fn(self, k: int, name: str):
+        f = self._fns.get((k, name))
+        if f is None:
+            f = self._fns[(k, name)] = self.vms[k][name]
+        return f
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
+        self._fns.clear()
 
     def __enter__(self):
         return self
@@ -134,7 +144,7 @@ class SplitRunner:
         return last
 
     def _call(self, k: int, fn: str, args: list, n_results: int):
-        r = self.vms[k][fn](*args)
+        r = self._fn(k, fn)(*args)
         if n_results == 1:
             return [r]
         return [self.getitem[k](r, q) for q in range(n_results)]
@@ -169,7 +179,7 @@ class SplitRunner:
                     rt = held[(t, o)]
                     base = _slice_base(prog, t, o, held)
                     if tr["cut_fn"]:
-                        rt = self.vms[o][tr["cut_fn"]](rt)
+                        rt = self._fn(o, tr["cut_fn"])(rt)
                         base = tuple(tr["hull"])
                         stats.calls += 1
                     src = rt.numpy()
