@@ -203,12 +203,17 @@ def mincut_bounds(p: Problem, ops=None, deadline: Deadline | None = None,
             flow = int(maximum_flow(g, src, sink).flow_value)
         finally:
             g.data[opened] = saved
-        created = sum(p.size[tt] for tt in p.creates[v])
-        live = min(flow, inf - 1) * quantum
-        out[v] = p.base + live + created + p.workspace[v] - _credit(p, v)
+        out[v] = _footprint_bound(p, v, flow, quantum, inf)
         if goal is not None and out[v] >= goal:
             break
     return out
+
+
+def _footprint_bound(p: Problem, v: int, flow: int, quantum: int, inf: int) -> int:
+    """Op ``v``'s footprint bound from the min cut ``flow`` (in quanta) of what stays live."""
+    created = sum(p.size[tt] for tt in p.creates[v])
+    live = min(flow, inf - 1) * quantum
+    return p.base + live + created + p.workspace[v] - _credit(p, v)
 
 
 # Below this many (ops bounded) x (edges), a max-flow in Python costs less than importing
@@ -275,9 +280,7 @@ def _mincut_bounds_small(p: Problem, todo, chk, goal, edges, nodes, src, sink, i
         chk.tick()
         extra = [(src, u, inf) for u in set(p.preds[v])] + [(v, sink, inf)]
         flow = _max_flow_small(nodes, edges + extra, src, sink)
-        created = sum(p.size[tt] for tt in p.creates[v])
-        live = min(flow, inf - 1) * quantum
-        out[v] = p.base + live + created + p.workspace[v] - _credit(p, v)
+        out[v] = _footprint_bound(p, v, flow, quantum, inf)
         if goal is not None and out[v] >= goal:
             break
     return out
