@@ -220,3 +220,54 @@ def test_folding_respects_size_bound(tmp_path, monkeypatch):
     monkeypatch.setattr(of, "MAX_FOLD_BYTES", 1024)
     with pytest.raises(ModelLoadError, match="'cs'.*16,384 bytes"):
         load_graph(str(p))
+
+
+def weighted_sum_cell(c=4, hw=5, seed=1):
+    """RandWire's node aggregation as the classic exporter writes it: the edge weights are
+    computed from a parameter at run time (Identity -> Sigmoid -> Gather per edge, a Constant
+    index), then sum_i sigmoid(w)[i] * x_i. Those constant ops have no activation input, so
+    left in the graph they are sources that run "any time" and hide every cut point."""
+    rng = np.random.default_rng(seed)
+    w1 = rng.standard_normal((c, c, 1, 1)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.3
+    agg = rng.standard_normal(2).astype(np.float32)
+    n = [h.make_node("Conv", ["x", "W1"], ["a"], kernel_shape=[1, 1]),
+         h.make_node("Conv", ["x", "W2"], ["b"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+         h.make_node("Identity", ["agg"], ["agg_id"]),
+         h.make_node("Sigmoid", ["agg_id"], ["agg_s"])]
+    for i, src in enumerate(("a", "b")):
+        n += [_const(f"k{i}", np.array(i, np.int64)),
+              h.make_node("Gather", ["agg_s", f"k{i}"], [f"w{i}"], axis=0),
+              h.make_node("Mul", [src, f"w{i}"], [f"m{i}"])]
+    n += [h.make_node("Add", ["m0", "m1"], ["s"]),
+          h.make_node("Relu", ["s"], ["out"])]
+    return _model(n, "wsum", [h.make_tensor_value_info("x", TP.FLOAT, [1, c, hw, hw])],
+                  [h.make_tensor_value_info("out", TP.FLOAT, None)],
+                  [nh.from_array(w1, "W1"), nh.from_array(w2, "W2"), nh.from_array(agg, "agg")])
+
+
+@pytest.mark.parametrize("folder", ["reference", "onnxslim"])
+def test_constant_subgraphs_become_parameters(tmp_path, monkeypatch, capsys, folder):
+    """Ops computing only on parameters are folded (ONNX's reference implementation; onnxslim
+    when it cannot evaluate a node): the op graph holds the activation ops only, the two
+    convolutions are the only sources, and the model compiles equal to ONNX Runtime."""
+    import tvm
+    from tvm import relax
+
+    import memsched.importers.onnx_front as front
+
+    if folder == "onnxslim":
+        monkeypatch.setattr(front, "_fold_reference", lambda *a: None)
+    p = str(tmp_path / "wsum.onnx")
+    onnx.save(weighted_sum_cell(), p)
+    g = load_graph(p)
+    assert sorted(op.kind for op in g.ops) == ["Add", "Conv", "Conv", "Mul", "Mul", "Relu"]
+    sources = [op.kind for op in g.ops if all(g.tensors[t].producer is None
+                                              for t in op.inputs)]
+    assert sources == ["Conv", "Conv"]
+    mod = memsched.load_relax(p)
+    x = np.random.default_rng(5).standard_normal([1, 4, 5, 5]).astype(np.float32)
+    ex = tvm.compile(mod, target="llvm", relax_pipeline=memsched.pipeline(time_limit=5))
+    got = relax.VirtualMachine(ex, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    ref = ort.InferenceSession(p).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
