@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -12,19 +13,37 @@ namespace {
 // to its state index.
 class StateTable {
  public:
-  explicit StateTable(int words) : W_(words) { table_.assign(1 << 12, -1); }
+  explicit StateTable(int words) : W_(words) { table_.assign(1 << 12, 0); }
 
   int size() const { return static_cast<int>(g.size()); }
   const uint64_t* key(int s) const { return pool_.data() + static_cast<size_t>(s) * W_; }
 
-  // index of the state with this bitset, or -1
-  int find(const uint64_t* k) const {
+  // index of the state with this bitset, or -1. A slot holds the state index + 1 in its low
+  // 32 bits and 32 bits of the key's hash above: a probe compares keys only when those match
+  // (comparing keys in the pool was a fifth of the search time, mostly cache misses).
+  int find(const uint64_t* k) const { return find(k, hash(k)); }
+  int find(const uint64_t* k, uint64_t h) const {
     size_t mask = table_.size() - 1;
-    for (size_t i = hash(k) & mask;; i = (i + 1) & mask) {
-      int s = table_[i];
-      if (s < 0) return -1;
-      if (std::equal(k, k + W_, key(s))) return s;
+    uint64_t fp = h >> 32;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      uint64_t slot = table_[i];
+      if (slot == 0) return -1;
+      if ((slot >> 32) == fp) {
+        int s = static_cast<int>(static_cast<uint32_t>(slot)) - 1;
+        if (same(k, key(s))) return s;
+      }
     }
+  }
+
+  void prefetch(uint64_t h) const { __builtin_prefetch(&table_[h & (table_.size() - 1)]); }
+
+  uint64_t hash(const uint64_t* k) const {
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (int i = 0; i < W_; ++i) {
+      h ^= k[i] + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+      h *= 0xff51afd7ed558ccdULL;
+    }
+    return h ^ (h >> 33);
   }
 
   int insert(const uint64_t* k, int64_t g0, int64_t live0, int par, int op) {
@@ -41,7 +60,7 @@ class StateTable {
 
   // bytes held (capacities, not sizes: what is really allocated)
   size_t bytes() const {
-    return pool_.capacity() * sizeof(uint64_t) + table_.capacity() * sizeof(int) +
+    return pool_.capacity() * sizeof(uint64_t) + table_.capacity() * sizeof(uint64_t) +
            (g.capacity() + live.capacity()) * sizeof(int64_t) +
            (parent.capacity() + via.capacity()) * sizeof(int);
   }
@@ -50,28 +69,26 @@ class StateTable {
   std::vector<int> parent, via;
 
  private:
-  size_t hash(const uint64_t* k) const {
-    uint64_t h = 0x9e3779b97f4a7c15ULL;
-    for (int i = 0; i < W_; ++i) {
-      h ^= k[i] + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-      h *= 0xff51afd7ed558ccdULL;
-    }
-    return static_cast<size_t>(h ^ (h >> 33));
+  bool same(const uint64_t* a, const uint64_t* b) const {
+    for (int i = 0; i < W_; ++i)
+      if (a[i] != b[i]) return false;
+    return true;
   }
   void place(int s) {
     size_t mask = table_.size() - 1;
-    size_t i = hash(key(s)) & mask;
-    while (table_[i] >= 0) i = (i + 1) & mask;
-    table_[i] = s;
+    uint64_t h = hash(key(s));
+    size_t i = h & mask;
+    while (table_[i] != 0) i = (i + 1) & mask;
+    table_[i] = ((h >> 32) << 32) | static_cast<uint32_t>(s + 1);
   }
   void grow() {
-    table_.assign(table_.size() * 2, -1);
+    table_.assign(table_.size() * 2, 0);
     for (int s = 0; s < size(); ++s) place(s);
   }
 
   int W_;
   std::vector<uint64_t> pool_;
-  std::vector<int> table_;
+  std::vector<uint64_t> table_;
 };
 
 struct Entry {
@@ -79,32 +96,71 @@ struct Entry {
   int depth;
   int64_t g;
   int state;
-  // std heap functions build a max-heap: "less" means popped later.
-  bool operator<(const Entry& o) const {
-    if (f != o.f) return f > o.f;
-    if (depth != o.depth) return depth < o.depth;  // deeper first
-    if (g != o.g) return g > o.g;
-    return state > o.state;
-  }
 };
 
-// A binary heap on a vector we can measure (std::priority_queue hides its capacity).
-class Heap {
+// The open list: a bucket queue keyed by (f, depth), popped at the smallest f and, within it,
+// the deepest ops-executed count first (a dive towards a complete order), first in first out
+// within a bucket. f takes few distinct values (peaks) and depth is at most n, so push and pop
+// are O(1) amortised: a binary heap of tens of millions of entries spent most of the search in
+// cache misses (sift-down over ~25 levels per pop).
+class OpenList {
  public:
-  bool empty() const { return v_.empty(); }
-  const Entry& top() const { return v_.front(); }
+  explicit OpenList(int n) : n_(n) {}
+  bool empty() const { return size_ == 0; }
   void push(const Entry& e) {
-    v_.push_back(e);
-    std::push_heap(v_.begin(), v_.end());
+    auto it = levels_.find(e.f);
+    if (it == levels_.end()) {
+      it = levels_.emplace(e.f, Level()).first;
+      it->second.by_depth.resize(n_ + 1);
+      it->second.head.resize(n_ + 1, 0);
+      bytes_ += (n_ + 1) * sizeof(std::vector<Item>);
+    }
+    Level& L = it->second;
+    std::vector<Item>& bucket = L.by_depth[e.depth];
+    size_t cap = bucket.capacity();
+    bucket.push_back({e.g, e.state});
+    bytes_ += (bucket.capacity() - cap) * sizeof(Item);
+    L.top = std::max(L.top, e.depth);
+    ++L.count;
+    ++size_;
   }
-  void pop() {
-    std::pop_heap(v_.begin(), v_.end());
-    v_.pop_back();
+  // the entry to expand next (precondition: !empty())
+  Entry pop() {
+    auto it = levels_.begin();
+    Level& L = it->second;
+    while (L.by_depth[L.top].empty()) --L.top;
+    std::vector<Item>& bucket = L.by_depth[L.top];
+    size_t& head = L.head[L.top];
+    Entry e{it->first, L.top, bucket[head].g, bucket[head].state};
+    if (++head == bucket.size()) {  // first in, first out; the storage is reused when drained
+      bucket.clear();
+      head = 0;
+    }
+    --size_;
+    if (--L.count == 0) {
+      for (const auto& b : L.by_depth) bytes_ -= b.capacity() * sizeof(Item);
+      bytes_ -= (n_ + 1) * sizeof(std::vector<Item>);
+      levels_.erase(it);
+    }
+    return e;
   }
-  size_t bytes() const { return v_.capacity() * sizeof(Entry); }
+  int64_t min_f() const { return levels_.begin()->first; }
+  size_t bytes() const { return bytes_; }
 
  private:
-  std::vector<Entry> v_;
+  struct Item {
+    int64_t g;
+    int state;
+  };
+  struct Level {
+    std::vector<std::vector<Item>> by_depth;
+    std::vector<size_t> head;
+    int top = -1;
+    size_t count = 0;
+  };
+  int n_;
+  size_t size_ = 0, bytes_ = 0;
+  std::map<int64_t, Level> levels_;
 };
 
 }  // namespace
@@ -144,8 +200,15 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
   auto is_full = [&](const Bits& m) { return m.words() == full.words(); };
 
   Bits mask(n), child(n);
+  struct Kid {
+    int op;
+    int64_t g, live, f;
+    uint64_t hash;
+  };
+  std::vector<Kid> kids;
+  std::vector<uint64_t> kid_keys;
   st.insert(mask.words().data(), 0, p.initial_live(), -1, -1);
-  Heap heap;
+  OpenList heap(n);
   int64_t lower = std::max(h(mask), target);
   heap.push({lower, 0, 0, 0});
   int64_t states = 0;
@@ -169,8 +232,7 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
   };
 
   while (!heap.empty()) {
-    Entry e = heap.top();
-    heap.pop();
+    Entry e = heap.pop();
     int s = e.state;
     int64_t g = e.g;
     if (st.g[s] < g) continue;  // stale
@@ -243,6 +305,17 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
       heap.push({std::max(g, target), n, g, s});
       continue;
     }
+    // Partial expansion (PEA*, Felner et al. 2012): only children at the popped f level are
+    // stored and queued; the state goes back in the queue at the smallest f of the others and
+    // generates them when that level is reached. Without it, proving a level meant holding
+    // every child of every state of that level: 10 GiB and 142 s on RandWire-WS-1's first
+    // stage, 1.6 GiB and 31 s when no child above the level was kept.
+    // Two passes: the children that survive the bounds first, prefetching their table slots,
+    // then the lookups (a lookup is a cache miss into a table of millions of states; issued
+    // together they overlap).
+    int64_t deferred = ub;
+    const int depth = mask.count();
+    kids.clear();
     for (int v = 0; v < n; ++v) {
       if (!p.ready(v, mask)) continue;
       child = mask;
@@ -251,20 +324,34 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
       int64_t foot = p.step(child, live, v, &after);
       int64_t g2 = std::max(foot, g);
       if (g2 >= ub) continue;
-      int c = st.find(child.words().data());
-      if (c >= 0 && st.g[c] <= g2) continue;
       int64_t f2 = std::max(std::max(g2, h(child)), target);
       if (f2 >= ub) continue;
-      if (c >= 0) {
-        st.g[c] = g2;
-        st.parent[c] = s;
-        st.via[c] = v;
-        st.live[c] = after;
-      } else {
-        c = st.insert(child.words().data(), g2, after, s, v);
+      if (f2 > e.f) {  // before the table lookup: most children of a hard level land here
+        deferred = std::min(deferred, f2);
+        continue;
       }
-      heap.push({f2, child.count(), g2, c});
+      uint64_t hv = st.hash(child.words().data());
+      st.prefetch(hv);
+      kids.push_back({v, g2, after, f2, hv});
+      kid_keys.resize(kids.size() * W);
+      std::copy(child.words().begin(), child.words().end(), kid_keys.end() - W);
     }
+    for (size_t i = 0; i < kids.size(); ++i) {
+      const Kid& k = kids[i];
+      const uint64_t* key = kid_keys.data() + i * W;
+      int c = st.find(key, k.hash);
+      if (c >= 0 && st.g[c] <= k.g) continue;
+      if (c >= 0) {
+        st.g[c] = k.g;
+        st.parent[c] = s;
+        st.via[c] = k.op;
+        st.live[c] = k.live;
+      } else {
+        c = st.insert(key, k.g, k.live, s, k.op);
+      }
+      heap.push({k.f, depth + 1, k.g, c});
+    }
+    if (deferred < ub) heap.push({deferred, depth, g, s});
   }
   if (exhausted) lower = ub;  // nothing below ub: the heuristic order is optimal
   res.lower_bound = std::min(lower, ub);

@@ -6,7 +6,10 @@
 // (forced moves), and the search is anytime: it stops at a deadline, a state budget, a memory cap
 // (bytes held by its own tables, accounted deterministically from their capacities) or when a
 // stop flag is raised (Ctrl-C, set from Python), returning the upper-bound order with the proven
-// lower bound.
+// lower bound. Unlike the Python reference it expands partially (PEA*: children above the popped
+// f level are not stored; the state is queued again at their smallest f), keeps the open list
+// in buckets by (f, depth) and batches table lookups; same optimum and proven bounds, possibly
+// a different optimal order among equals.
 #ifndef MEMSCHED_PASSES_ASTAR_H_
 #define MEMSCHED_PASSES_ASTAR_H_
 

@@ -49,6 +49,8 @@ struct Problem {
   std::vector<int64_t> workspace, size;
   std::vector<char> initial, pinned;
   std::vector<Bits> pred_mask;
+  int W = 0;                                  // words per op set
+  std::vector<uint64_t> pred_rows, cons_rows;  // n x W and T x W bits
 
   static Problem Unpack(const std::vector<int64_t>& a) {
     size_t i = 0;
@@ -102,17 +104,31 @@ struct Problem {
     p.pred_mask.assign(p.n, Bits(p.n));
     for (int v = 0; v < p.n; ++v)
       for (int u : p.preds[v]) p.pred_mask[v].set(u);
+    // the same sets as rows of two contiguous arrays (the search tests them millions of times;
+    // one heap block per row cost a cache miss per test)
+    p.W = (p.n + 63) / 64;
+    p.pred_rows.assign(static_cast<size_t>(p.n) * p.W, 0);
+    p.cons_rows.assign(static_cast<size_t>(p.T) * p.W, 0);
+    for (int v = 0; v < p.n; ++v)
+      for (int u : p.preds[v]) p.pred_rows[static_cast<size_t>(v) * p.W + (u >> 6)] |= uint64_t(1) << (u & 63);
+    for (int t = 0; t < p.T; ++t)
+      for (int c : p.consumers[t]) p.cons_rows[static_cast<size_t>(t) * p.W + (c >> 6)] |= uint64_t(1) << (c & 63);
     return p;
   }
 
-  // every consumer of t is in mask
-  bool all_consumed(int t, const Bits& mask) const {
-    for (int c : consumers[t])
-      if (!mask.test(c)) return false;
+  // row (W words) is a subset of mask
+  bool row_in(const std::vector<uint64_t>& rows, int i, const Bits& mask) const {
+    const uint64_t* r = rows.data() + static_cast<size_t>(i) * W;
+    const uint64_t* m = mask.words().data();
+    for (int k = 0; k < W; ++k)
+      if (r[k] & ~m[k]) return false;
     return true;
   }
 
-  bool ready(int v, const Bits& mask) const { return !mask.test(v) && pred_mask[v].subset_of(mask); }
+  // every consumer of t is in mask
+  bool all_consumed(int t, const Bits& mask) const { return row_in(cons_rows, t, mask); }
+
+  bool ready(int v, const Bits& mask) const { return !mask.test(v) && row_in(pred_rows, v, mask); }
 
   int64_t initial_live() const {
     int64_t live = base;

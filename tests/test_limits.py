@@ -169,7 +169,7 @@ def test_ctrl_c_stops_native_search():
         native.load()
         print("go", flush=True)
         try:
-            memsched.schedule(chains(60), "exact_native", time_limit=None,
+            memsched.schedule(chains(16), "exact_native", time_limit=None,
                               memory_limit=64 << 30)
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)

@@ -271,7 +271,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
         return base_o, base_pk, True, stats
     kernel = _Kernel(native, deadline) if astar_search else None
     if astar_share is None:  # the C++ A* is 10-20x faster: give it more of the budget
-        astar_share = 0.5 if kernel is not None and kernel.strong else 0.25
+        astar_share = 0.7 if kernel is not None and kernel.strong else 0.25
     # 1-2. fuse and divide (all or nothing)
     try:
         simp, q, segs, subs = _segments(p, fuse, divide, deadline, stats, strong_bounds)
