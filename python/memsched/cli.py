@@ -190,6 +190,10 @@ def _analyze_file(args):
 
     model = MemoryModel.get(args.memory_model or "paper")
     algorithm = args.algorithm or "auto"
+    if not str(args.model).lower().endswith(".pt2"):
+        from . import native
+
+        native.hide_torch_on_load()  # the C++ search kernel for 0.16 s instead of ~1.2 s
     graph = _load(load_graph, args)
     problem = Problem.from_graph(graph, model)
     methods = {}

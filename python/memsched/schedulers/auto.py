@@ -109,11 +109,16 @@ def _native_astar(load: bool):
 
 class _Kernel:
     """Which A* runs: the C++ kernel when loaded (or worth loading: its library imports
-    tvm_ffi, which imports torch, seconds paid once per process), else the Python reference."""
+    tvm_ffi, which imports torch unless torch is hidden, `memsched.native.cheap_to_load`: ~1.2 s
+    or ~0.16 s once per process), else the Python reference. ``cheap``: loading costs a fraction
+    of a second, so a search that is not quick loads it right away."""
 
     def __init__(self, native: bool | None, deadline: Deadline):
+        from .. import native as native_lib
+
         self.fast = None
         self.may_load = False
+        self.cheap = False
         if native:
             self.fast = _native_astar(True)
             if self.fast is None:
@@ -121,7 +126,8 @@ class _Kernel:
         elif native is None:
             self.fast = _native_astar(False)
             left = deadline.remaining()
-            self.may_load = self.fast is None and (left is None or
+            self.cheap = native_lib.cheap_to_load()
+            self.may_load = self.fast is None and (left is None or self.cheap or
                                                    left >= NATIVE_LOAD_MIN_LIMIT)
 
     @property
@@ -136,6 +142,11 @@ def _astar_stage(sub: Problem, upper, target: int, deadline: Deadline, kernel: _
     enough time is left to pay for loading it)."""
     if kernel.fast is not None:
         return kernel.fast(sub, upper, target, deadline, memory_limit=memory_limit)
+    if kernel.may_load and kernel.cheap:
+        kernel.fast = _native_astar(True)
+        kernel.may_load = False
+        if kernel.fast is not None:
+            return kernel.fast(sub, upper, target, deadline, memory_limit=memory_limit)
     first = deadline
     left = deadline.remaining()
     if kernel.may_load and left is not None:
@@ -295,30 +306,37 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     # a quick A* (a few states) on the open segments before the min-cut bound and HMCOS: on NAS
     # cells it proves the baseline-seeded segments in ~1k states, where HMCOS would cost seconds
     # and the min-cut bound, which proves none of them, ~0.3 s (scipy's import included)
-    t_quick = time.perf_counter()
-    quick_states = 0
-    if astar_search and hmcos and subs:
-        fn = kernel.fast or astar
-        cap = QUICK_ASTAR_STATES if kernel.fast else QUICK_ASTAR_STATES // 10
-        for s in sorted(subs, key=lambda s: -s["peak"]):
-            if s["by"] is not None or s["peak"] <= max(target, s["lb"]) or deadline.expired():
-                continue
-            o, pk, lb, st = fn(s["sub"], (s["order"], s["peak"]),
-                               max(target, min(s["lb"], s["peak"])), deadline.share(0.25),
-                               None, cap, memory_limit)
-            quick_states += st
-            if pk < s["peak"]:
-                s["order"], s["peak"] = o, pk
-            if lb > s["lb"]:
-                s["lb"], s["lb_by"] = lb, "astar"
-            if s["lb"] >= s["peak"]:
-                s["by"] = "astar"
-            if min(s["lb"], s["peak"]) > target:
-                target, target_by = min(s["lb"], s["peak"]), s["by"] or s["lb_by"]
-    stats.update(quick_astar_seconds=round(time.perf_counter() - t_quick, 3),
-                 quick_astar_states=quick_states)
-    # the min-cut bound on the segments still above the target, highest peak first
+    quick = {"seconds": 0.0, "states": 0}
+
+    def quick_astar(target: int, target_by: str, only=None):
+        t = time.perf_counter()
+        if astar_search and hmcos and subs:
+            fn = kernel.fast or astar
+            cap = QUICK_ASTAR_STATES if kernel.fast else QUICK_ASTAR_STATES // 10
+            for s in sorted(subs, key=lambda s: -s["peak"]):
+                if s["by"] is not None or s["peak"] <= max(target, s["lb"]) or \
+                        (only is not None and id(s) not in only) or deadline.expired():
+                    continue
+                o, pk, lb, st = fn(s["sub"], (s["order"], s["peak"]),
+                                   max(target, min(s["lb"], s["peak"])), deadline.share(0.25),
+                                   None, cap, memory_limit)
+                quick["states"] += st
+                if pk < s["peak"]:
+                    s["order"], s["peak"] = o, pk
+                if lb > s["lb"]:
+                    s["lb"], s["lb_by"] = lb, "astar"
+                if s["lb"] >= s["peak"]:
+                    s["by"] = "astar"
+                if min(s["lb"], s["peak"]) > target:
+                    target, target_by = min(s["lb"], s["peak"]), s["by"] or s["lb_by"]
+        quick["seconds"] += time.perf_counter() - t
+        return target, target_by
+
+    target, target_by = quick_astar(target, target_by)
+    # the min-cut bound on the segments still above the target, highest peak first; the quick
+    # A* again where it raised a bound (a higher target is what proves NASNet-A CIFAR's cells)
     t_cut = time.perf_counter()
+    raised = set()
     for s in sorted(subs, key=lambda s: -s["peak"]):
         if not strong_bounds or s["peak"] <= max(target, s["lb"]) or \
                 s["sub"].n > MINCUT_MAX_OPS or deadline.expired():
@@ -329,9 +347,14 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
             break
         if m > s["lb"]:
             s["lb"], s["lb_by"] = m, "mincut"
+            raised.add(id(s))
             if m > target:
                 target, target_by = m, "mincut"
     stats["mincut_seconds"] = round(time.perf_counter() - t_cut, 3)
+    if raised:
+        target, target_by = quick_astar(target, target_by, raised)
+    stats.update(quick_astar_seconds=round(quick["seconds"], 3),
+                 quick_astar_states=quick["states"])
     # branching on precedences under min-cut bounds, a share of the time, hardest first
     # (after the quick A*: NAS cells it proves would pay for nothing here). Only small
     # segments: on NASNet-A CIFAR's 448-op segment branching reaches the optimum, but towards
@@ -389,7 +412,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     stats.update(branchcut_seconds=round(branch["seconds"], 3), branchcut_nodes=branch["nodes"])
     stats["lower_bounds"].update(segments=target, segments_by=target_by)
     stats.update(segments=len(segs), largest_segment=max((len(s) for s in segs), default=0))
-    states = quick_states
+    states = quick["states"]
     cp_vars = 0
     t_astar = t_cpsat = 0.0
     report = progress if callable(progress) else None
