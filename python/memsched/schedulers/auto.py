@@ -8,8 +8,11 @@ Pipeline (each stage optional, for ablations):
    each segment is an independent sub-problem; the largest trivial bound over segments is a
    global lower bound (the *target*): a segment whose order stays at or below it is done.
 3. per segment, hardest first, until its peak meets the target or its own proven bound:
-   a **quick A\\*** (``QUICK_ASTAR_STATES`` states) on the open segments, which proves NAS
-   cells before HMCOS would have started; the best baseline order, of the segment and of the
+   a **quick A\\*** (``QUICK_ASTAR_STATES`` states with the C++ kernel,
+   ``QUICK_ASTAR_PY_STATES`` with Python; the C++ kernel is loaded for it when that is cheap,
+   `memsched.native.cheap_to_load`) on the open segments, which proves NAS cells and
+   RandWire-WS-2/3's random stages before the min-cut bound or HMCOS would have started (run
+   again after the min-cut bound where that raised a segment's bound); the best baseline order, of the segment and of the
    whole original problem (mapped into the
    fused problem by `Simplified.canonicalize`); **HMCOS** on the original problem and on
    large segments for better upper bounds; the
@@ -76,7 +79,11 @@ SEGMENT_HMCOS_WORK = MAX_WORK // 2  # HMCOS work budget per fused segment
 # BRANCH_MAX_OPS fused ops. Measured: the proofs they find take 5-9 nodes (DenseNet blocks
 # rewritten by RewriteConcatConv, random cells); on RandWire stages they found nothing in
 # hundreds of nodes.
-QUICK_ASTAR_STATES = 50_000  # the A* before HMCOS (native kernel; a tenth for Python)
+# The quick A* before the min-cut bound and HMCOS: ~0.2 s with either kernel (the C++ one
+# expands ~1M states/s, Python ~20k/s). RandWire-WS-2's random stage needs 57k states, where
+# the min-cut and branching bounds and HMCOS then spend 1.5 s without a proof.
+QUICK_ASTAR_STATES = 200_000  # C++ kernel
+QUICK_ASTAR_PY_STATES = 5_000  # Python kernel
 BRANCH_SHARE = 0.15
 BRANCH_MIN_SECONDS = 0.5  # ... but at least this much when the limit allows
 MINCUT_TOP = 96  # min-cut bound per segment: the ops with the largest ancestry bounds only
@@ -311,22 +318,32 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
     def quick_astar(target: int, target_by: str, only=None):
         t = time.perf_counter()
         if astar_search and hmcos and subs:
-            fn = kernel.fast or astar
-            cap = QUICK_ASTAR_STATES if kernel.fast else QUICK_ASTAR_STATES // 10
             for s in sorted(subs, key=lambda s: -s["peak"]):
-                if s["by"] is not None or s["peak"] <= max(target, s["lb"]) or \
-                        (only is not None and id(s) not in only) or deadline.expired():
-                    continue
-                o, pk, lb, st = fn(s["sub"], (s["order"], s["peak"]),
-                                   max(target, min(s["lb"], s["peak"])), deadline.share(0.25),
-                                   None, cap, memory_limit)
-                quick["states"] += st
-                if pk < s["peak"]:
-                    s["order"], s["peak"] = o, pk
-                if lb > s["lb"]:
-                    s["lb"], s["lb_by"] = lb, "astar"
-                if s["lb"] >= s["peak"]:
-                    s["by"] = "astar"
+                for attempt in range(2):
+                    # the Python kernel first when the C++ one is not loaded; if that does not
+                    # prove the segment and loading is cheap, the C++ one with its larger cap
+                    if s["by"] is not None or s["peak"] <= max(target, s["lb"]) or \
+                            (only is not None and id(s) not in only) or deadline.expired():
+                        break
+                    if attempt == 1:
+                        if kernel.fast is not None or not (kernel.may_load and kernel.cheap):
+                            break
+                        kernel.fast = _native_astar(True)
+                        kernel.may_load = False
+                        if kernel.fast is None:
+                            break
+                    fn = kernel.fast or astar
+                    cap = QUICK_ASTAR_STATES if kernel.fast else QUICK_ASTAR_PY_STATES
+                    o, pk, lb, st = fn(s["sub"], (s["order"], s["peak"]),
+                                       max(target, min(s["lb"], s["peak"])),
+                                       deadline.share(0.25), None, cap, memory_limit)
+                    quick["states"] += st
+                    if pk < s["peak"]:
+                        s["order"], s["peak"] = o, pk
+                    if lb > s["lb"]:
+                        s["lb"], s["lb_by"] = lb, "astar"
+                    if s["lb"] >= s["peak"]:
+                        s["by"] = "astar"
                 if min(s["lb"], s["peak"]) > target:
                     target, target_by = min(s["lb"], s["peak"]), s["by"] or s["lb_by"]
         quick["seconds"] += time.perf_counter() - t
