@@ -123,3 +123,31 @@ def test_control_flow_onnx_is_rejected():
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
     with pytest.raises(UnsupportedModelError, match="control flow"):
         from_onnx(helper.make_model(g))
+
+
+def test_relax_view_shows_a_status_line_on_a_terminal():
+    """analyze in the relax view says what it is doing on a terminal's stderr, although TVM's
+    own fd-2 output is held back meanwhile; nothing of it with stderr not a terminal."""
+    import os
+    import pty
+
+    cmd = [sys.executable, "-m", "memsched.cli", "analyze", "example:two_branch",
+           "--time-limit", "5"]
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        seen += chunk
+    out, _ = proc.communicate(timeout=300)
+    os.close(master)
+    assert proc.returncode == 0
+    assert b"scheduling and planning (time limit 5 s)" in seen
+    plain = subprocess.run(cmd, capture_output=True, timeout=300)
+    assert plain.returncode == 0 and b"scheduling and planning" not in plain.stderr

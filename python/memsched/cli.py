@@ -97,6 +97,31 @@ def _shapes(args):
     return parse_shapes(args.input_shapes)
 
 
+@contextlib.contextmanager
+def _status(enabled: bool, text: str):
+    """A spinner line on the terminal's stderr while TVM works (only on a terminal). It writes
+    to its own copy of file descriptor 2, so `_quiet_native_stderr` (which holds back fd 2
+    while TVM runs) does not swallow it."""
+    if not enabled or not sys.stderr.isatty():
+        yield
+        return
+    from rich.console import Console
+
+    try:
+        sys.stderr.flush()
+        stream = os.fdopen(os.dup(2), "w")
+    except (OSError, ValueError):
+        yield
+        return
+    status = Console(file=stream, force_terminal=True).status(text)
+    status.start()
+    try:
+        yield
+    finally:
+        status.stop()
+        stream.close()
+
+
 def _progress_callback(enabled: bool):
     """A progress line on stderr for long searches (only on a terminal)."""
     if not enabled or not sys.stderr.isatty():
@@ -252,7 +277,9 @@ def _analyze_relax(args):
                        "analyzes the file's own graph)")
     opts = dict(schedule=True, algorithm=args.algorithm, time_limit=args.time_limit,
                 memory_model=args.memory_model or "tvm", before=others, plan_arena="auto")
-    with _quiet_native_stderr(getattr(args, "verbose", False)):
+    limit = "" if args.time_limit is None else f" (time limit {args.time_limit:g} s)"
+    with _status(not args.json, f"scheduling and planning{limit} ..."), \
+            _quiet_native_stderr(getattr(args, "verbose", False)):
         stages = _plan(mod, opts, target, config)
         plain = _plain_tvm_planned(mod, stages, opts, target, config)
     pre, scheduled, planned = stages["pre"], stages["scheduled"], stages["planned"]
@@ -597,7 +624,9 @@ def cmd_compile(args) -> int:
     target = _target(args.target)
     config = _parse_pass_config(getattr(args, "pass_config", None))
     # TVM's C++ log lines (fd 2) are held back while building: errors stay one line
-    with _Output(args.output) as out, _quiet_native_stderr(getattr(args, "verbose", False)):
+    with _Output(args.output) as out, _status(not getattr(args, "json", False),
+                                               f"compiling {args.model} ..."), \
+            _quiet_native_stderr(getattr(args, "verbose", False)):
         msg, result = _compile(args, out, names, schedule, arena, others, target, config)
     print(msg, file=sys.stderr)
     if getattr(args, "json", False):
