@@ -151,3 +151,36 @@ def test_relax_view_shows_a_status_line_on_a_terminal():
     assert b"scheduling and planning (time limit 5 s)" in seen
     plain = subprocess.run(cmd, capture_output=True, timeout=300)
     assert plain.returncode == 0 and b"scheduling and planning" not in plain.stderr
+
+
+def test_data_movement_prefold_gives_foldconstants_module(tmp_path):
+    """load_relax binds constant reshapes/transposes with numpy before FoldConstant (which
+    builds an LLVM kernel per constant op): the module is the one FoldConstant alone gives."""
+    import tvm_ffi
+    from tvm import relax
+    from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
+
+    from memsched.importers.load import _fold_data_movement
+
+    h, TP, nh = onnx.helper, onnx.TensorProto, onnx.numpy_helper
+    rng = np.random.default_rng(0)
+    nodes = [h.make_node("Conv", ["x", "W", "B"], ["y"], kernel_shape=[1, 1]),
+             h.make_node("Relu", ["y"], ["r"]),
+             h.make_node("Flatten", ["r"], ["f"]),
+             h.make_node("Gemm", ["f", "G", "C"], ["out"], transB=1)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [1, 3, 4, 4])],
+                     [h.make_tensor_value_info("out", TP.FLOAT, [1, 5])],
+                     initializer=[nh.from_array(rng.standard_normal((6, 3, 1, 1)).astype(
+                         np.float32), "W"), nh.from_array(rng.standard_normal(6).astype(
+                             np.float32), "B"), nh.from_array(rng.standard_normal((5, 96)).astype(
+                                 np.float32), "G"), nh.from_array(np.zeros(5, np.float32), "C")])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)], ir_version=8)
+    mod = tvm_from_onnx(model, keep_params_in_input=False)
+    pre = _fold_data_movement(mod)
+    assert not tvm_ffi.structural_equal(pre["main"], mod["main"])  # it did bind something
+    assert tvm_ffi.structural_equal(relax.transform.FoldConstant()(pre)["main"],
+                                    relax.transform.FoldConstant()(mod)["main"])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    assert tvm_ffi.structural_equal(memsched.load_relax(str(path))["main"],
+                                    relax.transform.FoldConstant()(mod)["main"])
