@@ -160,7 +160,8 @@ def test_data_movement_prefold_gives_foldconstants_module(tmp_path):
     from tvm import relax
     from tvm.relax.frontend.onnx import from_onnx as tvm_from_onnx
 
-    from memsched.importers.load import _fold_data_movement
+    from memsched.importers.load import (_fold_data_movement, _has_constant_computation,
+                                         _inline_constants)
 
     h, TP, nh = onnx.helper, onnx.TensorProto, onnx.numpy_helper
     rng = np.random.default_rng(0)
@@ -183,4 +184,8 @@ def test_data_movement_prefold_gives_foldconstants_module(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
     assert tvm_ffi.structural_equal(memsched.load_relax(str(path))["main"],
+                                    relax.transform.FoldConstant()(mod)["main"])
+    # nothing else constant: FoldConstant is replaced by inlining the bound constants
+    assert not _has_constant_computation(pre)
+    assert tvm_ffi.structural_equal(_inline_constants(pre)["main"],
                                     relax.transform.FoldConstant()(mod)["main"])
