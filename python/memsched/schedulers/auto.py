@@ -208,6 +208,17 @@ def _seed_segments(order, simp, subs, deadline: Deadline) -> None:
         s["order"], s["peak"] = local, pk
 
 
+def _record(s: dict, order, peak: int, lower: int, by: str) -> None:
+    """A search's result on segment ``s``: a better order, a better bound (credited to ``by``),
+    and ``by`` as its proof when the two meet."""
+    if peak < s["peak"]:
+        s["order"], s["peak"] = order, peak
+    if lower > s["lb"]:
+        s["lb"], s["lb_by"] = lower, by
+    if s["lb"] >= s["peak"]:
+        s["by"] = by
+
+
 def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: dict,
               strong_bounds: bool = True):
     """Stage 1-2: fuse, cut, seed each segment with its best baseline. Returns ``(simp, q,
@@ -338,12 +349,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                                        max(target, min(s["lb"], s["peak"])),
                                        deadline.share(0.25), None, cap, memory_limit)
                     quick["states"] += st
-                    if pk < s["peak"]:
-                        s["order"], s["peak"] = o, pk
-                    if lb > s["lb"]:
-                        s["lb"], s["lb_by"] = lb, "astar"
-                    if s["lb"] >= s["peak"]:
-                        s["by"] = "astar"
+                    _record(s, o, pk, lb, "astar")
                 if min(s["lb"], s["peak"]) > target:
                     target, target_by = min(s["lb"], s["peak"]), s["by"] or s["lb_by"]
         quick["seconds"] += time.perf_counter() - t
@@ -473,12 +479,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                                              if report else None, memory_limit)
                 t_astar += time.perf_counter() - t
                 states += st
-                if pk < s["peak"]:
-                    s["order"], s["peak"] = o, pk
-                if lb > s["lb"]:
-                    s["lb"], s["lb_by"] = lb, "astar"
-                if s["lb"] >= s["peak"]:
-                    s["by"] = "astar"
+                _record(s, o, pk, lb, "astar")
             if s["by"] is None and cpsat and not seg_deadline.expired() and \
                     _estimate_vars(sub) <= CPSAT_MAX_VARS:
                 from .ilp import solve_problem
@@ -490,12 +491,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                                               seed=seed, deterministic_time=deterministic_time)
                 t_cpsat += time.perf_counter() - t
                 cp_vars += st.get("variables", 0)
-                if pk < s["peak"]:
-                    s["order"], s["peak"] = o, pk
-                if lb > s["lb"]:
-                    s["lb"], s["lb_by"] = lb, "cpsat"
-                if s["lb"] >= s["peak"]:
-                    s["by"] = "cpsat"
+                _record(s, o, pk, lb, "cpsat")
             if min(s["lb"], s["peak"]) > glob:
                 glob, glob_by = min(s["lb"], s["peak"]), s["by"] or s["lb_by"]
     target = glob
