@@ -374,7 +374,7 @@ Footprint Evaluate(const Problem& p, const std::vector<int>& order) {
   for (int v : order) {
     if (v < 0 || v >= p.n) throw std::invalid_argument("op id out of range: " + std::to_string(v));
     if (mask.test(v)) throw std::invalid_argument("op " + std::to_string(v) + " scheduled twice");
-    if (!p.pred_mask[v].subset_of(mask))
+    if (!p.row_in(p.pred_rows, v, mask))
       throw std::invalid_argument("op " + std::to_string(v) +
                                   " scheduled before one of its predecessors");
     mask.set(v);

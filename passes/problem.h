@@ -48,7 +48,6 @@ struct Problem {
   std::vector<std::vector<int>> preds, creates, reads, inplace, consumers;
   std::vector<int64_t> workspace, size;
   std::vector<char> initial, pinned;
-  std::vector<Bits> pred_mask;
   int W = 0;                                  // words per op set
   std::vector<uint64_t> pred_rows, cons_rows;  // n x W and T x W bits
 
@@ -101,11 +100,8 @@ struct Problem {
                            p.consumers[t].end());
     }
     if (i != a.size()) throw std::invalid_argument("memsched.native: trailing problem data");
-    p.pred_mask.assign(p.n, Bits(p.n));
-    for (int v = 0; v < p.n; ++v)
-      for (int u : p.preds[v]) p.pred_mask[v].set(u);
-    // the same sets as rows of two contiguous arrays (the search tests them millions of times;
-    // one heap block per row cost a cache miss per test)
+    // predecessor and consumer sets as rows of two contiguous arrays (the search tests them
+    // millions of times; one heap block per set cost a cache miss per test)
     p.W = (p.n + 63) / 64;
     p.pred_rows.assign(static_cast<size_t>(p.n) * p.W, 0);
     p.cons_rows.assign(static_cast<size_t>(p.T) * p.W, 0);

@@ -89,6 +89,18 @@ def _no_shapes(path: str, input_shapes, why: str) -> None:
 _DATA_MOVEMENT = ("relax.reshape", "relax.permute_dims")
 
 
+def _is_constant(e, consts) -> bool:
+    """A constant, a shape, a tuple of those, or a variable in ``consts`` (bound to one)."""
+    import tvm
+    from tvm import relax
+
+    if isinstance(e, (tvm.ir.expr.Constant, relax.ShapeExpr)):
+        return True
+    if isinstance(e, relax.Tuple):
+        return all(_is_constant(f, consts) for f in e.fields)
+    return isinstance(e, tvm.ir.Var) and e in consts
+
+
 def _fold_data_movement(mod):
     """``mod`` with every ``reshape`` / ``permute_dims`` of a constant bound to its value,
     computed with numpy (exact: data movement only). These are all the constant computations
@@ -102,7 +114,6 @@ def _fold_data_movement(mod):
     import tvm
     from tvm import relax
 
-    const_t = type(relax.const(0.0))
     changed = {}
     for gv, func in mod.functions.items():
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
@@ -115,7 +126,7 @@ def _fold_data_movement(mod):
                 v = getattr(b, "value", None)
                 arr = None
                 if isinstance(v, tvm.ir.Call) and getattr(v.op, "name", None) in _DATA_MOVEMENT \
-                        and v.args and (isinstance(v.args[0], const_t) or v.args[0] in values):
+                        and v.args and (isinstance(v.args[0], tvm.ir.expr.Constant) or v.args[0] in values):
                     x = values[v.args[0]] if v.args[0] in values else v.args[0].value.numpy()
                     try:
                         if v.op.name == "relax.reshape":
@@ -143,7 +154,7 @@ def _fold_data_movement(mod):
                                          func.ret_ty, func.is_pure, func.attrs, func.span)
     if not changed:
         return mod
-    mod = mod.copy() if hasattr(mod, "copy") else tvm.IRModule(dict(mod.functions))
+    mod = tvm.IRModule(dict(mod.functions), attrs=mod.attrs)
     for gv, func in changed.items():
         mod[gv] = func
     return mod
@@ -156,8 +167,6 @@ def _inline_constants(mod):
     import tvm
     from tvm import relax
 
-    const_t = type(relax.const(0.0))
-
     @relax.expr_functor.mutator
     class _Inline(relax.PyExprMutator):
         def __init__(self, m):
@@ -165,7 +174,7 @@ def _inline_constants(mod):
             self.values = {}
 
         def visit_var_binding_(self, binding):
-            if isinstance(binding.value, const_t):
+            if isinstance(binding.value, tvm.ir.expr.Constant):
                 self.values[binding.var] = binding.value
                 return
             super().visit_var_binding_(binding)
@@ -189,15 +198,6 @@ def _has_constant_computation(mod) -> bool:
     import tvm
     from tvm import relax
 
-    const_t = type(relax.const(0.0))
-
-    def const(e, consts) -> bool:
-        if isinstance(e, (const_t, relax.ShapeExpr)):
-            return True
-        if isinstance(e, relax.Tuple):
-            return all(const(f, consts) for f in e.fields)
-        return isinstance(e, tvm.ir.Var) and e in consts
-
     for func in mod.functions.values():
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
             continue
@@ -205,15 +205,15 @@ def _has_constant_computation(mod) -> bool:
         for block in func.body.blocks:
             for b in block.bindings:
                 v = getattr(b, "value", None)
-                if isinstance(v, const_t):
+                if isinstance(v, tvm.ir.expr.Constant):
                     consts.add(b.var)
                 elif isinstance(v, tvm.ir.Call):
-                    if len(v.args) and all(const(a, consts) for a in v.args):
+                    if len(v.args) and all(_is_constant(a, consts) for a in v.args):
                         return True
                 elif isinstance(v, relax.Tuple):
-                    if len(v.fields) and const(v, consts):
+                    if len(v.fields) and _is_constant(v, consts):
                         return True
-                elif isinstance(v, relax.TupleGetItem) and const(v.tuple_value, consts):
+                elif isinstance(v, relax.TupleGetItem) and _is_constant(v.tuple_value, consts):
                     return True
     return False
 
@@ -224,13 +224,6 @@ def _check_folding(mod, path: str) -> None:
     import tvm
     from tvm import relax
 
-    def is_const(e, consts) -> bool:
-        if isinstance(e, (tvm.ir.expr.Constant, relax.ShapeExpr)):
-            return True
-        if isinstance(e, relax.Tuple):
-            return all(is_const(f, consts) for f in e.fields)
-        return isinstance(e, tvm.ir.Var) and e in consts
-
     for gv, func in mod.functions.items():
         if not isinstance(func, relax.Function) or not isinstance(func.body, relax.SeqExpr):
             continue
@@ -238,7 +231,7 @@ def _check_folding(mod, path: str) -> None:
         for block in func.body.blocks:
             for b in block.bindings:
                 v = b.value
-                if not isinstance(v, tvm.ir.Call) or not all(is_const(a, consts)
+                if not isinstance(v, tvm.ir.Call) or not all(_is_constant(a, consts)
                                                              for a in v.args):
                     continue
                 consts.add(b.var)
