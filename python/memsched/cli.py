@@ -443,11 +443,10 @@ class _Output:
         return self
 
     def commit(self, ex) -> None:
+        from .fileio import target_mode
+
         ex.export_library(self.tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(self.tmp, 0o777 & ~umask if self.path.endswith((".so", ".dylib", ".dll"))
-                 else 0o666 & ~umask)
+        os.chmod(self.tmp, target_mode(self.path, self.path.endswith((".so", ".dylib", ".dll"))))
         os.replace(self.tmp, self.path)
         self.tmp = None
 

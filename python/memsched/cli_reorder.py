@@ -8,8 +8,11 @@ Micro's memory model) and, with ``--offline-plan``, writes memsched's arena offs
 ``OfflineMemoryAllocation`` metadata so TFLM uses them instead of its own planner.
 ``--measure`` runs the real interpreters: TFLM's minimal arena (bisection, one subprocess per
 probe) for the original and the written file, and bit-equality of every tensor in LiteRT and of
-the outputs in TFLM. Errors are one line on stderr, exit status 2; the output file is written
-atomically, after the checks of the input.
+the outputs in TFLM, and checks the written file's offline plan against the head TFLM reports;
+all of it before the output file is written. Errors are one line on stderr, exit status 2; a
+measured difference is one line naming the first differing output or tensor and the size of
+the difference, exit status 1, and no file. The output is written atomically with the umask's
+permissions.
 """
 from __future__ import annotations
 
@@ -29,10 +32,16 @@ def _time_limit(text: str) -> float:
     return v
 
 
+class OutputsDiffer(RuntimeError):
+    """``--measure`` found the written model computing something else (exit status 1)."""
+
+
 def cmd_reorder(args) -> int:
     from .importers.load import ModelLoadError
     from .importers.tflite_reorder import reorder_tflite
+    from .importers.tflite_write import write_model
 
+    report = None
     try:
         limit = _time_limit(args.time_limit)
         if not args.model.lower().endswith(".tflite"):
@@ -44,36 +53,54 @@ def cmd_reorder(args) -> int:
                              "writable")
         if os.path.abspath(out) == os.path.abspath(args.model):
             raise ValueError("-o must differ from the input file")
-        _, res = reorder_tflite(args.model, out, offline_plan=args.offline_plan,
-                                time_limit=limit)
+        data, res = reorder_tflite(args.model, None, offline_plan=args.offline_plan,
+                                   time_limit=limit)
         report = {"model": args.model, "output": out, "offline_plan": args.offline_plan,
                   **res.as_dict()}
-        if args.measure:
-            report["measured"] = measure(args.model, out)
+        if args.measure:  # measured before the file exists: a differing model is not written
+            report["measured"] = measure_bytes(args.model, data)
+            if not report["measured"]["equal"]:
+                raise OutputsDiffer(report["measured"]["difference"])
+        write_model(out, data)
+    except OutputsDiffer as e:
+        report["written"] = False
+        if args.json:
+            print(json.dumps(report))
+        print(f"memsched: error: the reordered model computes something else ({e}); "
+              f"{report['output']!r} not written", file=sys.stderr)
+        return 1
     except (ValueError, OSError, RuntimeError) as e:
         msg = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
         print(f"memsched: error: {msg}", file=sys.stderr)
         return 2
+    report["written"] = True
     if args.json:
         print(json.dumps(report))
         return 0
+    for note in res.notes:
+        print(f"note: {note}")
     status = "optimal" if res.optimal else f"lower bound {res.lower_bound:,} B"
     print(f"{out}: {res.ops} operators; peak {res.input_peak:,} B in file order -> "
           f"{res.peak:,} B ({status}); {res.seconds:.2f} s")
     if res.offline_arena is not None:
-        print(f"offline plan: arena head {res.offline_arena:,} B"
+        print(f"offline plan ({res.offline_plan_action}): arena head {res.offline_arena:,} B"
               f"{' (= liveness bound)' if res.offline_optimal else ''}")
     m = report.get("measured")
     if m:
         print(f"TFLM minimal arena: {m['arena_before']:,} B -> {m['arena_after']:,} B "
               f"(planned head {m['head_before']:,} -> {m['head_after']:,} B); outputs equal: "
               f"LiteRT {m['litert_equal']} ({m['tensors_compared']} tensors), "
-              f"TFLM {m['tflm_equal']}")
+              f"TFLM {m['tflm_equal']}" + (f" ({m['tflm_note']})" if m.get("tflm_note") else ""))
     return 0
 
 
 def measure(original: str, written: str) -> dict:
-    """TFLM's minimal arena and planned head of both files, and their output equality."""
+    """TFLM's minimal arena and planned head of both files, their output equality, and the
+    independent check of the written file's offline plan against the head TFLM reports.
+
+    ``equal`` is False if LiteRT or TFLM found any difference or the check failed;
+    ``difference`` is then one line naming the first difference."""
+    from .importers.tflite_check import check_tflite
     from .runtime import tflm
 
     if not tflm.available():
@@ -85,7 +112,26 @@ def measure(original: str, written: str) -> dict:
         out[f"arena_{key}"] = size
         out[f"head_{key}"] = tflm.arena_sections(path, size).get("head")
     out.update(tflm.compare_models(original, written))
+    check = check_tflite(written, arena=out["head_after"])
+    out["check"] = check.as_dict()
+    out["difference"] = None
+    if out["first_difference"] is not None:
+        out["difference"] = tflm.describe_difference(out["first_difference"])
+    elif not check.ok:
+        out["difference"] = f"check: {check.problems[0]}"
+    out["equal"] = out["equal"] and check.ok
     return out
+
+
+def measure_bytes(original: str, data: bytes) -> dict:
+    """`measure` for model bytes not yet written (a private temporary file)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="memsched-measure-") as d:
+        path = os.path.join(d, os.path.basename(original))
+        with open(path, "wb") as f:
+            f.write(data)
+        return measure(original, path)
 
 
 def add_reorder_command(sub) -> None:

@@ -31,11 +31,11 @@ import contextlib
 import html
 import io
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Sequence
 
 from .cli import CLIError
+from .fileio import write_atomic
 from .graph import OpGraph
 from .memory import MemoryModel, Problem, Profile
 
@@ -219,30 +219,12 @@ def _render(fig, fmt: str) -> bytes:
     return buf.getvalue()
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    out_dir = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".memsched-", suffix=os.path.splitext(path)[1],
-                               dir=out_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-        tmp = None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-
-
 def save_plot(fig, path: str) -> None:
     """Write the figure as PNG or SVG (by the file name), atomically."""
     fmt = os.path.splitext(path)[1].lower().lstrip(".")
     if "." + fmt not in PLOT_FORMATS:
         raise ReportError(f"bad --plot {path!r}: the name must end in .png or .svg")
-    _write_atomic(path, _render(fig, fmt))
+    write_atomic(path, _render(fig, fmt))
 
 
 def inline_svg(fig) -> str:
@@ -350,6 +332,6 @@ def write_outputs(graph: OpGraph, model: MemoryModel | str | None, ours: Sequenc
         done.append(f"wrote {plot}")
     if report is not None:
         page = html_report(graph, result, lines, inline_svg(fig), model)
-        _write_atomic(report, page.encode("utf-8"))
+        write_atomic(report, page.encode("utf-8"))
         done.append(f"wrote {report}")
     return done

@@ -3,7 +3,9 @@
 Both interpreters run subgraph 0's operators in file order and plan their activation arena
 from that order. `reorder_tflite` schedules the operators with memsched (certified minimum peak
 under TFLM's memory model) and writes the file back with the operator list in the new order;
-everything else (tensors, buffers, quantization, signatures, metadata) is kept. With
+tensors, quantization, signatures and metadata are kept, except what the new order makes
+stale: an offline plan already in the file is re-planned for the new order (see
+`reorder_tflite`), and buffers nothing references any more are dropped. With
 ``offline_plan=True`` it also writes tensor offsets from memsched's arena packing into the
 ``OfflineMemoryAllocation`` metadata that TFLM's GreedyMemoryPlanner takes as fixed offsets
 (TFLM docs, "Offline planned tensor allocations": int32 ``[version 1, subgraph 0, n,
@@ -19,19 +21,17 @@ plan (16-byte aligned, as TFLM aligns) reaches it whenever the packing does.
 """
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from .. import arena as _arena
 from ..memory import MemoryModel, Problem
-from .tflite_graph import TFLiteGraph, TFLiteModelError, read_tflite, schema
-from .tflite_segments import pack_model
+from .tflite_check import check_model
+from .tflite_graph import TFLiteGraph, TFLiteModelError, read_tflite
+from .tflite_write import OFFLINE_METADATA  # noqa: F401 - the metadata name, re-exported
+from .tflite_write import (drop_orphan_buffers, finish_model, inline_buffers, read_offline_plan,
+                           remove_offline_plan, set_offline_plan, write_model)
 
-OFFLINE_METADATA = "OfflineMemoryAllocation"
 TFLM_ALIGNMENT = 16  # MicroArenaBufferAlignment()
 TFLM_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=False, workspace=True,
                          name="tflm")
@@ -51,6 +51,8 @@ class ReorderResult:
     seconds: float
     offline_arena: int | None = None  # bytes of the offline plan (head section), if written
     offline_optimal: bool | None = None
+    offline_plan_action: str | None = None  # written | replanned | kept | removed | None
+    notes: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -58,7 +60,9 @@ class ReorderResult:
                 "peak_bytes": self.peak, "lower_bound": self.lower_bound,
                 "optimal": self.optimal, "algorithm": self.algorithm,
                 "seconds": round(self.seconds, 4), "offline_arena_bytes": self.offline_arena,
-                "offline_arena_optimal": self.offline_optimal, "order": self.order}
+                "offline_arena_optimal": self.offline_optimal,
+                "offline_plan_action": self.offline_plan_action, "notes": self.notes,
+                "order": self.order}
 
 
 def lifetimes(tg: TFLiteGraph, order) -> list[tuple[int, _arena.Lifetime]]:
@@ -93,39 +97,35 @@ def offline_offsets(tg: TFLiteGraph, order, time_limit: float = 10.0,
     return offsets, plan
 
 
-def _set_offline_metadata(model, offsets: list[int]) -> None:
-    s = schema()
-    payload = np.asarray([1, 0, len(offsets)] + list(offsets), dtype="<i4")
-    data = np.frombuffer(payload.tobytes(), dtype=np.uint8)
-    model.buffers = list(model.buffers or [])
-    metas = [m for m in (model.metadata or []) if _name(m.name) != OFFLINE_METADATA]
-    model.buffers.append(s.BufferT())
-    model.buffers[-1].data = data
-    meta = s.MetadataT()
-    meta.name = OFFLINE_METADATA
-    meta.buffer = len(model.buffers) - 1
-    model.metadata = metas + [meta]
-
-
-def _name(x) -> str:
-    return x.decode() if isinstance(x, (bytes, bytearray)) else str(x or "")
-
-
 def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = False,
                    algorithm: str = "auto", time_limit: float | None = 60.0,
                    arena_time_limit: float = 10.0) -> tuple[bytes, ReorderResult]:
     """Schedule subgraph 0 of ``src`` for minimum peak and write the reordered model.
 
-    Returns (file bytes, result); writes them to ``dst`` (atomically) when given. The order is
-    only changed when it lowers the peak; an already optimal file keeps its order.
+    Returns (file bytes, result); writes them to ``dst`` (atomically, umask honoured) when given.
+    The order is only changed when it lowers the peak; an already optimal file keeps its order.
+
+    An ``OfflineMemoryAllocation`` plan already in ``src`` is never kept stale: it is kept only
+    if the operator order is unchanged and the plan is valid for it, else re-planned for the
+    written order (``offline_plan_action`` says which; a control-flow model's plan, which this
+    writer cannot re-plan, is removed). The written bytes pass the independent checker
+    (`memsched.importers.tflite_check`) before they are returned.
     """
     from ..schedulers import schedule
 
     t0 = time.perf_counter()
     tg = read_tflite(src)
-    if offline_plan and len(tg.model.subgraphs) > 1:
+    model = tg.model
+    try:
+        existing = read_offline_plan(model)
+    except TFLiteModelError as e:
+        raise TFLiteModelError(f"cannot reorder {src!r}: {str(e).removeprefix('its ')}") from None
+    inline_buffers(model, tg.data)
+    drop_orphan_buffers(model)  # also the buffer of a plan replaced below
+    multi = len(model.subgraphs) > 1
+    if offline_plan and multi:
         raise TFLiteModelError(f"cannot plan {src!r} offline: it has "
-                               f"{len(tg.model.subgraphs)} subgraphs (control flow); reorder "
+                               f"{len(model.subgraphs)} subgraphs (control flow); reorder "
                                "without --offline-plan")
     g = tg.graph
     problem = Problem.from_graph(g, TFLM_MODEL)
@@ -134,7 +134,6 @@ def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = Fal
     s = schedule(g, algorithm, TFLM_MODEL, time_limit=time_limit)
     order = s.order if s.peak < input_peak else base
     peak = min(s.peak, input_peak)
-    model = tg.model
     sg = tg.subgraph
     if order != base:
         ops = list(sg.operators)
@@ -144,30 +143,34 @@ def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = Fal
                         lower_bound=min(s.lower_bound, peak), optimal=s.optimal or
                         peak <= s.lower_bound, algorithm=algorithm, seconds=0.0,
                         stats=dict(s.stats))
-    if offline_plan:
+    action = "written" if offline_plan else None
+    if not offline_plan and existing is not None:
+        if order == base and check_model(model, src).ok:
+            action = "kept"  # the user's own plan, still valid for the unchanged order
+        elif multi:
+            remove_offline_plan(model)
+            action = "removed"
+            res.notes.append("removed the file's offline plan: it was made for the old "
+                             "operator order and a control-flow model cannot be re-planned")
+        else:
+            action = "replanned"
+            res.notes.append("re-planned the file's offline plan for the new operator order "
+                             "(the old offsets would overlap co-live tensors)"
+                             if order != base else
+                             "re-planned the file's offline plan: it was not valid for its "
+                             "own operator order")
+    if action in ("written", "replanned"):
         offsets, plan = offline_offsets(tg, order, arena_time_limit)
-        _set_offline_metadata(model, offsets)
+        set_offline_plan(model, offsets)
         res.offline_arena, res.offline_optimal = plan.arena, bool(plan.optimal)
-    data = pack_model(model)
+    res.offline_plan_action = action
+    data = finish_model(model, label=dst or src)
     # the written file must read back as the same graph in the new order
     back = read_tflite(data, name=tg.name)
     if len(back.graph) != len(g):
         raise TFLiteModelError("internal error: the reordered model lost operators")
     res.seconds = time.perf_counter() - t0
     if dst is not None:
-        write_atomic(dst, data)
+        write_model(dst, data)
     return data, res
 
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".memsched-", suffix=".tflite", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -24,46 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from .tflite_graph import TFLiteGraph, TFLiteModelError, schema
-
-
-def pack_model(model) -> bytes:
-    """Serialize a ``ModelT`` with the schema's ``Pack``, buffer data aligned to 16 bytes (as the
-    TFLite converter writes them, so weights can be used in place)."""
-    import flatbuffers
-
-    builder = flatbuffers.Builder(1 << 20)
-    saved = model.buffers
-    try:
-        model.buffers = [_AlignedBuffer(b) for b in (saved or [])]
-        root = model.Pack(builder)
-    finally:
-        model.buffers = saved
-    builder.Finish(root, file_identifier=b"TFL3")
-    return bytes(builder.Output())
-
-
-class _AlignedBuffer:
-    """``BufferT.Pack`` with its data vector aligned to 16 bytes."""
-
-    def __init__(self, buf):
-        self.buf = buf
-
-    def Pack(self, builder):
-        s = schema()
-        data = self.buf.data
-        vec = None
-        if data is not None:
-            raw = np.asarray(data, dtype=np.uint8).tobytes()
-            builder.StartVector(1, len(raw), 16)
-            builder.head = builder.head - len(raw)
-            builder.Bytes[builder.head:builder.head + len(raw)] = raw
-            vec = builder.EndVector()  # StartVector recorded the length
-        s.BufferStart(builder)
-        if vec is not None:
-            s.BufferAddData(builder, vec)
-        s.BufferAddOffset(builder, 0)
-        s.BufferAddSize(builder, 0)
-        return s.BufferEnd(builder)
+from .tflite_write import finish_model, pack_model, write_model  # noqa: F401 - pack_model re-exported
 
 
 def segment_file_name(model_name: str, i: int, k: int) -> str:
@@ -193,14 +154,14 @@ def _unique_boundary_names(sg, indices) -> dict[int, str]:
 
 def write_segments(tg: TFLiteGraph, assignment: Sequence[int], out_dir: str,
                    model_name: str | None = None) -> list[str]:
-    """Write one .tflite per stage into ``out_dir``; returns the paths in stage order."""
+    """Write one .tflite per stage into ``out_dir`` (each checked by `tflite_check`, written
+    atomically with the umask's permissions); returns the paths in stage order."""
     os.makedirs(out_dir, exist_ok=True)
     models = segment_models(tg, assignment)
     name = model_name or tg.name
     paths = []
     for i, m in enumerate(models):
         path = os.path.join(out_dir, segment_file_name(name, i, len(models)))
-        with open(path, "wb") as f:
-            f.write(pack_model(m))
+        write_model(path, finish_model(m, label=path))
         paths.append(path)
     return paths
