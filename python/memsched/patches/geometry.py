@@ -1,0 +1,323 @@
+"""Window geometry of spatially local operators (plain Python, no TVM).
+
+A feature map is NHWC; a *window* is a half-open rectangle ``[h0, h1) x [w0, w1)`` of its
+spatial cells (all channels). A window operator (convolution, depthwise convolution, pooling,
+explicit PAD) maps output index ``o`` along one axis to the input cells
+``o*stride - pad + j*dilation`` for ``j in [0, kernel)``, so an output range ``[a, b)`` reads the
+input range
+
+    [a*stride - pad, (b-1)*stride - pad + (kernel-1)*dilation + 1)
+
+-- the row-window rule of `memsched.split` (``InputReq`` with ``rmode="window"``), here per axis
+and *not* clipped: the part of the range outside ``[0, size)`` is the padding this window needs,
+which a patch makes explicit (a PAD operator, only on the true borders of the tensor). An
+explicit PAD operator is the same map with kernel 1, stride 1 and ``pad`` = its leading padding.
+Element-wise operators (same-shape inputs) and concatenation along channels read the same window
+of every input.
+
+`SpatialModel.from_tflite` extracts this description from a .tflite model (subgraph 0): every
+operator with its activation inputs, output, class (``window`` / ``eltwise`` / ``concat`` /
+``other``), kernel, stride, dilation, leading padding (TFLite's SAME rule), the value implicit
+padding stands for, and MACs per output element.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class Win:
+    """Spatial window ``[h0, h1) x [w0, w1)``."""
+
+    h0: int
+    h1: int
+    w0: int
+    w1: int
+
+    @property
+    def height(self) -> int:
+        return self.h1 - self.h0
+
+    @property
+    def width(self) -> int:
+        return self.w1 - self.w0
+
+    @property
+    def area(self) -> int:
+        return max(self.h1 - self.h0, 0) * max(self.w1 - self.w0, 0)
+
+    def clip(self, height: int, width: int) -> "Win":
+        return Win(max(self.h0, 0), min(self.h1, height), max(self.w0, 0), min(self.w1, width))
+
+    def pads(self, inner: "Win") -> tuple[int, int, int, int]:
+        """(top, bottom, left, right) of this window outside ``inner``."""
+        return (inner.h0 - self.h0, self.h1 - inner.h1, inner.w0 - self.w0, self.w1 - inner.w1)
+
+    def shift(self, dh: int, dw: int) -> "Win":
+        return Win(self.h0 - dh, self.h1 - dh, self.w0 - dw, self.w1 - dw)
+
+    def contains(self, o: "Win") -> bool:
+        return self.h0 <= o.h0 and o.h1 <= self.h1 and self.w0 <= o.w0 and o.w1 <= self.w1
+
+
+def bbox(wins: Sequence[Win]) -> Win:
+    return Win(min(w.h0 for w in wins), max(w.h1 for w in wins),
+               min(w.w0 for w in wins), max(w.w1 for w in wins))
+
+
+def axis_range(a: int, b: int, kernel: int, stride: int, dilation: int, pad: int
+               ) -> tuple[int, int]:
+    """Input range (unclipped) that output range ``[a, b)`` of one axis reads."""
+    return a * stride - pad, (b - 1) * stride - pad + (kernel - 1) * dilation + 1
+
+
+def same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int, int]:
+    """TFLite's SAME rule: (output size, padding before, padding after)."""
+    eff = (kernel - 1) * dilation + 1
+    out = (size + stride - 1) // stride
+    total = max((out - 1) * stride + eff - size, 0)
+    return out, total // 2, total - total // 2
+
+
+def valid_size(size: int, kernel: int, stride: int, dilation: int) -> int:
+    eff = (kernel - 1) * dilation + 1
+    return (size - eff + stride) // stride
+
+
+# pad values: what the cells outside the input mean to the operator
+PAD_ZERO = "zero"  # real zero (int8: the input's zero point): convolutions, explicit PAD
+PAD_MIN = "min"  # the dtype's minimum: MAX_POOL_2D ignores padded cells
+PAD_NONE = "none"  # cannot be made explicit (AVERAGE_POOL_2D divides by real cells only)
+
+
+@dataclass
+class STensor:
+    index: int
+    name: str
+    shape: tuple
+    itemsize: int
+    dtype: int = 0
+
+    @property
+    def nbytes(self) -> int:
+        n = self.itemsize
+        for d in self.shape:
+            n *= max(int(d), 1)
+        return n
+
+    @property
+    def spatial(self) -> bool:
+        return len(self.shape) == 4 and int(self.shape[0]) == 1
+
+    @property
+    def hw(self) -> tuple[int, int]:
+        return int(self.shape[1]), int(self.shape[2])
+
+    @property
+    def channels(self) -> int:
+        return int(self.shape[3])
+
+    def win_bytes(self, w: Win) -> int:
+        return w.area * self.channels * self.itemsize
+
+
+@dataclass
+class SOp:
+    """One operator as the patch geometry sees it."""
+
+    index: int  # operator index in the file (or in a synthetic stack)
+    kind: str  # TFLite builtin name (CONV_2D, ...) or a generic name in tests
+    cls: str  # "window", "eltwise", "concat" or "other"
+    inputs: tuple  # activation tensor indices
+    output: int
+    kernel: tuple = (1, 1)
+    stride: tuple = (1, 1)
+    dilation: tuple = (1, 1)
+    pad: tuple = (0, 0)  # leading padding (top, left)
+    pad_after: tuple = (0, 0)
+    pad_value: str = PAD_ZERO
+    macs_per_out: int = 1  # multiply-accumulates per output element
+    cout: int = 0
+    reason: str = ""  # why the op is not spatially local ("other")
+
+    def in_window(self, out: Win) -> Win:
+        """Input window (unclipped) that output window ``out`` reads (window ops), or ``out``
+        itself (element-wise, concat)."""
+        if self.cls != "window":
+            return out
+        h0, h1 = axis_range(out.h0, out.h1, self.kernel[0], self.stride[0], self.dilation[0],
+                            self.pad[0])
+        w0, w1 = axis_range(out.w0, out.w1, self.kernel[1], self.stride[1], self.dilation[1],
+                            self.pad[1])
+        return Win(h0, h1, w0, w1)
+
+
+@dataclass
+class SpatialModel:
+    """Operators (file order, a topological order) over tensors, with window geometry."""
+
+    ops: list[SOp]
+    tensors: dict[int, STensor]
+    inputs: list[int]
+    outputs: list[int]
+    macs: list[int] = field(default_factory=list)  # per op, whole tensors
+    name: str = "model"
+
+    def __post_init__(self):
+        self.producer = {}
+        self.consumers: dict[int, list[int]] = {}
+        for k, op in enumerate(self.ops):
+            self.producer[op.output] = k
+            for t in dict.fromkeys(op.inputs):
+                self.consumers.setdefault(t, []).append(k)
+        if not self.macs:
+            self.macs = [self.op_macs(op) for op in self.ops]
+
+    def op_macs(self, op: SOp, out: Win | None = None) -> int:
+        ten = self.tensors[op.output]
+        if out is None:
+            cells = ten.nbytes // max(ten.itemsize, 1)
+        else:
+            cells = out.area * ten.channels
+        return cells * op.macs_per_out
+
+    # ------------------------------------------------------------------ from .tflite
+    @classmethod
+    def from_tflite(cls, tg) -> "SpatialModel":
+        """The spatial description of subgraph 0 of a `TFLiteGraph` (`read_tflite`)."""
+        import numpy as np
+
+        from ..importers.tflite_graph import DTYPE_BYTES, NUMPY_DTYPES, op_macs, op_names
+
+        sg = tg.subgraph
+        names = op_names()
+        codes = tg.model.operatorCodes or []
+        tensors: dict[int, STensor] = {}
+
+        def ten(t: int) -> STensor:
+            if t not in tensors:
+                x = sg.tensors[t]
+                nm = x.name.decode("utf-8", "replace") if isinstance(x.name, bytes) \
+                    else str(x.name or f"tensor_{t}")
+                tensors[t] = STensor(t, nm, tuple(int(d) for d in (x.shape if x.shape is not None
+                                                                   else [])),
+                                     DTYPE_BYTES.get(int(x.type), 4), int(x.type))
+            return tensors[t]
+
+        def const(t: int):
+            x = sg.tensors[t]
+            raw = tg.buffer_bytes(int(x.buffer))
+            if not raw.size:
+                return None
+            arr = np.frombuffer(raw.tobytes(), dtype=NUMPY_DTYPES.get(int(x.type), np.int32))
+            return arr.reshape([int(d) for d in x.shape]) if x.shape is not None else arr
+
+        act = set(int(t) for t in (sg.inputs if sg.inputs is not None else []))
+        for op in sg.operators or []:
+            for t in (op.outputs if op.outputs is not None else []):
+                if t >= 0:
+                    act.add(int(t))
+        ops = []
+        for v, op in enumerate(sg.operators or []):
+            code = codes[op.opcodeIndex]
+            kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "?")
+            ins = [int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0]
+            outs = [int(t) for t in (op.outputs if op.outputs is not None else []) if t >= 0]
+            a_ins = tuple(t for t in ins if t in act)
+            for t in list(a_ins) + outs:
+                ten(t)
+            ops.append(_classify(v, kind, op, ins, a_ins, outs, sg, ten, const))
+        return cls(ops, tensors, [int(t) for t in sg.inputs], [int(t) for t in sg.outputs],
+                   macs=op_macs(tg), name=tg.name)
+
+
+def _classify(v, kind, op, ins, a_ins, outs, sg, ten, const) -> SOp:
+    def other(reason):
+        return SOp(v, kind, "other", a_ins, outs[0] if outs else -1, reason=reason)
+
+    if len(outs) != 1:
+        return other(f"{kind} has {len(outs)} outputs")
+    o = ten(outs[0])
+    if not o.spatial or not a_ins or any(not ten(t).spatial for t in a_ins):
+        return other(f"{kind} on a tensor that is not a 1xHxWxC feature map")
+    opts = op.builtinOptions
+    H, W = ten(a_ins[0]).hw
+    if kind in ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D"):
+        if a_ins[0] != ins[0] or len(a_ins) != 1:
+            return other(f"{kind} with activation weights")
+        if kind in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            w = [int(d) for d in sg.tensors[ins[1]].shape]
+            kh, kw = w[1], w[2]
+            dil = (int(opts.dilationHFactor or 1), int(opts.dilationWFactor or 1))
+            macs = kh * kw * (w[3] if kind == "CONV_2D" else 1)
+            if kind == "CONV_2D" and ten(a_ins[0]).channels != w[3]:
+                return other("grouped CONV_2D")
+        else:
+            kh, kw = int(opts.filterHeight), int(opts.filterWidth)
+            dil = (1, 1)
+            macs = kh * kw
+        st = (int(opts.strideH or 1), int(opts.strideW or 1))
+        same = int(opts.padding) == 0  # Padding.SAME
+        if same:
+            oh, ph, pha = same_padding(H, kh, st[0], dil[0])
+            ow, pw, pwa = same_padding(W, kw, st[1], dil[1])
+        else:
+            oh, ow = valid_size(H, kh, st[0], dil[0]), valid_size(W, kw, st[1], dil[1])
+            ph = pha = pw = pwa = 0
+        if (oh, ow) != o.hw:
+            return other(f"{kind} output shape does not follow its padding rule")
+        pv = PAD_ZERO if kind in ("CONV_2D", "DEPTHWISE_CONV_2D") else (
+            PAD_MIN if kind == "MAX_POOL_2D" else PAD_NONE)
+        return SOp(v, kind, "window", a_ins, outs[0], (kh, kw), st, dil, (ph, pw), (pha, pwa),
+                   pv, macs, o.channels)
+    if kind in ("PAD", "PADV2"):
+        if len(ins) < 2 or ins[0] != a_ins[0] or len(a_ins) != 1:
+            return other(f"{kind} with activation paddings")
+        pads = const(ins[1])
+        if pads is None or pads.shape != (4, 2) or pads[0].any() or pads[3].any():
+            return other(f"{kind} that pads batch or channels")
+        return SOp(v, kind, "window", a_ins, outs[0], (1, 1), (1, 1), (1, 1),
+                   (int(pads[1, 0]), int(pads[2, 0])), (int(pads[1, 1]), int(pads[2, 1])),
+                   PAD_ZERO, 0, o.channels)
+    if kind in ELEMENTWISE:
+        if any(ten(t).shape != o.shape for t in a_ins) or \
+                any(t not in a_ins and not _small_const(sg, t, o.channels) for t in ins):
+            return other(f"{kind} broadcasts")
+        return SOp(v, kind, "eltwise", a_ins, outs[0], macs_per_out=1, cout=o.channels)
+    if kind == "CONCATENATION":
+        axis = int(opts.axis)
+        if axis not in (3, -1) or len(a_ins) != len(ins) or \
+                any(ten(t).hw != o.hw for t in a_ins):
+            return other("CONCATENATION not along channels")
+        return SOp(v, kind, "concat", a_ins, outs[0], macs_per_out=0, cout=o.channels)
+    return other(f"{kind} is not spatially local")
+
+
+ELEMENTWISE = {"ADD", "SUB", "MUL", "RELU", "RELU6", "RELU_N1_TO_1", "RELU_0_TO_1", "LOGISTIC",
+               "TANH", "HARD_SWISH", "LEAKY_RELU", "QUANTIZE", "DEQUANTIZE", "PRELU", "ABS",
+               "NEG", "SQUARED_DIFFERENCE", "MAXIMUM", "MINIMUM", "ELU", "GELU"}
+
+
+def _small_const(sg, t: int, channels: int) -> bool:
+    """A constant broadcast over space (a scalar or per-channel vector): element-wise safe."""
+    shape = [int(d) for d in (sg.tensors[t].shape if sg.tensors[t].shape is not None else [])]
+    n = 1
+    for d in shape:
+        n *= d
+    return n in (1, channels) and (not shape or shape[-1] in (1, channels))
+
+
+# ---------------------------------------------------------------------------- brute force
+def read_cells(op: SOp, out_h: int, out_w: int, in_h: int, in_w: int, oh: int, ow: int
+               ) -> set[tuple[int, int]]:
+    """The input cells (inside the tensor) output cell ``(oh, ow)`` of a window op reads,
+    enumerated tap by tap: the reference the window rule is tested against."""
+    cells = set()
+    for i in range(op.kernel[0]):
+        for j in range(op.kernel[1]):
+            h = oh * op.stride[0] - op.pad[0] + i * op.dilation[0]
+            w = ow * op.stride[1] - op.pad[1] + j * op.dilation[1]
+            if 0 <= h < in_h and 0 <= w < in_w:
+                cells.add((h, w))
+    return cells

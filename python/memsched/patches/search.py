@@ -1,0 +1,327 @@
+"""Choose the split point and the patch grid: one evaluator, a Pareto frontier, a default.
+
+For every candidate (region = spatial prefix ending at its split tensors, grid ``R x C``) the
+evaluator prices
+
+* **peak**: the activation peak of the patched graph under TFLite Micro's memory model
+  (`memsched.importers.tflite_reorder.TFLM_MODEL`, the one evaluator of `memsched.memory`).
+  During the search: the patched prefix run patch by patch (each row's patches, its row
+  concatenation, then the final one) as an `OpGraph` of its own, and the rest of the model in
+  file order -- after the region exactly the split tensors (and model inputs still read) are
+  live, so the peak is the larger of the two parts. The frontier's candidates are then
+  scheduled whole by the certified scheduler (`memsched.schedule(graph, "auto", TFLM_MODEL)`),
+  whose order the rewrite writes;
+* **persistent**: what TFLite Micro keeps per operator and per tensor in the tail of its arena
+  (`TFLMPersistent`: node structs, eval tensors, each kernel's op data, and the per-channel
+  quantization arrays that every copied int8 convolution repeats). Schedule-independent;
+* **total** = peak + persistent: the arena a user must give TFLite Micro (the objective);
+* **MACs** of the whole model (region operators on their patch windows).
+
+The frontier keeps the candidates no other beats on both total and MACs; the default choice is
+the lowest total within ``max_overhead`` extra MACs, ties to fewer patches. Candidates are
+visited by MACs, and one whose lower bound (the rest of the model's peak, twice the split
+tensors for the reassembly, plus its persistent bytes) cannot beat a cheaper candidate is
+skipped: the frontier is exact for the evaluator, at a fraction of the work.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..graph import GraphBuilder, OpGraph
+from ..memory import Problem
+from .geometry import SpatialModel
+from .region import PatchPlan, Refused, Region, plan_patches, regions
+
+DEFAULT_GRIDS = ((1, 2), (2, 1), (2, 2), (2, 3), (3, 2), (3, 3), (3, 4), (4, 3), (4, 4), (5, 5),
+                 (6, 6), (7, 7), (8, 8))
+
+
+@dataclass(frozen=True)
+class TFLMPersistent:
+    """Bytes TFLite Micro allocates in the persistent (tail) section, per operator and tensor.
+
+    Measured with the ``tflite-micro`` Python interpreter's recording allocator (reference
+    kernels, 64-bit host): a ``NodeAndRegistration`` of 64 B per operator, a
+    ``TfLiteEvalTensor`` of 24 B per tensor of the subgraph (constants included), each kernel's
+    op data (``op_data``, 16-byte aligned) and, for int8 CONV_2D / DEPTHWISE_CONV_2D, the
+    per-channel output multiplier and shift arrays: 2 x 4 B per output channel."""
+
+    node: int = 64
+    eval_tensor: int = 24
+    op_data: tuple = (("CONV_2D", 80), ("DEPTHWISE_CONV_2D", 80), ("STRIDED_SLICE", 96),
+                      ("PAD", 64), ("PADV2", 64), ("CONCATENATION", 48), ("ADD", 96),
+                      ("MAX_POOL_2D", 32), ("AVERAGE_POOL_2D", 32))
+    default_op_data: int = 32
+    per_channel: int = 8
+
+    def op(self, kind: str, cout: int = 0, quantized: bool = True, new_tensors: int = 1) -> int:
+        data = dict(self.op_data).get(kind, self.default_op_data)
+        chan = self.per_channel * cout if quantized and kind in ("CONV_2D",
+                                                                  "DEPTHWISE_CONV_2D") else 0
+        return self.node + data + _align16(chan // 2) * 2 + self.eval_tensor * new_tensors
+
+
+def _align16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+PERSISTENT = TFLMPersistent()
+# new constant tensors per inserted node: STRIDED_SLICE begin/end (strides shared), PAD paddings
+NEW_CONSTS = {"slice": 2, "pad": 1, "concat": 0, "op": 0}
+NODE_KIND = {"slice": "STRIDED_SLICE", "pad": "PAD", "concat": "CONCATENATION"}
+
+
+@dataclass
+class Candidate:
+    split: list[str]  # split tensor names
+    split_index: list[int]  # their file tensor indices
+    region_ops: int
+    grid: tuple[int, int]
+    peak: int
+    persistent: int
+    macs: int
+    overhead: float  # extra MACs / original MACs
+    ops: int  # operators of the patched model
+    certified: bool = False  # peak proven optimal for the patched graph
+    lower_bound: int = 0
+    note: str = ""
+
+    @property
+    def total(self) -> int:
+        return self.peak + self.persistent
+
+    @property
+    def patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    def as_dict(self) -> dict:
+        return {"split": self.split, "region_ops": self.region_ops,
+                "grid": f"{self.grid[0]}x{self.grid[1]}", "patches": self.patches,
+                "peak_bytes": self.peak, "persistent_bytes": self.persistent,
+                "total_bytes": self.total, "macs": self.macs,
+                "mac_overhead": round(self.overhead, 4), "ops": self.ops,
+                "certified": self.certified, "note": self.note}
+
+
+@dataclass
+class SearchResult:
+    original: Candidate  # the unpatched model (grid 1x1)
+    frontier: list[Candidate]
+    choice: Candidate | None
+    evaluated: int
+    skipped: int
+    refused: list[str]
+    prefix_end: str  # why the spatial prefix ends
+    seconds: float
+    plans: dict = field(default_factory=dict, repr=False)  # (region_ops, grid) -> PatchPlan
+
+    def as_dict(self) -> dict:
+        return {"original": self.original.as_dict(),
+                "choice": self.choice.as_dict() if self.choice else None,
+                "frontier": [c.as_dict() for c in self.frontier],
+                "candidates_evaluated": self.evaluated, "candidates_pruned": self.skipped,
+                "refused": self.refused, "prefix_end": self.prefix_end,
+                "seconds": round(self.seconds, 3)}
+
+
+# ---------------------------------------------------------------------------- persistent bytes
+def model_persistent(sm: SpatialModel, n_tensors: int, quantized: bool,
+                     price: TFLMPersistent = PERSISTENT) -> int:
+    """Persistent bytes of the unpatched model (``n_tensors``: every tensor of the subgraph)."""
+    return sum(price.op(op.kind, op.cout, quantized, 0) for op in sm.ops) + \
+        price.eval_tensor * n_tensors
+
+
+def plan_persistent_delta(sm: SpatialModel, plan: PatchPlan, quantized: bool,
+                          price: TFLMPersistent = PERSISTENT) -> int:
+    """Persistent bytes the patched region adds over the region it replaces."""
+    add = 0
+    for nd in plan.nodes:
+        if nd.kind == "op":
+            op = sm.ops[nd.op]
+            add += price.op(op.kind, op.cout, quantized, 1)
+        else:
+            add += price.op(NODE_KIND[nd.kind], 0, quantized, 1 + NEW_CONSTS[nd.kind])
+    if any(nd.kind == "slice" for nd in plan.nodes):
+        add += price.eval_tensor  # the shared strides tensor
+    removed = sum(price.op(sm.ops[k].kind, sm.ops[k].cout, quantized, 1)
+                  for k in plan.region.ops)
+    removed -= price.eval_tensor * len(plan.region.split)  # split tensors keep their index
+    return add - removed
+
+
+# ---------------------------------------------------------------------------- graphs
+def patched_graph(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
+                  plan: PatchPlan | None, prefix_only: bool = False) -> OpGraph:
+    """The patched model as an `OpGraph` (``Op.source``: ``("node", k)`` for the patched
+    region's nodes, ``("op", v)`` for the model's other operators). ``graph``: the model's
+    `OpGraph` with op ``v`` = operator ``v`` and ``tensor_index[t]`` the file index of its tensor
+    ``t`` (`read_tflite`). ``prefix_only``: just the patched region, the tensors the rest of
+    the model reads kept to the end."""
+    b = GraphBuilder(f"{graph.name}.patched")
+    tmap: dict[int, int] = {}  # file tensor index -> new tensor id
+    for gt in graph.input_tensors:
+        tmap[tensor_index[gt]] = b.input(graph.tensors[gt].name, graph.tensors[gt].nbytes)
+    length = plan.region.length if plan else 0
+    node_t: list[int] = []
+    if plan:
+        for k, nd in enumerate(plan.nodes):
+            ins = [tmap[r[1]] if isinstance(r, tuple) else node_t[r] for r in nd.inputs]
+            vid = b.op(f"patch{nd.patch}:{nd.kind}:{k}", nd.kind, ins,
+                       [(f"n{k}", plan.node_bytes(sm, k))], source=("node", k))
+            node_t.append(b.ops[vid].outputs[0])
+        for t, k in plan.result.items():
+            tmap[t] = node_t[k]
+    if prefix_only:
+        for t in list(tmap):
+            if t in set(sm.outputs) or any(c >= length for c in sm.consumers.get(t, [])):
+                b.mark_output(tmap[t])
+        return b.build()
+    for v in range(length, len(graph.ops)):
+        op = graph.ops[v]
+        vid = b.op(op.name, op.kind, [tmap[tensor_index[gt]] for gt in op.inputs],
+                   [(graph.tensors[gt].name, graph.tensors[gt].nbytes) for gt in op.outputs],
+                   source=("op", v))
+        for gt, nt in zip(op.outputs, b.ops[vid].outputs):
+            tmap[tensor_index[gt]] = nt
+    for gt in graph.output_tensors:
+        b.mark_output(tmap[tensor_index[gt]])
+    return b.build()
+
+
+def patch_order(graph: OpGraph) -> list[int]:
+    """Patch by patch, each row's concatenation right after its last patch: the order the
+    search prices (the input order of `patched_graph`, which is built that way)."""
+    nodes = [v for v, op in enumerate(graph.ops) if isinstance(op.source, tuple)
+             and op.source[0] == "node"]
+    order = []
+    done = set()
+    pending = [v for v in nodes if graph.ops[v].kind == "concat"]
+    for v in nodes:
+        if graph.ops[v].kind == "concat":
+            continue
+        order.append(v)
+        done.add(v)
+        for c in list(pending):
+            if all(p in done for p in graph.ops[c].preds):
+                order.append(c)
+                done.add(c)
+                pending.remove(c)
+    order += [v for v in pending]
+    order += [v for v in range(len(graph.ops)) if v not in set(order)]
+    return order
+
+
+# ---------------------------------------------------------------------------- search
+def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *, grids=None, split: str | None = None,
+           max_overhead: float = 0.3, quantized: bool = True, certify: bool = True,
+           time_limit: float = 10.0, frontier_overhead: float | None = None,
+           n_tensors: int | None = None, price: TFLMPersistent = PERSISTENT) -> SearchResult:
+    """Evaluate candidates (region, grid) and return the frontier and the default choice.
+
+    ``graph``: the model's `OpGraph` (op ``v`` = operator ``v``); ``grids``: (rows, cols) to try
+    (default `DEFAULT_GRIDS`); ``split``: only regions ending at the tensor of that name;
+    ``frontier_overhead``: skip candidates above this MAC overhead (default: ``max(1,
+    3*max_overhead)``); ``certify``: schedule the frontier with the certified scheduler.
+    """
+    from ..importers.tflite_reorder import TFLM_MODEL
+    from ..schedulers import schedule
+
+    t0 = time.perf_counter()
+    grids = list(grids or DEFAULT_GRIDS)
+    cap = frontier_overhead if frontier_overhead is not None else max(1.0, 3 * max_overhead)
+    total_macs = sum(sm.macs)
+    problem = Problem.from_graph(graph, TFLM_MODEL)
+    steps = problem.evaluate(list(range(len(graph)))).steps
+    suffix = [0] * (len(steps) + 1)
+    for k in range(len(steps) - 1, -1, -1):
+        suffix[k] = max(steps[k], suffix[k + 1])
+    nt = n_tensors if n_tensors is not None else len(sm.tensors)
+    base_persist = model_persistent(sm, nt, quantized, price)
+    orig_peak = suffix[0]
+    original = Candidate([], [], 0, (1, 1), orig_peak, base_persist, total_macs, 0.0,
+                         len(sm.ops))
+    regs, why = regions(sm)
+    if split is not None:
+        regs = [r for r in regs if any(sm.tensors[t].name == split for t in r.split)]
+        if not regs:
+            raise Refused(f"no patch region ends at tensor {split!r} (the spatial prefix ends "
+                          f"at {why})")
+    refused: list[str] = []
+    # MACs first (cheap), then peaks in MAC order with Pareto pruning
+    cands = []
+    plans: dict = {}
+    for r in regs:
+        for g in grids:
+            if g[0] > r.hw[0] or g[1] > r.hw[1]:
+                continue
+            try:
+                plan = plan_patches(sm, r, g)
+            except Refused as e:
+                msg = f"split {sm.tensors[r.split[-1]].name!r} grid {g[0]}x{g[1]}: {e}"
+                if msg not in refused:
+                    refused.append(msg)
+                continue
+            macs = total_macs - plan.region_macs + plan.macs
+            over = macs / total_macs - 1 if total_macs else 0.0
+            if over > cap:
+                continue
+            cands.append((macs, g[0] * g[1], r.length, g, plan))
+    cands.sort(key=lambda c: (c[0], c[1], c[2]))
+    evaluated = skipped = 0
+    results: list[Candidate] = []
+    best_total = None
+    for macs, _, length, g, plan in cands:
+        r = plan.region
+        persist = base_persist + plan_persistent_delta(sm, plan, quantized, price)
+        split_bytes = sum(sm.tensors[t].nbytes for t in r.split)
+        lb = max(suffix[length], 2 * split_bytes) + persist
+        if best_total is not None and lb >= best_total:
+            skipped += 1
+            continue
+        pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
+        peak = max(Problem.from_graph(pg, TFLM_MODEL).evaluate(patch_order(pg)).peak,
+                   suffix[length])
+        evaluated += 1
+        c = Candidate([sm.tensors[t].name for t in r.split], list(r.split), length, g, peak,
+                      persist, macs, macs / total_macs - 1 if total_macs else 0.0,
+                      len(sm.ops) - length + len(plan.nodes))
+        results.append(c)
+        plans[(length, g)] = plan
+        if best_total is None or c.total < best_total:
+            best_total = c.total
+    frontier = pareto(results)
+    if certify and frontier:
+        per = max(0.2, time_limit / max(len(frontier), 1))
+        for c in frontier:
+            plan = plans[(c.region_ops, c.grid)]
+            full = patched_graph(sm, graph, tensor_index, plan)
+            s = schedule(full, "auto", TFLM_MODEL, time_limit=per)
+            c.lower_bound = s.lower_bound
+            if s.peak <= c.peak:
+                c.peak = s.peak
+            c.certified = bool(s.optimal and s.peak <= c.peak)
+        frontier = pareto(frontier)
+    choice = choose(frontier, original, max_overhead)
+    return SearchResult(original, frontier, choice, evaluated, skipped, refused, why,
+                        time.perf_counter() - t0, plans)
+
+
+def pareto(cands: list[Candidate]) -> list[Candidate]:
+    """Candidates no other beats on both total bytes and MACs (by MACs, then patches)."""
+    out: list[Candidate] = []
+    for c in sorted(cands, key=lambda c: (c.macs, c.total, c.patches)):
+        if not out or c.total < out[-1].total:
+            out.append(c)
+    return out
+
+
+def choose(frontier: list[Candidate], original: Candidate, max_overhead: float
+           ) -> Candidate | None:
+    """Lowest total within the MAC budget, ties to fewer patches; None when nothing beats the
+    original model."""
+    ok = [c for c in frontier if c.overhead <= max_overhead + 1e-12 and c.total < original.total]
+    if not ok:
+        return None
+    return min(ok, key=lambda c: (c.total, c.patches, c.macs))
