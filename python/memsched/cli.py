@@ -30,10 +30,7 @@ import sys
 import time
 
 from . import __version__
-
-
-class CLIError(Exception):
-    pass
+from .errors import CLIError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,9 +52,7 @@ def seconds(text: str) -> float:
 
 
 def _known_errors():
-    from .graph import GraphError
-    from .importers.load import ModelLoadError
-    from .graph import UnsupportedModelError
+    from .errors import GraphError, ModelLoadError, UnsupportedModelError
 
     return (CLIError, ModelLoadError, UnsupportedModelError, GraphError)
 

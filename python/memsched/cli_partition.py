@@ -28,7 +28,7 @@ def parse_bytes(text: str) -> int:
 
 
 def _errors():
-    from .importers.load import ModelLoadError
+    from .errors import ModelLoadError
     from .partition import PartitionError
     from .runtime.segments import SegmentError
 

@@ -33,7 +33,7 @@ def add_partition_pass_args(p) -> None:
 def _partition(mod, stages: int, sram: str, method: str, time_limit):
     """Run PartitionPipeline directly (not through TVM's pass runner, which turns every
     Python error into a bare RuntimeError), so bad input stays a one-line error."""
-    from .cli import CLIError
+    from .errors import CLIError
     from .cli_partition import parse_bytes
     from .partition import PartitionError
     from .transform.partition_pipeline import PartitionPipeline, pipeline_report
@@ -132,7 +132,7 @@ def build_stages(mod, target="llvm", log=None):
 def cmd_run_pipeline(args) -> int:
     import tvm
 
-    from .cli import CLIError
+    from .errors import CLIError
     from .importers.load import load_relax, parse_shapes
     from .runtime.rpc_pipeline import PipelineError, Stage, run_pipeline
     from .runtime.rpc_servers import RPCServerError, ServerPool, parse_servers

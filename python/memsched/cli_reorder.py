@@ -37,7 +37,7 @@ class OutputsDiffer(RuntimeError):
 
 
 def cmd_reorder(args) -> int:
-    from .importers.load import ModelLoadError
+    from .errors import ModelLoadError
     from .importers.tflite_reorder import reorder_tflite
     from .importers.tflite_write import write_model
 

@@ -30,7 +30,7 @@ import numpy as np
 
 
 def _errors():
-    from .importers.load import ModelLoadError
+    from .errors import ModelLoadError
     from .runtime.rpc_servers import RPCServerError
     from .runtime.rpc_split import SplitRunError
     from .split.problem import SplitError
@@ -94,6 +94,7 @@ def cmd_split(args) -> int:
     from .importers.load import load_relax
     from .split import CostModel, Device, Link, OpTimes, compare, from_relax, load_profile
     from .split.problem import SplitError
+    from .split.solve import require_feasible
 
     n = args.devices
     if n < 1:
@@ -139,7 +140,7 @@ def cmd_split(args) -> int:
                           time_limit=args.time_limit, progress=update)
         finally:
             stop()
-        chosen = res[args.method]
+        chosen = require_feasible(res[args.method], cost)  # nothing illegal runs or prints
         if args.run_rpc:
             report_rpc = _run_rpc(mod, prob, chosen, cost, sessions, args)
     finally:

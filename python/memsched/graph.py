@@ -22,26 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-
-class GraphError(ValueError):
-    """A graph that cannot be modelled: cyclic, dangling reference, negative size, ..."""
-
-
-class UnsupportedModelError(ValueError):
-    """A model (or one block of it) that cannot be scheduled: dynamic shapes, control flow,
-    impure calls, unsupported values; the message names the problem. Defined here, free of
-    TVM, so ONNX/TFLite analysis never imports TVM (re-exported by `memsched.importers.relax`)."""
-
+# defined in memsched.errors (raised across layers); imported from here by older code
+from .errors import GraphError, GraphTooLargeError, UnsupportedModelError  # noqa: F401
 
 # Every byte count of a graph (tensor sizes, workspaces, and so any live set or peak) must fit
 # in the native kernel's int64 with room to spare: a peak adds at most the whole graph once,
 # bounds and gaps add a few such numbers, so the total is capped at 2**60 (1 EiB).
 MAX_GRAPH_BYTES = 1 << 60
-
-
-class GraphTooLargeError(GraphError, UnsupportedModelError):
-    """Byte counts past `MAX_GRAPH_BYTES` (absurd shapes). Also an `UnsupportedModelError`, so
-    the passes leave such a block unchanged (``memsched.skipped``) instead of failing."""
 
 
 @dataclass

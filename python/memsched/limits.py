@@ -136,6 +136,15 @@ MEMORY_FRACTION = 0.25  # default cap: this fraction of physical memory
 FALLBACK_MEMORY_LIMIT = 2 << 30  # when physical memory is unknown
 
 
+# Model files (importers): sizes the importers share, here so no importer imports the loader.
+MAX_TFLITE_BYTES = 2 << 30  # flatbuffers' own limit
+MAX_DIM = 1 << 31  # largest input dimension `--input-shapes` accepts
+# Largest tensor a frontend may compute while loading (constant folding): a quarter of RAM
+# (of 16 GiB when unknown), at most 4 GiB. Activations are never allocated at load time and
+# are bounded only by 2**60 (`memsched.graph.MAX_GRAPH_BYTES`).
+MAX_FOLD_BYTES = min(4 << 30, (physical_memory() or 16 << 30) // 4)
+
+
 def default_memory_limit() -> int:
     """A quarter of physical memory (2 GiB when unknown)."""
     phys = physical_memory()

@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from .cli import CLIError
+from .errors import CLIError
 from .fileio import write_atomic
 from .graph import OpGraph
 from .memory import MemoryModel, Problem, Profile

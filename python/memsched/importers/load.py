@@ -15,29 +15,12 @@ from __future__ import annotations
 
 import os
 
+from ..errors import ModelLoadError, UnsupportedModelError
 from ..graph import OpGraph
-from ..graph import UnsupportedModelError
+from ..limits import MAX_DIM, MAX_FOLD_BYTES, MAX_TFLITE_BYTES
 
 # No .json (tvm.ir.save_json): in TVM 0.27 it segfaults on modules holding constants.
 FORMATS = (".onnx", ".tflite", ".pt2")
-MAX_TFLITE_BYTES = 2 << 30  # flatbuffers' own limit
-MAX_DIM = 1 << 31
-
-
-def _physical_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return 16 << 30
-
-
-# Largest tensor a frontend may compute while loading (constant folding): a quarter of RAM,
-# at most 4 GiB. Activations are never allocated at load time and are bounded only by 2**60.
-MAX_FOLD_BYTES = min(4 << 30, _physical_memory() // 4)
-
-
-class ModelLoadError(ValueError):
-    """A model file that cannot be read or converted; the message names file and problem."""
 
 
 def parse_shapes(spec: str | None) -> dict[str, list[int]]:

@@ -13,10 +13,10 @@ frontend). In order:
    initializers no larger than the data they hold; and every tensor TVM's frontend computes at
    load time (constants, ``Shape`` of static tensors and what is computed from them only, such
    as ``ConstantOfShape``) must have a shape known to ONNX shape inference and at most
-   `load.MAX_FOLD_BYTES` bytes, so a tiny file cannot make the importer allocate terabytes;
+   `limits.MAX_FOLD_BYTES` bytes, so a tiny file cannot make the importer allocate terabytes;
 4. only then is the external data read;
 5. the front door (`onnx_front.prepare_onnx`): inputs pinned to ``--input-shapes``, shapes
-   inferred and constants folded (bounded by `load.MAX_FOLD_BYTES`) until every tensor is
+   inferred and constants folded (bounded by `limits.MAX_FOLD_BYTES`) until every tensor is
    static, else one line naming the tensor that is not and the fix; the sizes of what TVM's
    frontend would still compute at load time are checked on the result.
 
@@ -27,7 +27,8 @@ from __future__ import annotations
 import os
 import re
 
-from .load import MAX_FOLD_BYTES, ModelLoadError
+from ..errors import ModelLoadError
+from ..limits import MAX_FOLD_BYTES
 
 MAX_FILE_BYTES = 2 << 30  # protobuf's own limit
 MAX_EXTERNAL_BYTES = 1 << 36  # 64 GiB of external tensor data in all

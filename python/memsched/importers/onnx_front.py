@@ -13,7 +13,7 @@ so `prepare_onnx` does, in order:
 3. iterates to a fixed point: ONNX shape inference (``onnx.shape_inference``, with data
    propagation), then constant folding of every node whose inputs are all constants (or the
    ``Shape``/``Size`` of a static tensor) *and* whose outputs have a known size of at most
-   `load.MAX_FOLD_BYTES` -- so a tiny file cannot make the importer allocate terabytes;
+   `limits.MAX_FOLD_BYTES` -- so a tiny file cannot make the importer allocate terabytes;
 4. refuses, in one line naming the tensor and the fix, a model with a tensor still not static.
 
 Constant folding evaluates the constant subgraph with ONNX's own **reference implementation**
@@ -36,7 +36,8 @@ from __future__ import annotations
 import contextlib
 
 from ..graph import UnsupportedModelError
-from .load import MAX_FOLD_BYTES, ModelLoadError
+from ..errors import ModelLoadError
+from ..limits import MAX_FOLD_BYTES
 
 SHAPE_OPS = {"Shape", "Size"}
 MAX_ROUNDS = 8

@@ -32,7 +32,7 @@ import operator
 import re
 import zipfile
 
-from .load import ModelLoadError
+from ..errors import ModelLoadError
 
 # Bounds on what a file may ask us to read or allocate.
 MAX_MEMBERS = 1 << 16

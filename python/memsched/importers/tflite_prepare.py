@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .load import ModelLoadError
+from ..errors import ModelLoadError
 from .tflite_graph import NUMPY_DTYPES, TFLiteGraph, read_tflite, schema
 
 # data-movement ops: exact in float between DEQUANTIZE and QUANTIZE with one scale/zero point
