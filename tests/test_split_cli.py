@@ -55,3 +55,32 @@ def test_split_bad_input_is_one_line(capsys, argv, msg):
 def test_profile_devices_needs_servers(capsys):
     code, out, err = run(capsys, "profile-devices")
     assert code == 2 and "--local N" in err
+
+
+def test_infeasible_memory_limit_is_one_line_exit_2(capsys):
+    """Limits no split can meet: one line naming the device, what the best split needs and the
+    bound that proves it; nothing runs (not even with --run-rpc: the check comes first)."""
+    code, out, err = run(capsys, "split", "example:nas_cell", "--devices", "2",
+                         "--device-memory", "20000", "--generations", "3", "--json")
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert "no split fits the memory limits" in lines[0] and "over its 20,000 B" in lines[0]
+    assert "none exists" in lines[0]  # 40,000 B in all is below the model's footprint
+
+
+def test_split_is_never_worse_than_its_baselines():
+    from memsched.importers.load import load_relax
+    from memsched.split import CostModel, Device, Link, OpTimes, SplitError, compare, from_relax
+    from memsched.split.solve import _worst_overflow, require_feasible
+
+    prob = from_relax(load_relax("example:nas_cell", None))
+    link = Link(topology="host", bandwidth=50e6, latency=1e-4, call_overhead=1e-4)
+    for mem in (None, 70000, 30000):
+        cost = CostModel([Device(mem, 1.0), Device(mem, 1.0)], link, OpTimes.from_flops(prob))
+        res = compare(prob, cost, seed=1, n_gen=4)
+        key = {m: (float(_worst_overflow(r.evaluation)[0]), float(r.evaluation.violation[0]),
+                   r.latency) for m, r in res.items()}
+        assert all(key["ga"] <= key[m] for m in ("single", "uniform", "greedy")), key
+        if not res["ga"].feasible:
+            with pytest.raises(SplitError, match="no split fits"):
+                require_feasible(res["ga"], cost)

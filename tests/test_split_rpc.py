@@ -35,3 +35,22 @@ def test_split_runs_on_two_local_rpc_servers_and_they_stop():
     assert report["measured_s"] > 0 and report["calls"] >= len(prog["stages"])
     moved = report["bytes_up"] + report["bytes_down"]
     assert moved >= x.nbytes + ref.nbytes  # at least the input up and the output down
+
+
+def test_split_leaving_a_device_idle_runs():
+    """The all-on-one-device answer (the search's most common one for small models) runs:
+    the idle device gets no library and no VM (it has nothing to run)."""
+    from memsched.runtime.rpc_split import used_devices
+
+    mod = tiny_cnn(channels=8, size=16)
+    x = np.random.default_rng(6).standard_normal((1, 3, 16, 16)).astype("float32")
+    ref = relax.VirtualMachine(tvm.compile(mod, target="llvm"),
+                               tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    new, _ = split_module(mod, [Device(), Device()], Link(topology="host"), method="single")
+    prog = split_program(new)
+    assert int(prog["devices"]) == 2 and len(used_devices(prog)) == 1
+    with ServerPool(local=2) as pool:
+        pids = pool.local_pids
+        report = run_split(new, [x], pool, repeat=1, warmup=0)
+    assert not group_alive(pids)
+    np.testing.assert_allclose(report["outputs"][0], ref, rtol=1e-5, atol=1e-6)

@@ -69,8 +69,24 @@ class RunStats:
                 "bytes_down": self.bytes_down, "messages": self.messages, "calls": self.calls}
 
 
+def used_devices(program: dict) -> list[int]:
+    """The devices a program calls, sends to, or takes outputs from (in order). A split may
+    leave devices idle (e.g. everything on one device): those get no library and no VM."""
+    used = set()
+    for st in program["stages"]:
+        used.update(int(c["device"]) for c in st["calls"])
+        for tr in st["transfers"]:
+            if tr["owner"] >= 0:
+                used.add(int(tr["owner"]))
+            used.update(int(pc["dest"]) for pc in tr["pieces"])
+    for o in program["outputs"]:
+        used.update(int(p["owner"]) for p in o["parts"])
+    return sorted(used)
+
+
 class SplitRunner:
-    """A split program loaded on RPC sessions (one per device, in device order)."""
+    """A split program loaded on RPC sessions (one per device, in device order). ``libs[k]``
+    may be None for a device the program leaves idle (`used_devices`)."""
 
     def __init__(self, program: dict, libs: Sequence, sessions: Sequence, tmpdir: str | None = None):
         from tvm import relax
@@ -84,13 +100,17 @@ class SplitRunner:
         self.n = n
         self.sessions = list(sessions)[:n]
         self.devs = [s.cpu() for s in self.sessions]
-        self.vms, self.getitem = [], []
+        self.used = used_devices(program)
+        self.vms, self.getitem = [None] * n, [None] * n
         own_tmp = None
         if tmpdir is None:
             own_tmp = tempfile.TemporaryDirectory(prefix="memsched_split_")
             tmpdir = own_tmp.name
         try:
-            for k, (sess, lib) in enumerate(zip(self.sessions, libs)):
+            for k in self.used:
+                sess, lib = self.sessions[k], libs[k]
+                if lib is None:
+                    raise SplitRunError(f"device {k} runs part of the split but has no library")
                 if isinstance(lib, (str, os.PathLike)):
                     path = os.fspath(lib)
                 else:
@@ -100,8 +120,8 @@ class SplitRunner:
                 # overwriting a loaded library's file crashes the server
                 name = f"{uuid.uuid4().hex[:12]}_split_dev{k}{os.path.splitext(path)[1] or '.so'}"
                 sess.upload(path, target=name)
-                self.vms.append(relax.VirtualMachine(sess.load_module(name), self.devs[k]))
-                self.getitem.append(sess.get_function("vm.builtin.tuple_getitem"))
+                self.vms[k] = relax.VirtualMachine(sess.load_module(name), self.devs[k])
+                self.getitem[k] = sess.get_function("vm.builtin.tuple_getitem")
         finally:
             if own_tmp is not None:
                 own_tmp.cleanup()
@@ -236,13 +256,16 @@ def flatten(s) -> list:
     return [s]
 
 
-def build_device_libs(mod, n: int, target: str = "llvm") -> list:
-    """``tvm.compile`` of each device's functions (`device_module`)."""
+def build_device_libs(mod, n: int, target: str = "llvm", used=None) -> list:
+    """``tvm.compile`` of each device's functions (`device_module`); None for devices not in
+    ``used`` (default: the devices the module's program uses), which have nothing to run."""
     import tvm
 
-    from ..transform.split_across_devices import device_module
+    from ..transform.split_across_devices import device_module, split_program
 
-    return [tvm.compile(device_module(mod, k), target=target) for k in range(n)]
+    used = set(used_devices(split_program(mod)) if used is None else used)
+    return [tvm.compile(device_module(mod, k), target=target) if k in used else None
+            for k in range(n)]
 
 
 def run_split(mod, inputs: Sequence[np.ndarray], pool, *, repeat: int = 5, warmup: int = 1,

@@ -411,8 +411,10 @@ def split_module(mod, devices, link, order=None, method="ga", times=None, count_
                  seed=0, func_name="main", problem=None, result=None, **ga_options):
     """Search a split of ``mod[func_name]`` and rewrite it: (new module, `SplitResult`).
 
-    ``problem`` / ``result``: reuse an already built problem / solved split."""
+    ``problem`` / ``result``: reuse an already built problem / solved split. A split that
+    fits no device memory is never rewritten: `SplitError` says what it would need."""
     from ..split import CostModel, OpTimes, from_relax, solve
+    from ..split.solve import require_feasible
 
     problem = problem or from_relax(mod, order=order, func_name=func_name)
     if result is None:
@@ -421,7 +423,7 @@ def split_module(mod, devices, link, order=None, method="ga", times=None, count_
         opts = dict(ga_options)
         if method == "ga":
             opts["seed"] = seed
-        result = solve(problem, cost, method, **opts)
+        result = require_feasible(solve(problem, cost, method, **opts), cost)
     plan = build_plan(result.encoding, result.X)
     new, program = rewrite(mod, plan, func_name)
     row = result.evaluation.row(0)
