@@ -1,0 +1,352 @@
+"""Patch-based execution written as a plain .tflite file that stock LiteRT and TFLite Micro run.
+
+`tile_tflite` searches the split point and grid (`memsched.patches.search_patches`: TFLite
+Micro's total arena = certified activation peak + persistent bytes, MAC overhead budget), then
+rewrites subgraph 0 with builtin operators only:
+
+* ``STRIDED_SLICE`` cuts each patch's window of the model input (with its halo) and crops a
+  tensor's window where a consumer reads less of it;
+* ``PAD`` (int8: the pad value is the input's zero point, i.e. real zero) makes a convolution's
+  implicit padding explicit on the true borders of the feature map; ``PADV2`` with the dtype's
+  minimum before a ``MAX_POOL_2D`` (which ignores padded cells); an original ``PAD``/``PADV2``
+  keeps its kind and constant with the border amounts of the patch (dropped where a patch
+  needs none);
+* the region's ``CONV_2D`` / ``DEPTHWISE_CONV_2D`` / pools with ``VALID`` padding, element-wise
+  ops and channel concatenations, copied with their weights (shared buffers, same tensors),
+  options and quantization;
+* ``CONCATENATION`` along W then along H reassembles each split tensor into its original
+  tensor index, which the rest of the model reads unchanged.
+
+Every new tensor copies the quantization of the tensor it holds a window of. Tensors the
+rewrite leaves unused (the region's whole intermediates) are dropped and indices renumbered
+(signature defs too). The written model then goes through `tflite_reorder.reorder_tflite`: the
+certified operator order under TFLM's memory model and, with ``offline_plan=True``, the offsets,
+and the independent checker (`tflite_check`).
+
+A region the rewrite refuses (an AVERAGE_POOL_2D with SAME padding on a border patch, a grid
+larger than the feature map, ...) is listed with its reason in ``result.search.refused``.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..patches import SpatialModel
+from ..patches.geometry import PAD_MIN
+from ..patches.region import PatchPlan, Refused
+from ..patches.search import Candidate, SearchResult, search_patches
+from .tflite_graph import TFLiteModelError, read_tflite, schema
+
+
+class TileError(TFLiteModelError):
+    """A tiling request that cannot be answered (bad grid, split tensor, model); one line."""
+
+
+@dataclass
+class TileResult:
+    search: SearchResult
+    choice: Candidate | None
+    ops_before: int
+    ops_after: int
+    peak: int | None = None  # certified order's peak of the written model (TFLM model)
+    lower_bound: int | None = None
+    optimal: bool | None = None
+    offline_arena: int | None = None
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    measured: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        d = {"patched": self.choice is not None,
+             "choice": self.choice.as_dict() if self.choice else None,
+             "ops_before": self.ops_before, "ops_after": self.ops_after,
+             "peak_bytes": self.peak, "lower_bound": self.lower_bound,
+             "optimal": self.optimal, "offline_arena_bytes": self.offline_arena,
+             "seconds": round(self.seconds, 3), "notes": self.notes,
+             "search": self.search.as_dict()}
+        if self.measured:
+            d["measured"] = self.measured
+        return d
+
+
+def _parse_grid(grid) -> tuple[int, int] | None:
+    if grid is None:
+        return None
+    if isinstance(grid, str):
+        parts = grid.lower().replace("×", "x").split("x")
+        try:
+            grid = tuple(int(p) for p in parts)
+        except ValueError:
+            raise TileError(f"grid {grid!r} is not ROWSxCOLS (e.g. 3x3)") from None
+    grid = tuple(int(g) for g in grid)
+    if len(grid) != 2 or min(grid) < 1:
+        raise TileError(f"grid {grid!r} is not two positive numbers ROWSxCOLS")
+    return grid  # type: ignore[return-value]
+
+
+def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None,
+                max_overhead: float = 0.3, offline_plan: bool = False,
+                time_limit: float = 10.0) -> tuple[bytes, TileResult]:
+    """Search and write a patch-based version of the .tflite model ``src`` (path or bytes).
+
+    ``grid``: ``"RxC"`` or (rows, cols) to force the grid; ``split``: name of the tensor the
+    region must end at; ``max_overhead``: extra MACs allowed for the default choice (0.3 =
+    +30 %). Returns (file bytes, `TileResult`); writes ``dst`` atomically when given. When no
+    candidate lowers the total arena within the budget, the model is only reordered."""
+    from .tflite_reorder import reorder_tflite
+
+    t0 = time.perf_counter()
+    g = _parse_grid(grid)
+    if not max_overhead >= 0:
+        raise TileError(f"max_overhead must be >= 0, not {max_overhead!r}")
+    tg = read_tflite(src)
+    label = src if isinstance(src, str) else "model.tflite"
+    sg = tg.subgraph
+    # int8 activations: TFLM keeps per-channel quantization arrays per convolution
+    quantized = any(int(sg.tensors[t].type) == 9 for t in _ints(sg.inputs))
+    sm = SpatialModel.from_tflite(tg)
+    try:
+        res = search_patches(sm, tg.graph, tg.tensor_index, grids=[g] if g else None,
+                             split=split, max_overhead=max_overhead, quantized=quantized,
+                             time_limit=time_limit, n_tensors=len(sg.tensors),
+                             frontier_overhead=None if not (g or split) else float("inf"))
+    except Refused as e:
+        raise TileError(f"cannot tile {label!r}: {e}") from None
+    choice = res.choice
+    if choice is None and (g or split) and res.frontier:
+        choice = min(res.frontier, key=lambda c: (c.total, c.patches))
+    out = TileResult(res, choice, len(sm.ops), len(sm.ops))
+    if g and not res.frontier:
+        why = "; ".join(res.refused[:1]) or "no region fits it"
+        raise TileError(f"cannot tile {label!r} with grid {g[0]}x{g[1]}: {why}")
+    if choice is None:
+        out.notes.append("no patch grid lowers TFLite Micro's total arena within the MAC budget; "
+                         "the model is only reordered")
+        data = tg.data
+    else:
+        plan = res.plans[(choice.region_ops, choice.grid)]
+        model = rewrite_model(tg, sm, plan)
+        from .tflite_write import pack_model
+
+        data = pack_model(model)
+    data, rr = reorder_tflite(data, None, offline_plan=offline_plan,
+                              time_limit=max(1.0, time_limit))
+    out.ops_after = rr.ops
+    out.peak, out.lower_bound, out.optimal = rr.peak, rr.lower_bound, rr.optimal
+    out.offline_arena = rr.offline_arena
+    out.notes += list(getattr(rr, "notes", []))
+    out.seconds = time.perf_counter() - t0
+    if dst is not None:
+        from ..fileio import write_atomic
+
+        write_atomic(dst, data)
+    return data, out
+
+
+# ---------------------------------------------------------------------------- rewrite
+def rewrite_model(tg, sm: SpatialModel, plan: PatchPlan):
+    """A new ``ModelT``: the patched region (`PatchPlan` nodes, in patch order) in place of the
+    first ``plan.region.length`` operators, the rest unchanged, unused tensors dropped."""
+    s = schema()
+    model = copy.deepcopy(tg.model)
+    from .tflite_write import inline_buffers
+
+    inline_buffers(model, tg.data)
+    sg = model.subgraphs[0]
+    tensors = list(sg.tensors)
+    buffers = list(model.buffers)
+    codes = list(model.operatorCodes)
+    old_ops = list(sg.operators)
+
+    def opcode(name: str) -> int:
+        code = getattr(s.BuiltinOperator, name)
+        for i, c in enumerate(codes):
+            if max(int(c.builtinCode), int(c.deprecatedBuiltinCode)) == code:
+                return i
+        codes.append(s.OperatorCodeT(deprecatedBuiltinCode=min(code, 127), builtinCode=code,
+                                     version=1))
+        return len(codes) - 1
+
+    def const(name: str, arr: np.ndarray, ttype: int, quant=None) -> int:
+        buffers.append(s.BufferT(data=np.frombuffer(np.ascontiguousarray(arr).tobytes(),
+                                                    dtype=np.uint8)))
+        tensors.append(s.TensorT(shape=list(arr.shape), type=ttype, buffer=len(buffers) - 1,
+                                 name=name, quantization=copy.deepcopy(quant)))
+        return len(tensors) - 1
+
+    def like(t: int, hw, name: str) -> int:
+        src = tensors[t]
+        shape = [1, int(hw[0]), int(hw[1]), int(src.shape[3])]
+        tensors.append(s.TensorT(shape=shape, type=src.type, buffer=0, name=name,
+                                 quantization=copy.deepcopy(src.quantization)))
+        return len(tensors) - 1
+
+    strides = None
+    final = {k: t for t, k in plan.result.items()}  # node -> original tensor it becomes
+    node_t: list[int] = []
+    new_ops = []
+    for k, nd in enumerate(plan.nodes):
+        ins = [r[1] if isinstance(r, tuple) else node_t[r] for r in nd.inputs]
+        name = f"{_tname(tensors[nd.tensor])}/p{nd.patch}/{nd.kind}{k}"
+        out = final.get(k)
+        if out is None:
+            out = like(nd.tensor, (nd.win.height, nd.win.width), name)
+        node_t.append(out)
+        if nd.kind == "slice":
+            b = nd.base
+            c = int(tensors[nd.tensor].shape[3])
+            begin = np.array([0, nd.win.h0 - b.h0, nd.win.w0 - b.w0, 0], np.int32)
+            end = np.array([1, nd.win.h1 - b.h0, nd.win.w1 - b.w0, c], np.int32)
+            if strides is None:
+                strides = const("memsched/patch_strides", np.ones(4, np.int32),
+                                s.TensorType.INT32)
+            bt = const(name + "/begin", begin, s.TensorType.INT32)
+            et = const(name + "/end", end, s.TensorType.INT32)
+            new_ops.append(s.OperatorT(opcodeIndex=opcode("STRIDED_SLICE"),
+                                       inputs=[ins[0], bt, et, strides], outputs=[out],
+                                       builtinOptionsType=s.BuiltinOptions.StridedSliceOptions,
+                                       builtinOptions=s.StridedSliceOptionsT()))
+        elif nd.kind == "pad":
+            pads = np.array([[0, 0], [nd.pads[0], nd.pads[1]], [nd.pads[2], nd.pads[3]],
+                             [0, 0]], np.int32)
+            pt = const(name + "/paddings", pads, s.TensorType.INT32)
+            if nd.pad_value == PAD_MIN:
+                src = tensors[nd.tensor]
+                if int(src.type) == s.TensorType.INT8:
+                    val = np.array(-128, np.int8)
+                elif int(src.type) == s.TensorType.FLOAT32:
+                    val = np.array(np.finfo(np.float32).min, np.float32)
+                else:
+                    raise Refused(f"MAX_POOL_2D border padding for dtype {int(src.type)}")
+                vt = const(name + "/value", val, int(src.type), src.quantization)
+                new_ops.append(s.OperatorT(opcodeIndex=opcode("PADV2"),
+                                           inputs=[ins[0], pt, vt], outputs=[out],
+                                           builtinOptionsType=s.BuiltinOptions.PadV2Options,
+                                           builtinOptions=s.PadV2OptionsT()))
+            else:
+                new_ops.append(s.OperatorT(opcodeIndex=opcode("PAD"), inputs=[ins[0], pt],
+                                           outputs=[out],
+                                           builtinOptionsType=s.BuiltinOptions.PadOptions,
+                                           builtinOptions=s.PadOptionsT()))
+        elif nd.kind == "concat":
+            o = s.ConcatenationOptionsT()
+            o.axis = nd.axis
+            o.fusedActivationFunction = s.ActivationFunctionType.NONE
+            new_ops.append(s.OperatorT(opcodeIndex=opcode("CONCATENATION"), inputs=list(ins),
+                                       outputs=[out],
+                                       builtinOptionsType=s.BuiltinOptions.ConcatenationOptions,
+                                       builtinOptions=o))
+        else:
+            sop = sm.ops[nd.op]
+            op = copy.deepcopy(old_ops[sop.index])
+            acts = iter(ins)
+            act_set = set(sop.inputs)
+            new_in = []
+            for t in op.inputs:
+                new_in.append(next(acts) if int(t) in act_set else int(t))
+            if sop.kind in ("PAD", "PADV2"):
+                pads = np.array([[0, 0], [nd.pads[0], nd.pads[1]], [nd.pads[2], nd.pads[3]],
+                                 [0, 0]], np.int32)
+                new_in[1] = const(name + "/paddings", pads, s.TensorType.INT32)
+            elif sop.cls == "window":
+                op.builtinOptions.padding = s.Padding.VALID
+            op.inputs = new_in
+            op.outputs = [out]
+            new_ops.append(op)
+    sg.operators = new_ops + old_ops[plan.region.length:]
+    sg.tensors = tensors
+    model.buffers = buffers
+    model.operatorCodes = codes
+    _drop_unused_tensors(model)
+    return model
+
+
+def _ints(x) -> list[int]:
+    """A flatbuffer int vector (None, list or numpy array) as a list."""
+    return [] if x is None else [int(t) for t in x]
+
+
+def _tname(t) -> str:
+    n = t.name
+    return n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n or "t")
+
+
+def _drop_unused_tensors(model) -> None:
+    """Remove tensors no operator, subgraph input/output or signature refers to; renumber."""
+    sg = model.subgraphs[0]
+    used = set(int(t) for t in _ints(sg.inputs)) | set(int(t) for t in (sg.outputs or []))
+    for op in sg.operators:
+        used |= {int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0}
+        used |= {int(t) for t in (op.outputs if op.outputs is not None else []) if t >= 0}
+        used |= {int(t) for t in (op.intermediates if op.intermediates is not None else [])}
+    keep = sorted(used)
+    remap = {t: i for i, t in enumerate(keep)}
+    sg.tensors = [sg.tensors[t] for t in keep]
+
+    def m(ts):
+        return [remap[int(t)] if int(t) >= 0 else int(t) for t in ts]
+
+    sg.inputs = m(_ints(sg.inputs))
+    sg.outputs = m(_ints(sg.outputs))
+    for op in sg.operators:
+        op.inputs = m(op.inputs if op.inputs is not None else [])
+        op.outputs = m(op.outputs if op.outputs is not None else [])
+        if op.intermediates is not None:
+            op.intermediates = m(op.intermediates)
+    for sig in model.signatureDefs or []:
+        if sig.subgraphIndex not in (0, None):
+            continue
+        for tm in list(sig.inputs or []) + list(sig.outputs or []):
+            tm.tensorIndex = remap[int(tm.tensorIndex)]
+
+
+# ---------------------------------------------------------------------------- checking
+def compare_outputs(path_a: str, path_b: str, count: int = 2, seed: int = 0,
+                    tflm: bool = True) -> dict:
+    """Run two .tflite files on the same random inputs; outputs compared bit for bit with
+    LiteRT (no default delegates) and, when installed, TFLite Micro."""
+    from ..runtime import tflm as _tflm
+    from ..runtime.segments import make_interpreter, random_inputs
+
+    ia, ib = make_interpreter(path_a), make_interpreter(path_b)
+    feeds = random_inputs(ia.get_input_details(), count, seed)
+    lit, tfl, maxdiff = True, None, 0
+    for feed in feeds:
+        outs = []
+        for it in (ia, ib):
+            by_name = {d["name"]: d["index"] for d in it.get_input_details()}
+            for name, arr in feed.items():
+                it.set_tensor(by_name[name], arr)
+            it.invoke()
+            outs.append([it.get_tensor(d["index"]).copy() for d in it.get_output_details()])
+        for x, y in zip(*outs):
+            if not np.array_equal(x, y):
+                lit = False
+                maxdiff = max(maxdiff, float(np.abs(x.astype(np.float64) - y).max()))
+        if tflm and _tflm.available():
+            ins = [feed[d["name"]] for d in ia.get_input_details()]
+            n = len(ia.get_output_details())
+            oa = _tflm.run_tflm(path_a, ins, n)
+            ob = _tflm.run_tflm(path_b, ins, n)
+            same = all(np.array_equal(x, y) for x, y in zip(oa, ob))
+            tfl = same if tfl is None else (tfl and same)
+    return {"litert_equal": lit, "tflm_equal": tfl, "max_abs_diff": maxdiff,
+            "inputs": len(feeds)}
+
+
+def measure_tile(src_path: str, dst_path: str, count: int = 2) -> dict:
+    """TFLite Micro's minimal total arena (bisection) of both files, and output equality."""
+    from ..runtime import tflm as _tflm
+
+    out = compare_outputs(src_path, dst_path, count)
+    if _tflm.available():
+        a = _tflm.min_arena_bytes(src_path)
+        b = _tflm.min_arena_bytes(dst_path)
+        out.update({"tflm_arena_original": a, "tflm_arena_patched": b,
+                    "tflm_arena_ratio": round(a / b, 3) if b else None,
+                    "tflm_sections_original": _tflm.arena_sections(src_path, a),
+                    "tflm_sections_patched": _tflm.arena_sections(dst_path, b)})
+    return out
