@@ -173,14 +173,14 @@ def main(argv=None) -> int:
     ap.add_argument("--bounds", action="store_true",
                     help="the lower-bound ablation table (see module docstring)")
     ap.add_argument("--random", nargs="*", default=[], metavar="NODES:SEED",
-                    help="add memsched.examples randwire graphs, e.g. 32:2")
+                    help="add memsched.generators.examples randwire graphs, e.g. 32:2")
     args = ap.parse_args(argv)
 
     if args.segments:
         args.configs = [c for c in args.configs if CONFIGS[c][0] == "auto"]
     graphs = []
     if args.cells != "none":
-        from memsched.cell_graphs import cell_suite
+        from memsched.generators.cell_graphs import cell_suite
 
         graphs += list(cell_suite(args.cells).items())
     names = list(args.zoo)
@@ -191,7 +191,7 @@ def main(argv=None) -> int:
     for name in names:
         graphs.append((name, zoo_graph(name, args.cache, not args.no_fold_bn)))
     for spec in args.random:
-        from memsched.examples import example_onnx
+        from memsched.generators.examples import example_onnx
         from memsched.importers.onnx import from_onnx
 
         nodes, seed = (int(x) for x in spec.split(":"))

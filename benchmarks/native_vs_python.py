@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from memsched import native  # noqa: E402
 from memsched.memory import Problem  # noqa: E402
-from memsched.random_graphs import random_dag  # noqa: E402
+from memsched.generators.random_graphs import random_dag  # noqa: E402
 from memsched.schedulers import exact, native_exact  # noqa: E402
 
 

@@ -20,7 +20,7 @@ import time
 
 def _models(args):
     if args.zoo is None:
-        from memsched.examples import example_model
+        from memsched.generators.examples import example_model
 
         for name in ("two_branch", "nas_cell", "randwire"):
             for emit in ("bfs", "dfs"):

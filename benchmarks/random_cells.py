@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 import onnx  # noqa: E402
 
 from memsched import schedule  # noqa: E402
-from memsched.examples import example_onnx  # noqa: E402
+from memsched.generators.examples import example_onnx  # noqa: E402
 from memsched.importers.onnx import from_onnx  # noqa: E402
 from memsched.schedulers import best_heuristic  # noqa: E402
 from memsched.memory import Problem  # noqa: E402

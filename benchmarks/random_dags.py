@@ -17,9 +17,9 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 
 from memsched import native, schedule  # noqa: E402
-from memsched.examples import example_onnx  # noqa: E402
+from memsched.generators.examples import example_onnx  # noqa: E402
 from memsched.importers.onnx import from_onnx  # noqa: E402
-from memsched.random_graphs import random_dag  # noqa: E402
+from memsched.generators.random_graphs import random_dag  # noqa: E402
 
 
 def graphs(seeds: int):

@@ -7,7 +7,7 @@ every site (force) + ordering, with the change and whether every search was cert
 Peaks are memsched's model (``tvm`` by default: what StaticPlanBlockMemory plans; ``paper``
 counts inputs/outputs), computed on the Relax graph before legalization.
 
-Models: `memsched.examples` (nas_cell, randwire, two_branch) and three built here with
+Models: `memsched.generators.examples` (nas_cell, randwire, two_branch) and three built here with
 BlockBuilder: a DARTS-like network (V2 normal cell: ReLU-Conv-BN preprocessing of the two
 previous cells' concats, separable / dilated convs, skip connections), a DenseNet-like dense
 block (concat -> BN -> ReLU -> 1x1 conv), and a NAS cell whose concat feeds a depthwise conv.
@@ -159,7 +159,7 @@ def dw_cell(branches=4, c=16, hw=32, mult=2, seed=0):
 
 
 def models(zoo=()):
-    from memsched.examples import example_model
+    from memsched.generators.examples import example_model
 
     yield "examples/nas_cell", lambda: example_model("nas_cell")
     yield "examples/nas_cell (3 cells)", lambda: example_model("nas_cell", cells=3)
@@ -215,7 +215,7 @@ def measure(mod, time_limit, memory_model, planned=False):
     }
     if planned:
         import memsched
-        from memsched.examples import example_inputs
+        from memsched.generators.examples import example_inputs
         from tvm import relax
 
         for arena in (False, True):

@@ -1,6 +1,6 @@
 """TFLite import time (issue 15, item 6: <= 0.5 s for a 1 MB file).
 
-Synthesizes MobileNet-like .tflite files of about 1 MB (`importers.tflite_synth.mobilenet_like`:
+Synthesizes MobileNet-like .tflite files of about 1 MB (`generators.tflite_synth.mobilenet_like`:
 int8, and a deeper int8 one with many more operators) and times, in fresh processes (median
 of ``--runs``):
 
@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
     from memsched.importers.tflite_graph import read_tflite
-    from memsched.importers.tflite_synth import mobilenet_like
+    from memsched.generators.tflite_synth import mobilenet_like
 
     d = tempfile.mkdtemp()
     files = {

@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 
-from memsched.examples import example_tflite  # noqa: E402
+from memsched.generators.examples import example_tflite  # noqa: E402
 from memsched.importers.tflite_reorder import reorder_tflite  # noqa: E402
 from memsched.runtime import tflm  # noqa: E402
 

@@ -46,7 +46,7 @@ def zoo_graph(name: str, cache: str | None):
 
 
 def graphs(args):
-    from memsched.random_graphs import random_dag
+    from memsched.generators.random_graphs import random_dag
 
     for n in args.random:
         # wide windows make the exact search hard (no quick proof), as on real irregular nets
@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import memsched
-    from memsched.random_graphs import random_dag
+    from memsched.generators.random_graphs import random_dag
 
     memsched.schedule(random_dag(30, seed=1), "auto", time_limit=1.0)  # warm-up imports
     if args.native:

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from memsched import MemoryModel, schedule
-from memsched.cell_graphs import hrnet_network, nas_network, randwire_network
-from memsched.random_graphs import random_dag
+from memsched.generators.cell_graphs import hrnet_network, nas_network, randwire_network
+from memsched.generators.random_graphs import random_dag
 
 MODELS = [MemoryModel.get("paper"), MemoryModel.get("tvm"),
           MemoryModel(inplace=True, name="inplace")]

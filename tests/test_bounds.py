@@ -4,7 +4,7 @@ so an unsound bound fails here)."""
 from hypothesis import given, settings, strategies as st
 
 from memsched import MemoryModel, Problem, schedule
-from memsched.random_graphs import random_dag
+from memsched.generators.random_graphs import random_dag
 from memsched.schedulers.base import trivial_bound
 from memsched.schedulers.bounds import (ancestry_bound, ancestry_bounds, branch_cut_bound,
                                         mincut_bound, mincut_bounds, reachability)

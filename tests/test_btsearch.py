@@ -2,7 +2,7 @@
 from hypothesis import given, settings, strategies as st
 
 from memsched import MemoryModel, schedule
-from memsched.random_graphs import random_dag
+from memsched.generators.random_graphs import random_dag
 
 MODELS = [MemoryModel.get("paper"), MemoryModel.get("tvm"),
           MemoryModel(inplace=True, name="inplace")]

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import memsched
 from memsched.cli import main
-from memsched.examples import example_onnx
+from memsched.generators.examples import example_onnx
 
 FUZZ_CASES: Counter = Counter()
 EXTS = [".onnx", ".tflite", ".pt2", ".txt", ""]
@@ -48,7 +48,7 @@ def seeds(tmp_path_factory):
     """Valid files of each format, as bytes."""
     out = {".onnx": example_onnx("two_branch").SerializeToString()}
     try:
-        from memsched.examples import example_tflite
+        from memsched.generators.examples import example_tflite
 
         out[".tflite"] = example_tflite("two_branch")
     except ImportError:  # pragma: no cover - tflite extra not installed

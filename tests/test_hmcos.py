@@ -3,8 +3,8 @@ bound that the exact search confirms."""
 from hypothesis import given, settings, strategies as st
 
 from memsched import MemoryModel, Problem, schedule
-from memsched.cell_graphs import hrnet_network, nas_network, randwire_network
-from memsched.random_graphs import random_dag
+from memsched.generators.cell_graphs import hrnet_network, nas_network, randwire_network
+from memsched.generators.random_graphs import random_dag
 from memsched.schedulers import BASELINES
 
 MODELS = [MemoryModel.get("paper"), MemoryModel.get("tvm"),

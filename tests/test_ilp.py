@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 pytest.importorskip("ortools")
 
 from memsched import MemoryModel, Problem, schedule  # noqa: E402
-from memsched.random_graphs import random_dag  # noqa: E402
+from memsched.generators.random_graphs import random_dag  # noqa: E402
 from memsched.schedulers.base import run  # noqa: E402
 from memsched.schedulers.ilp import acyclic_partition, count_variables  # noqa: E402
 from memsched.simplify import simplify  # noqa: E402

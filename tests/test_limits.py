@@ -21,7 +21,7 @@ from memsched import native
 from memsched.graph import GraphBuilder
 from memsched.limits import Deadline, Expired, resolve_memory_limit
 from memsched.memory import Problem
-from memsched.random_graphs import random_dag
+from memsched.generators.random_graphs import random_dag
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON_DIR = os.path.join(ROOT, "python")
@@ -185,7 +185,7 @@ def test_ctrl_c_stops_cpsat():
     code = textwrap.dedent("""
         import sys
         import memsched
-        from memsched.random_graphs import random_dag
+        from memsched.generators.random_graphs import random_dag
         from ortools.sat.python import cp_model  # noqa: F401  (import before 'go')
         g = random_dag(300, seed=3, window=40)
         print("go", flush=True)
@@ -214,7 +214,7 @@ def test_pass_context_keys_right_after_import(imports):
         ctx = tvm.transform.PassContext(config={CONFIG})
         assert int(ctx.config["memsched.memory_limit"]) == 1 << 30
         assert float(ctx.config["memsched.time_limit_s"]) == 5.0
-        from memsched.examples import example_model
+        from memsched.generators.examples import example_model
         with ctx:  # the keys reach the pass
             mod = memsched.MemoryAwareSchedule()(example_model("two_branch"))
         attrs = mod["main"].attrs

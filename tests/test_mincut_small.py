@@ -6,7 +6,7 @@ import sys
 from hypothesis import given, settings, strategies as st
 
 from memsched import Problem
-from memsched.random_graphs import random_dag
+from memsched.generators.random_graphs import random_dag
 from memsched.schedulers import bounds
 
 
@@ -27,7 +27,7 @@ def test_small_max_flow_equals_scipy(n, seed, model, some):
 
 
 def test_small_graphs_do_not_import_scipy():
-    code = ("import sys; from memsched import Problem; from memsched.random_graphs import "
+    code = ("import sys; from memsched import Problem; from memsched.generators.random_graphs import "
             "random_dag; from memsched.schedulers.bounds import mincut_bound; "
             "p = Problem.from_graph(random_dag(12, 1), 'paper'); b = mincut_bound(p); "
             "print(b > 0, 'scipy.sparse.csgraph' in sys.modules)")

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import memsched
 from memsched import native
 from memsched.memory import Problem
-from memsched.random_graphs import random_dag
+from memsched.generators.random_graphs import random_dag
 from memsched.schedulers import exact as py_exact
 from memsched.schedulers import native_exact
 from memsched.schedulers.heuristics import best_heuristic
@@ -162,7 +162,7 @@ def test_pass_context_config_keys():
 def test_pass_runs_with_config():
     import tvm
 
-    from memsched.examples import example_model
+    from memsched.generators.examples import example_model
     from memsched.transform.memory_aware_schedule import MemoryAwareSchedule
 
     mod = example_model("randwire")
@@ -195,7 +195,7 @@ def test_add_subdirectory_from_parent_project(tmp_path):
     assert lib.exists()
     # the freshly built library works (fresh interpreter: global names are process-wide)
     code = ("import os, memsched.native as n; from memsched.memory import Problem; "
-            "from memsched.random_graphs import random_dag; "
+            "from memsched.generators.random_graphs import random_dag; "
             "p = Problem.from_graph(random_dag(10, seed=2)); "
             "print(n.evaluate(p, list(range(p.n)))[0] == p.evaluate(list(range(p.n))).peak)")
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ,

@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from memsched.cli import main
-from memsched.examples import example_onnx
+from memsched.generators.examples import example_onnx
 
 sys.path.insert(0, os.path.dirname(__file__))
 from mixnet_like import MIXNET_S, mixnet_like_onnx  # noqa: E402
@@ -156,7 +156,7 @@ def test_tvm_model_counts_planarena_alignment(tmp_path):
 
 
 def test_file_view_imports_neither_tvm_nor_torch(onnx_files, tmp_path):
-    from memsched.examples import example_tflite
+    from memsched.generators.examples import example_tflite
 
     tfl = tmp_path / "two_branch.tflite"
     tfl.write_bytes(example_tflite("two_branch"))
@@ -255,7 +255,7 @@ def test_file_view_search_loads_native_kernel_without_torch(tmp_path):
 
     import onnx
 
-    from memsched.examples import example_onnx
+    from memsched.generators.examples import example_onnx
 
     path = str(tmp_path / "rw.onnx")
     onnx.save(example_onnx("randwire", seed=3, nodes=16), path)

@@ -9,7 +9,7 @@ import pytest
 
 import memsched
 from memsched.cli import main
-from memsched.examples import example_onnx
+from memsched.generators.examples import example_onnx
 from memsched.importers.onnx import from_onnx
 from memsched.importers.relax import UnsupportedModelError
 

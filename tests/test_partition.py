@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from memsched.graph import GraphBuilder
 from memsched.partition import (PartitionError, PartitionProblem, evaluate, solve,
                                 param_balanced_cut)
-from memsched.random_graphs import random_dag
+from memsched.generators.random_graphs import random_dag
 
 
 def residual():

@@ -11,7 +11,7 @@ from tvm import relax  # noqa: E402
 from tvm.script import ir as I, relax as R  # noqa: E402
 
 import memsched  # noqa: E402
-from memsched.examples import example_model  # noqa: E402
+from memsched.generators.examples import example_model  # noqa: E402
 from memsched.partition import PartitionError, evaluate  # noqa: E402
 from memsched.transform.partition_pipeline import (PartitionPipeline,  # noqa: E402
                                                    partition_problem, pipeline_report,

@@ -221,7 +221,7 @@ def test_dynamic_shapes_left_alone():
 
 
 def test_example_models_never_worse():
-    from memsched.examples import example_model
+    from memsched.generators.examples import example_model
 
     for name in ("nas_cell", "randwire", "two_branch"):
         for emit in ("bfs", "dfs"):

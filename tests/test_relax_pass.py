@@ -7,7 +7,7 @@ from tvm import relax
 
 import memsched
 from memsched import MemoryAwareSchedule
-from memsched.examples import example_inputs, example_model
+from memsched.generators.examples import example_inputs, example_model
 from memsched.importers.relax import UnsupportedModelError, from_relax
 from memsched.tvm_memory import planned_bytes
 

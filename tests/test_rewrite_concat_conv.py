@@ -468,7 +468,7 @@ def test_paper_memory_model_is_an_option():
 
 
 def test_module_without_sites_is_returned_as_is():
-    from memsched.examples import example_model
+    from memsched.generators.examples import example_model
 
     mod = example_model("two_branch")
     assert RewriteConcatConv()(mod).same_as(mod)
@@ -530,7 +530,7 @@ def test_bad_options_fail_early():
 
 # ----------------------------------------------------------------------------- composition
 def test_composes_with_memory_aware_schedule():
-    from memsched.examples import example_inputs, example_model
+    from memsched.generators.examples import example_inputs, example_model
 
     mod = example_model("nas_cell")
     seq = tvm.transform.Sequential([RewriteConcatConv(), MemoryAwareSchedule()])
@@ -543,7 +543,7 @@ def test_composes_with_memory_aware_schedule():
 
 
 def test_pipeline_before():
-    from memsched.examples import example_inputs, example_model
+    from memsched.generators.examples import example_inputs, example_model
 
     mod = example_model("nas_cell")
     ins = example_inputs(mod)
@@ -567,7 +567,7 @@ def _bench():
 @pytest.mark.heavy
 @pytest.mark.parametrize("model", ["darts_like", "densenet_like", "dw_cell"])
 def test_nas_like_models_rewrite_plus_order_beats_order_only(model):
-    from memsched.examples import example_inputs
+    from memsched.generators.examples import example_inputs
 
     mod = getattr(_bench(), model)()
     only = MemoryAwareSchedule(time_limit=10)(mod)

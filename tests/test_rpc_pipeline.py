@@ -35,7 +35,7 @@ def test_executor_on_two_local_servers_equals_unsplit(tmp_path):
     from tvm import relax
 
     from memsched.cli_pipeline import build_stages, random_inputs
-    from memsched.examples import example_model
+    from memsched.generators.examples import example_model
     from memsched.runtime.rpc_pipeline import PipelineError, Stage, run_pipeline
     from memsched.transform.partition_pipeline import PartitionPipeline
 

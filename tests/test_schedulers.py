@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from memsched import MemoryModel, Problem, schedule
-from memsched.random_graphs import random_dag
+from memsched.generators.random_graphs import random_dag
 from memsched.schedulers import BASELINES, cut_segments
 
 MODELS = [MemoryModel.get("paper"), MemoryModel.get("tvm"),

@@ -5,7 +5,7 @@ import random
 from hypothesis import given, settings, strategies as st
 
 from memsched import MemoryModel, Problem
-from memsched.random_graphs import random_dag
+from memsched.generators.random_graphs import random_dag
 from memsched.schedulers.base import run
 from memsched.schedulers.heuristics import _kahn
 from memsched.simplify import simplify

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from memsched.cli import main
-from memsched.importers import tflite_synth as ts
+from memsched.generators import tflite_synth as ts
 from memsched.importers.load import ModelLoadError, load_graph
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")

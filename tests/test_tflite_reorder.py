@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from memsched.cli import main
-from memsched.examples import example_tflite
+from memsched.generators.examples import example_tflite
 from memsched.importers.tflite_graph import TFLiteModelError, read_tflite
 from memsched.importers.tflite_reorder import TFLM_MODEL, lifetimes, reorder_tflite
-from memsched.importers.tflite_synth import residual_concat_model
+from memsched.generators.tflite_synth import residual_concat_model
 from memsched.memory import Problem
 from memsched.runtime import tflm
 

@@ -8,7 +8,7 @@ import pytest
 from memsched.cli import main
 from memsched.importers.tflite_graph import TFLiteModelError, read_tflite
 from memsched.importers.tflite_segments import pack_model, segment_models, write_segments
-from memsched.importers.tflite_synth import residual_concat_model
+from memsched.generators.tflite_synth import residual_concat_model
 from memsched.partition import PartitionProblem, evaluate, solve
 from memsched.runtime.segments import (SegmentError, check_segments, make_interpreter,
                                        pipeline_runner, random_inputs, run_model)

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import memsched
 from memsched.cli import main
-from memsched.examples import example_onnx
+from memsched.generators.examples import example_onnx
 from memsched.graph import GraphBuilder, GraphError
 from memsched.importers.load import ModelLoadError
 
@@ -368,7 +368,7 @@ def test_analyze_bad_arguments(small_onnx, args, needle, capsys):
 
 def test_tflite_input_shapes_must_name_inputs(tmp_path, capsys):
     pytest.importorskip("tflite")
-    from memsched.examples import example_tflite
+    from memsched.generators.examples import example_tflite
 
     path = tmp_path / "m.tflite"
     path.write_bytes(example_tflite("two_branch"))

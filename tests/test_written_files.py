@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from memsched.cli import main
-from memsched.examples import example_tflite
+from memsched.generators.examples import example_tflite
 from memsched.fileio import write_atomic, write_atomic_with
 from memsched.importers import tflite_reorder
 from memsched.importers.tflite_check import check_tflite

@@ -7,7 +7,7 @@ import tvm
 from tvm import relax
 
 import memsched
-from memsched.examples import example_inputs, example_model
+from memsched.generators.examples import example_inputs, example_model
 
 # 1. A randomly wired network, emitted breadth-first as many frontends do.
 mod = example_model("randwire", seed=0)

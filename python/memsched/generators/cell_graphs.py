@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 
-from .graph import GraphBuilder, OpGraph
+from ..graph import GraphBuilder, OpGraph
 
 
 class _Net:

@@ -212,7 +212,7 @@ def _to_tflite(net: _Net, in_shape, emit: str, seed: int, quantized: bool = Fals
     """The net as a .tflite flatbuffer (NHWC; CONV_2D/ADD/RELU/MAX_POOL_2D/CONCATENATION),
     operators in ``emit`` order. ``quantized``: int8 activations (one scale for every
     activation, so ADD/CONCATENATION need no requantization), int8 weights, int32 biases."""
-    from .importers.tflite_synth import TFLiteBuilder
+    from .tflite_synth import TFLiteBuilder
 
     rng = np.random.default_rng(seed)
     b = TFLiteBuilder(f"example_{'int8' if quantized else 'float'}")

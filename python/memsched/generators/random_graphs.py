@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from .graph import GraphBuilder, OpGraph
+from ..graph import GraphBuilder, OpGraph
 
 
 def random_dag(n: int, seed: int = 0, *, max_fanin: int = 3, window: int = 6,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tflite_graph import schema
-from .tflite_segments import pack_model
+from ..importers.tflite_graph import schema
+from ..importers.tflite_write import pack_model
 
 
 class TFLiteBuilder:

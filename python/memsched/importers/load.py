@@ -2,7 +2,8 @@
 
 Formats: ``.onnx`` (TVM's ONNX frontend; the op graph for analysis is read from the ONNX graph
 itself), ``.tflite`` (TVM's TFLite frontend with the ``tflite`` parser), ``.pt2`` (a saved
-``torch.export`` program, TVM's torch frontend) and ``example:NAME`` (`memsched.examples`).
+``torch.export`` program, TVM's torch frontend) and ``example:NAME``
+(`memsched.generators.examples`).
 
 Model files are untrusted. Nothing from a file is executed (`importers.pt2` reads ``.pt2``
 archives without unpickling); each format is validated before a frontend sees it
@@ -254,7 +255,7 @@ def load_relax(path: str, input_shapes: dict | None = None):
     kind = _check_file(path)
     try:
         if kind == "example":
-            from ..examples import example_model
+            from ..generators.examples import example_model
 
             _no_shapes(path, input_shapes, "example models have fixed shapes")
             try:
