@@ -35,7 +35,7 @@ def _mib(b) -> str:
 def bench_network(name, mod, pool, ks, methods, n, sram, seed=0, log=print):
     import tvm
 
-    from memsched.cli_pipeline import build_stages, random_inputs
+    from memsched.cli.pipeline import build_stages, random_inputs
     from memsched.runtime.rpc_pipeline import (Stage, compare_outputs, run_pipeline,
                                                run_single)
     from memsched.transform.partition_pipeline import (PartitionPipeline,

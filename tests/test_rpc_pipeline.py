@@ -34,7 +34,7 @@ def test_executor_on_two_local_servers_equals_unsplit(tmp_path):
     tvm = pytest.importorskip("tvm")
     from tvm import relax
 
-    from memsched.cli_pipeline import build_stages, random_inputs
+    from memsched.cli.pipeline import build_stages, random_inputs
     from memsched.generators.examples import example_model
     from memsched.runtime.rpc_pipeline import PipelineError, Stage, run_pipeline
     from memsched.transform.partition_pipeline import PartitionPipeline

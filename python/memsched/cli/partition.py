@@ -1,4 +1,4 @@
-"""``memsched partition`` and ``memsched run-segments`` (registered by `memsched.cli`).
+"""``memsched partition`` and ``memsched run-segments`` (`memsched.cli`).
 
     memsched partition model.tflite --stages K [--sram BYTES] [--method auto|exact|inc-ilp|
         learned|param-balanced] [--time-limit S] [--json] [-o DIR]
@@ -14,23 +14,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 
-
-def parse_bytes(text: str) -> int:
-    """``8388608``, ``8MiB``, ``8M``, ``512KiB``, ``6.5MB`` -> bytes (K/M/G are binary)."""
-    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMG]?)(?:i?B)?\s*", str(text), re.I)
-    if not m:
-        raise ValueError(f"bad byte size {text!r}; expected e.g. 8388608 or 8MiB")
-    scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2).upper()]
-    return int(float(m.group(1)) * scale)
+from .common import parse_bytes, seconds
 
 
 def _errors():
-    from .errors import ModelLoadError
-    from .partition import PartitionError
-    from .runtime.segments import SegmentError
+    from ..errors import ModelLoadError
+    from ..partition import PartitionError
+    from ..runtime.segments import SegmentError
 
     return (ModelLoadError, PartitionError, SegmentError, ValueError, OSError)
 
@@ -48,9 +40,9 @@ def _guard(fn):
 
 @_guard
 def cmd_partition(args) -> int:
-    from .importers.tflite_graph import TFLiteModelError, read_tflite
-    from .importers.tflite_segments import write_segments
-    from .partition import PartitionProblem, solve
+    from ..importers.tflite_graph import TFLiteModelError, read_tflite
+    from ..importers.tflite_segments import write_segments
+    from ..partition import PartitionProblem, solve
 
     if not args.model.lower().endswith(".tflite"):
         raise TFLiteModelError(f"cannot partition {args.model!r}: expected a .tflite file")
@@ -96,7 +88,7 @@ def cmd_partition(args) -> int:
 
 @_guard
 def cmd_run_segments(args) -> int:
-    from .runtime.segments import (check_segments, find_segments, pipeline_runner,
+    from ..runtime.segments import (check_segments, find_segments, pipeline_runner,
                                    random_inputs, run_model)
 
     if args.count < 1:
@@ -136,9 +128,9 @@ def cmd_run_segments(args) -> int:
     return 0 if result["outputs_equal"] in (None, True) else 1
 
 
-def add_partition_commands(sub) -> None:
+def register(sub) -> None:
     """Register ``partition`` and ``run-segments`` on the CLI's subparsers."""
-    from .partition import available
+    from ..partition import available
 
     p = sub.add_parser("partition", help="cut a .tflite model into Edge TPU pipeline segments")
     p.add_argument("model", help=".tflite model")
@@ -147,8 +139,6 @@ def add_partition_commands(sub) -> None:
                    help="on-chip parameter SRAM per device in bytes (8MiB, 8388608; default 8 MiB)")
     p.add_argument("--method", default="auto", choices=sorted(available()),
                    help="partition method (default auto: certified optimum)")
-    from .cli import seconds  # finite and >= 0, one-line error otherwise
-
     p.add_argument("--time-limit", type=seconds, default=60.0,
                    help="solver time limit in seconds (default 60)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")

@@ -1,5 +1,5 @@
 """``memsched run-pipeline`` and the ``--stages`` options of ``memsched compile --pass
-PartitionPipeline`` (registered by `memsched.cli`).
+PartitionPipeline`` (`memsched.cli`).
 
     memsched run-pipeline MODEL --stages K [--servers host:port,...] [-n N] [--json]
         [--sram BYTES] [--method auto|exact|inc-ilp|learned|param-balanced] [--time-limit S]
@@ -19,6 +19,8 @@ import json
 import sys
 import time
 
+from .common import CLIError, _add_verbose, parse_bytes, seconds
+
 
 def add_partition_pass_args(p) -> None:
     """Options of the PartitionPipeline pass on ``memsched compile`` / ``tvmc compile``."""
@@ -33,10 +35,8 @@ def add_partition_pass_args(p) -> None:
 def _partition(mod, stages: int, sram: str, method: str, time_limit):
     """Run PartitionPipeline directly (not through TVM's pass runner, which turns every
     Python error into a bare RuntimeError), so bad input stays a one-line error."""
-    from .errors import CLIError
-    from .cli_partition import parse_bytes
-    from .partition import PartitionError
-    from .transform.partition_pipeline import PartitionPipeline, pipeline_report
+    from ..partition import PartitionError
+    from ..transform.partition_pipeline import PartitionPipeline, pipeline_report
 
     try:
         sram_bytes = parse_bytes(sram)
@@ -59,7 +59,7 @@ def cut_summary(report: dict) -> str:
 def partition_for_compile(mod, args):
     """``memsched compile --pass PartitionPipeline``: the partitioned module, and a function
     of the planned module that summarises the cut and each stage's planned storage."""
-    from .tvm_memory import storage_sizes
+    from ..tvm_memory import storage_sizes
 
     new, report = _partition(mod, args.stages, args.sram, args.partition_method,
                              getattr(args, "time_limit", None))
@@ -77,7 +77,7 @@ def random_inputs(func, n: int, seed: int = 0) -> list:
     import numpy as np
     from tvm import relax
 
-    from .importers.relax import UnsupportedModelError
+    from ..importers.relax import UnsupportedModelError
 
     rng = np.random.default_rng(seed)
     attrs = func.attrs
@@ -114,8 +114,8 @@ def build_stages(mod, target="llvm", log=None):
     (`stage_modules`: a device loads only its own weights)."""
     import tvm
 
-    from .runtime.rpc_pipeline import Stage
-    from .transform.partition_pipeline import stage_functions, stage_modules, stage_params
+    from ..runtime.rpc_pipeline import Stage
+    from ..transform.partition_pipeline import stage_functions, stage_modules, stage_params
 
     names = stage_functions(mod)
     params = stage_params(mod)
@@ -132,10 +132,9 @@ def build_stages(mod, target="llvm", log=None):
 def cmd_run_pipeline(args) -> int:
     import tvm
 
-    from .errors import CLIError
-    from .importers.load import load_relax, parse_shapes
-    from .runtime.rpc_pipeline import PipelineError, Stage, run_pipeline
-    from .runtime.rpc_servers import RPCServerError, ServerPool, parse_servers
+    from ..importers.load import load_relax, parse_shapes
+    from ..runtime.rpc_pipeline import PipelineError, Stage, run_pipeline
+    from ..runtime.rpc_servers import RPCServerError, ServerPool, parse_servers
 
     def log(msg):
         if not args.json:
@@ -204,9 +203,7 @@ def _print(args, res, report) -> None:
     c.print(f"outputs vs the unsplit build: {eq} on all {res.n} inputs")
 
 
-def add_pipeline_command(sub) -> None:
-    from .cli import _add_verbose, seconds
-
+def register(sub) -> None:
     p = sub.add_parser("run-pipeline", help="stream inputs through pipeline stages on TVM "
                                             "RPC servers")
     p.add_argument("model", help="model file (.onnx/.tflite/.pt2) or example:NAME")

@@ -1,4 +1,4 @@
-"""``memsched split`` and ``memsched profile-devices`` (registered by `memsched.cli`).
+"""``memsched split`` and ``memsched profile-devices`` (`memsched.cli`).
 
     memsched split MODEL --devices N [--device-memory BYTES ...] [--profile FILE]
         [--method ga|greedy|uniform|single] [--seed S] [--generations G] [--time-limit S]
@@ -28,12 +28,14 @@ import time
 
 import numpy as np
 
+from .common import _add_verbose, _load, parse_bytes, seconds
+
 
 def _errors():
-    from .errors import ModelLoadError
-    from .runtime.rpc_servers import RPCServerError
-    from .runtime.rpc_split import SplitRunError
-    from .split.problem import SplitError
+    from ..errors import ModelLoadError
+    from ..runtime.rpc_servers import RPCServerError
+    from ..runtime.rpc_split import SplitRunError
+    from ..split.problem import SplitError
 
     return (SplitError, RPCServerError, SplitRunError, ModelLoadError)
 
@@ -50,8 +52,7 @@ def _guard(fn):
 
 
 def _memories(values, n: int) -> list:
-    from .cli_partition import parse_bytes
-    from .split.problem import SplitError
+    from ..split.problem import SplitError
 
     if not values:
         return [None] * n
@@ -90,11 +91,10 @@ def _log(args, msg: str) -> None:
 
 @_guard
 def cmd_split(args) -> int:
-    from .cli import _load
-    from .importers.load import load_relax
-    from .split import CostModel, Device, Link, OpTimes, compare, from_relax, load_profile
-    from .split.problem import SplitError
-    from .split.solve import require_feasible
+    from ..importers.load import load_relax
+    from ..split import CostModel, Device, Link, OpTimes, compare, from_relax, load_profile
+    from ..split.problem import SplitError
+    from ..split.solve import require_feasible
 
     n = args.devices
     if n < 1:
@@ -119,8 +119,8 @@ def cmd_split(args) -> int:
     report_rpc = None
     try:
         if args.run_rpc:
-            from .runtime.rpc_servers import ServerPool
-            from .runtime.split_profile import measure_op_times, profile_devices
+            from ..runtime.rpc_servers import ServerPool
+            from ..runtime.split_profile import measure_op_times, profile_devices
 
             servers = args.servers
             pool = ServerPool(local=0 if servers else n, servers=servers).start()
@@ -167,8 +167,8 @@ def _run_rpc(mod, prob, result, cost, sessions, args) -> dict:
     import tvm
     from tvm import relax
 
-    from .runtime.rpc_split import run_split
-    from .transform.split_across_devices import split_module
+    from ..runtime.rpc_split import run_split
+    from ..transform.split_across_devices import split_module
 
     new, _ = split_module(mod, cost.devices, cost.link, problem=prob, result=result)
     rng = np.random.default_rng(args.seed)
@@ -231,10 +231,10 @@ def _print(out, res, args) -> None:
 
 @_guard
 def cmd_profile_devices(args) -> int:
-    from .runtime.rpc_servers import ServerPool
-    from .runtime.split_profile import profile_devices
-    from .split import save_profile
-    from .split.problem import SplitError
+    from ..runtime.rpc_servers import ServerPool
+    from ..runtime.split_profile import profile_devices
+    from ..split import save_profile
+    from ..split.problem import SplitError
 
     if not args.servers and not args.local:
         raise SplitError("give host:port servers (or KEY@tracker:port) or --local N")
@@ -258,10 +258,8 @@ def cmd_profile_devices(args) -> int:
     return 0
 
 
-def add_split_commands(sub) -> None:
+def register(sub) -> None:
     """Register ``split`` and ``profile-devices`` on the CLI's subparsers."""
-    from .cli import _add_verbose, seconds
-
     p = sub.add_parser("split", help="split every operator across N devices (GenEFlow GA)")
     p.add_argument("model", help="model file (.onnx/.tflite/.pt2) or example:NAME")
     p.add_argument("--devices", type=int, required=True, help="number of devices N")

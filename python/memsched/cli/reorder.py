@@ -1,4 +1,4 @@
-"""``memsched reorder`` (registered by `memsched.cli`).
+"""``memsched reorder`` (`memsched.cli`).
 
     memsched reorder model.tflite -o model.memsched.tflite [--offline-plan] [--measure]
         [--time-limit S] [--json]
@@ -37,9 +37,9 @@ class OutputsDiffer(RuntimeError):
 
 
 def cmd_reorder(args) -> int:
-    from .errors import ModelLoadError
-    from .importers.tflite_reorder import reorder_tflite
-    from .importers.tflite_write import write_model
+    from ..errors import ModelLoadError
+    from ..importers.tflite_reorder import reorder_tflite
+    from ..importers.tflite_write import write_model
 
     report = None
     try:
@@ -100,8 +100,8 @@ def measure(original: str, written: str) -> dict:
 
     ``equal`` is False if LiteRT or TFLM found any difference or the check failed;
     ``difference`` is then one line naming the first difference."""
-    from .importers.tflite_check import check_tflite
-    from .runtime import tflm
+    from ..importers.tflite_check import check_tflite
+    from ..runtime import tflm
 
     if not tflm.available():
         raise RuntimeError("--measure needs the 'tflite-micro' package "
@@ -134,7 +134,7 @@ def measure_bytes(original: str, data: bytes) -> dict:
         return measure(original, path)
 
 
-def add_reorder_command(sub) -> None:
+def register(sub) -> None:
     p = sub.add_parser("reorder", help="reorder a .tflite file for a smaller TFLite/TFLM arena")
     p.add_argument("model", help="a .tflite file")
     p.add_argument("-o", "--output", help="output file (default MODEL.memsched.tflite)")

@@ -1,0 +1,6 @@
+"""``python -m memsched.cli``: the ``memsched`` command."""
+import sys
+
+from . import main
+
+sys.exit(main())

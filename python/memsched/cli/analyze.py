@@ -1,0 +1,263 @@
+"""``memsched analyze``: the peak of every scheduling method, for the Relax module TVM builds
+(``--view relax``, the default except for .tflite files: planned as `memsched compile` plans
+it) or for the file's own graph (``--view file``, without TVM for .onnx and .tflite files).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import (CLIError, _add_verbose, _import_tvm, _load, _progress_callback,
+                     _quiet_native_stderr, _status, seconds)
+from .compile import (_parse_pass_config, _plain_tvm_planned, _plan, _resolve_pass, _target,
+                      _unschedulable)
+
+
+def _analyze_view(args) -> str:
+    # A .tflite file runs on the TFLite / TFLite Micro interpreter with its own dtypes (int8 =
+    # 1 byte per element) while TVM's frontend lowers it to float32: its default view is the
+    # file's (what the interpreter allocates); --view relax gives what a TVM build plans.
+    default = "file" if str(args.model).lower().endswith(".tflite") else "relax"
+    view = args.view or default
+    if view == "file" and (args.passes or args.pass_config):
+        raise CLIError("--pass/--pass-config apply to the Relax view (what compile builds); "
+                       "drop them or --view file")
+    return view
+
+
+def cmd_analyze(args) -> int:
+    """Schedule the model and print the peak of every method. ``--view relax`` (default): the
+    Relax bindings `memsched compile` schedules, under the ``tvm`` memory model, and the
+    storage TVM plans with and without memsched (the numbers compile prints); ``--view file``:
+    the graph of the file itself (ONNX nodes, TFLite operators), ``paper`` memory model by
+    default, without importing TVM for .onnx files."""
+    from ..schedulers.base import available
+
+    if args.algorithm is not None and args.algorithm not in available():
+        raise CLIError(f"unknown algorithm {args.algorithm!r}; choose one of "
+                       f"{', '.join(sorted(available()))}")
+    view = _analyze_view(args)
+    if args.plot or args.report:  # bad paths or no matplotlib: fail before any work
+        from ..report import check_outputs
+
+        check_outputs(args.plot, args.report)
+    analyzed = _analyze_file(args) if view == "file" else _analyze_relax(args)
+    result, graph, model, order = analyzed
+    if args.plot or args.report:
+        from ..report import write_outputs
+
+        if graph is None:
+            raise CLIError(f"cannot plot {args.model!r}: its main function has several "
+                           "dataflow blocks; use --view file")
+        for line in write_outputs(graph, model, order, result, args.plot, args.report):
+            print(line, file=sys.stderr)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    _print_analysis(result)
+    return 0
+
+
+def _analyze_file(args):
+    """The file view: the model's own graph (`load_graph`) scheduled under ``--memory-model``
+    (default ``paper``)."""
+    from ..importers.load import load_graph
+    from ..memory import MemoryModel, Problem
+    from ..schedulers import BASELINES, schedule
+
+    model = MemoryModel.get(args.memory_model or "paper")
+    algorithm = args.algorithm or "auto"
+    if not str(args.model).lower().endswith(".pt2"):
+        from .. import native
+
+        native.hide_torch_on_load()  # the C++ search kernel for 0.16 s instead of ~1.2 s
+    graph = _load(load_graph, args)
+    problem = Problem.from_graph(graph, model)
+    methods = {}
+    for name in BASELINES:
+        s = schedule(graph, name, model)
+        methods[name] = s.peak
+    update, stop = _progress_callback(not args.json or bool(args.plot or args.report))
+    try:
+        best = schedule(graph, algorithm, model, time_limit=args.time_limit,
+                        progress=update or False)
+    finally:
+        stop()
+    methods[algorithm] = best.peak
+    result = {
+        "model": args.model,
+        "view": "file",
+        "memory_model": model.name,
+        "ops": len(graph),
+        "input_order_peak_bytes": problem.evaluate(range(len(graph))).peak,
+        "peak_bytes": best.peak,
+        "lower_bound": best.lower_bound,
+        "optimal": bool(best.optimal),
+        "algorithm": algorithm,
+        "seconds": round(best.seconds, 4),
+        "order": [graph.ops[v].name for v in best.order],
+        "methods": methods,
+        "stats": best.stats,
+    }
+    return result, graph, model, best.order
+
+
+def _analyze_relax(args):
+    """The Relax view: the module `memsched compile` builds, planned the way compile plans it
+    (`_plan`, same passes and options), plus the baselines on the same blocks and the storage
+    plain ``tvm.compile`` plans."""
+    import time as _time
+
+    _import_tvm(args.model)
+    from ..importers.load import load_relax
+    from ..importers.relax import UnsupportedModelError, block_graph, dataflow_blocks
+    from ..memory import MemoryModel, Problem
+    from ..schedulers import BASELINES, schedule
+    from ..tvm_memory import storage_sizes
+
+    t0 = _time.perf_counter()
+    names = list(args.passes or [])
+    if "PartitionPipeline" in names:
+        raise CLIError("analyze does not take --pass PartitionPipeline (use memsched partition)")
+    others = [_resolve_pass(n) for n in names if n not in ("MemoryAwareSchedule", "PlanArena")]
+    target = _target(args.target)
+    config = _parse_pass_config(args.pass_config)
+    mod = _load(load_relax, args)
+    why = _unschedulable(mod, args.model)
+    if why:
+        raise CLIError(f"cannot analyze {args.model!r} as TVM builds it: {why} (--view file "
+                       "analyzes the file's own graph)")
+    opts = dict(schedule=True, algorithm=args.algorithm, time_limit=args.time_limit,
+                memory_model=args.memory_model or "tvm", before=others, plan_arena="auto")
+    limit = "" if args.time_limit is None else f" (time limit {args.time_limit:g} s)"
+    with _status(not args.json, f"scheduling and planning{limit} ..."), \
+            _quiet_native_stderr(getattr(args, "verbose", False)):
+        stages = _plan(mod, opts, target, config)
+        plain = _plain_tvm_planned(mod, stages, opts, target, config)
+    pre, scheduled, planned = stages["pre"], stages["scheduled"], stages["planned"]
+    if not any(g.name_hint == "main" for g in scheduled.get_global_vars()):
+        raise CLIError(f"cannot analyze {args.model!r}: the module has no 'main' function")
+    main = scheduled["main"]
+    attrs = main.attrs
+    if attrs is None or "memsched.peak_after" not in attrs:
+        raise CLIError(f"cannot analyze {args.model!r}: 'main' has no dataflow block to "
+                       "schedule")
+    if "memsched.skipped" in attrs:
+        raise CLIError(f"cannot analyze {args.model!r}: MemoryAwareSchedule could not model "
+                       f"{attrs['memsched.skipped']}")
+    model = MemoryModel.get(str(attrs["memsched.memory_model"]))
+    graphs = []
+    for i, blk in dataflow_blocks(pre["main"]):
+        try:
+            graphs.append(block_graph(blk, name=f"main.block{i}", mod=pre))
+        except UnsupportedModelError as e:  # the pass would have skipped it (checked above)
+            raise CLIError(f"cannot analyze {args.model!r}: {e}") from None
+    methods = {}
+    for name in BASELINES:
+        methods[name] = max((schedule(g, name, model).peak for g in graphs), default=0)
+    algorithm = str(attrs["memsched.algorithm"])
+    methods[algorithm] = int(attrs["memsched.peak_after"])
+    order_names = [b.var.name for _, blk in dataflow_blocks(main) for b in blk.bindings]
+    graph = order = None
+    if len(graphs) == 1:  # op ids of the scheduled order, for --plot/--report
+        graph = graphs[0]
+        ids = {op.name: v for v, op in enumerate(graph.ops)}
+        if len(ids) == len(graph) and all(n in ids for n in order_names):
+            order = [ids[n] for n in order_names]
+            graph.check_order(order)
+        else:
+            graph = None
+    peak, lower = int(attrs["memsched.peak_after"]), int(attrs["memsched.lower_bound"])
+    result = {
+        "model": args.model,
+        "view": "relax",
+        "memory_model": model.name,
+        "ops": sum(len(g) for g in graphs),
+        "input_order_peak_bytes": int(attrs["memsched.peak_before"]),
+        "peak_bytes": peak,
+        "lower_bound": lower,
+        "optimal": bool(int(attrs["memsched.optimal"])),
+        "algorithm": algorithm,
+        "seconds": round(float(attrs["memsched.seconds"]), 4),
+        "order": order_names,
+        "methods": methods,
+        "planned_bytes": sum(storage_sizes(planned, "main")),
+        "tvm_planned_bytes": plain,
+        "passes": ["MemoryAwareSchedule", "PlanArena"] + [n for n in names if n not in (
+            "MemoryAwareSchedule", "PlanArena")],
+        "stats": {"blocks": len(graphs), "blocks_reordered":
+                  int(attrs["memsched.blocks_reordered"]),
+                  "total_seconds": round(_time.perf_counter() - t0, 4),
+                  "time_limit": args.time_limit},
+    }
+    return result, graph, model, order
+
+
+def _print_analysis(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    class _Console(Console):
+        def on_broken_pipe(self):  # rich exits with status 1; `run` handles it like print
+            self.quiet = True
+            raise BrokenPipeError
+
+    relax_view = result["view"] == "relax"
+    what = "Relax bindings TVM builds" if relax_view else "the file's graph"
+    table = Table(title=f"{result['model']}: {result['ops']} ops ({what}), memory model "
+                        f"{result['memory_model']!r}")
+    table.add_column("method")
+    table.add_column("peak (bytes)", justify="right")
+    table.add_column("vs input order", justify="right")
+    input_peak = result["input_order_peak_bytes"]
+    for name, peak in result["methods"].items():
+        rel = f"{100.0 * (peak - input_peak) / input_peak:+.1f}%" if input_peak else "-"
+        label = "input (TVM's binding order)" if relax_view and name == "input" else name
+        table.add_row(label, f"{peak:,}", rel)
+    console = _Console()
+    console.print(table)
+    peak, lower = result["peak_bytes"], result["lower_bound"]
+    status = "optimal (peak == lower bound)" if result["optimal"] else \
+        f"gap {100 * (peak - lower) / peak if peak else 0:.1f}% (time limit reached)"
+    console.print(f"best peak {peak:,} B, lower bound {lower:,} B: {status}; "
+                  f"{result['seconds']:.2f} s")
+    if relax_view:
+        extra = "".join(f" --pass {p}" for p in result["passes"])
+        console.print(f"TVM planned storage: {result['tvm_planned_bytes']:,} B with plain "
+                      f"tvm.compile -> {result['planned_bytes']:,} B with `memsched compile "
+                      f"{result['model']}{extra} --time-limit {result['stats']['time_limit']:g}`",
+                      soft_wrap=True)
+    else:
+        console.print("(file view: TVM's build schedules its own Relax bindings; drop "
+                      "--view file for the numbers `memsched compile` prints)", soft_wrap=True)
+
+
+
+def register(sub) -> None:
+    a = sub.add_parser("analyze", help="peak memory per scheduling method")
+    a.add_argument("model", help="model file (.onnx/.tflite/.pt2) or example:NAME")
+    a.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    a.add_argument("--view", choices=["relax", "file"], default=None,
+                   help="relax (default except .tflite): the Relax bindings `memsched compile` "
+                        "schedules and the storage TVM plans (the numbers compile prints); "
+                        "file (default for .tflite: the interpreter's own dtypes): the file's "
+                        "own graph (ONNX nodes, TFLite operators), without TVM")
+    a.add_argument("--memory-model", default=None, choices=["paper", "tvm"],
+                   help="tvm: what TVM plans (default of the relax view); paper: inputs and "
+                        "outputs counted (default of the file view)")
+    a.add_argument("--time-limit", type=seconds, default=60.0,
+                   help="exact search time limit in seconds (default 60)")
+    a.add_argument("--algorithm", default=None, help="scheduler (default auto)")
+    a.add_argument("--input-shapes", help="static input shapes, e.g. x:1x3x224x224")
+    a.add_argument("--pass", dest="passes", action="append", metavar="NAME",
+                   help="relax view: pass run before scheduling, as in compile (repeatable), "
+                        "e.g. RewriteConcatConv; MemoryAwareSchedule and PlanArena always run")
+    a.add_argument("--pass-config", action="append", metavar="KEY=VALUE",
+                   help="relax view: PassContext option (repeatable), as in compile")
+    a.add_argument("--target", default="llvm", help="relax view: TVM target (default: llvm)")
+    a.add_argument("--plot", metavar="OUT.png|OUT.svg",
+                   help="plot live memory over time (input order, TVM's, ours; needs matplotlib)")
+    a.add_argument("--report", metavar="OUT.html",
+                   help="one self-contained HTML page: methods table, plot, per-op schedule")
+    _add_verbose(a)
+    a.set_defaults(func=cmd_analyze)
