@@ -148,6 +148,50 @@ def windows(sm: SpatialModel, region: Region, cell: Win):
     return held, reads
 
 
+def axis_windows(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int
+                 ) -> dict[int, tuple[int, int]]:
+    """`windows` along one axis (0 = H, 1 = W) for cells covering ``[lo, hi)`` of the split
+    tensors: windows are rectangles whose bounding boxes split by axis, so a grid's windows are
+    the products of its row and column ranges."""
+    need: dict[int, list[tuple[int, int]]] = {t: [(lo, hi)] for t in region.split}
+    held: dict[int, tuple[int, int]] = {}
+    for k in reversed(region.ops):
+        op = sm.ops[k]
+        wants = need.get(op.output)
+        if not wants:
+            raise Refused(f"operator {op.index} ({op.kind}): its output is never used")
+        a, b = min(w[0] for w in wants), max(w[1] for w in wants)
+        held[op.output] = (a, b)
+        if op.cls == "window":
+            a, b = a * op.stride[axis] - op.pad[axis], \
+                (b - 1) * op.stride[axis] - op.pad[axis] + (op.kernel[axis] - 1) * \
+                op.dilation[axis] + 1
+        for t in op.inputs:
+            size = sm.tensors[t].shape[1 + axis]
+            need.setdefault(t, []).append((max(a, 0), min(b, size)))
+    return held
+
+
+def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int]) -> int:
+    """MACs of the region's operators over all patches of ``grid`` (= `plan_patches`'
+    ``macs``) in O((rows + cols) x ops): per op, (sum of row extents) x (sum of column
+    extents) x channels x MACs per output element."""
+    cells = grid_cells(*region.hw, *grid)
+    rows, cols = grid
+    hs = [axis_windows(sm, region, 0, c.h0, c.h1) for c in cells[::cols]]
+    ws = [axis_windows(sm, region, 1, c.w0, c.w1) for c in cells[:cols]]
+    total = 0
+    for k in region.ops:
+        op = sm.ops[k]
+        t = op.output
+        if op.kind in ("PAD", "PADV2"):
+            continue
+        sh = sum(h[t][1] - h[t][0] for h in hs)
+        sw = sum(w[t][1] - w[t][0] for w in ws)
+        total += sh * sw * sm.tensors[t].channels * op.macs_per_out
+    return total
+
+
 def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int]) -> PatchPlan:
     """The patched region for ``grid`` = (rows, cols) (see the module docstring)."""
     rows, cols = grid

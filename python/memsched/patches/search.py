@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 from ..graph import GraphBuilder, OpGraph
 from ..memory import Problem
-from .geometry import SpatialModel
-from .region import PatchPlan, Refused, Region, plan_patches, regions
+from .geometry import PAD_MIN, SpatialModel
+from .region import PatchPlan, Refused, Region, grid_macs, plan_patches, regions
 
 DEFAULT_GRIDS = ((1, 2), (2, 1), (2, 2), (2, 3), (3, 2), (3, 3), (3, 4), (4, 3), (4, 4), (5, 5),
                  (6, 6), (7, 7), (8, 8))
@@ -44,15 +44,17 @@ class TFLMPersistent:
     Measured with the ``tflite-micro`` Python interpreter's recording allocator (reference
     kernels, 64-bit host): a ``NodeAndRegistration`` of 64 B per operator, a
     ``TfLiteEvalTensor`` of 24 B per tensor of the subgraph (constants included), each kernel's
-    op data (``op_data``, 16-byte aligned) and, for int8 CONV_2D / DEPTHWISE_CONV_2D, the
-    per-channel output multiplier and shift arrays: 2 x 4 B per output channel."""
+    op data (``op_data``: measured per kind as the tail growth of int8 models with 1 and 11
+    copies of the operator, minus node and tensors) and, for int8 CONV_2D / DEPTHWISE_CONV_2D,
+    the per-channel output multiplier and shift arrays: 2 x 4 B per output channel, each array
+    16-byte aligned."""
 
     node: int = 64
     eval_tensor: int = 24
-    op_data: tuple = (("CONV_2D", 80), ("DEPTHWISE_CONV_2D", 80), ("STRIDED_SLICE", 96),
-                      ("PAD", 64), ("PADV2", 64), ("CONCATENATION", 48), ("ADD", 96),
-                      ("MAX_POOL_2D", 32), ("AVERAGE_POOL_2D", 32))
-    default_op_data: int = 32
+    op_data: tuple = (("CONV_2D", 108), ("DEPTHWISE_CONV_2D", 108), ("STRIDED_SLICE", 120),
+                      ("PAD", 64), ("PADV2", 64), ("CONCATENATION", 88), ("ADD", 72),
+                      ("MAX_POOL_2D", 72), ("AVERAGE_POOL_2D", 72))
+    default_op_data: int = 48
     per_channel: int = 8
 
     def op(self, kind: str, cout: int = 0, quantized: bool = True, new_tensors: int = 1) -> int:
@@ -142,7 +144,8 @@ def plan_persistent_delta(sm: SpatialModel, plan: PatchPlan, quantized: bool,
             op = sm.ops[nd.op]
             add += price.op(op.kind, op.cout, quantized, 1)
         else:
-            add += price.op(NODE_KIND[nd.kind], 0, quantized, 1 + NEW_CONSTS[nd.kind])
+            consts = NEW_CONSTS[nd.kind] + (nd.kind == "pad" and nd.pad_value == PAD_MIN)
+            add += price.op(NODE_KIND[nd.kind], 0, quantized, 1 + consts)
     if any(nd.kind == "slice" for nd in plan.nodes):
         add += price.eval_tensor  # the shared strides tensor
     removed = sum(price.op(sm.ops[k].kind, sm.ops[k].cout, quantized, 1)
@@ -249,35 +252,53 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
             raise Refused(f"no patch region ends at tensor {split!r} (the spatial prefix ends "
                           f"at {why})")
     refused: list[str] = []
-    # MACs first (cheap), then peaks in MAC order with Pareto pruning
-    cands = []
     plans: dict = {}
-    for r in regs:
-        for g in grids:
+    # MACs first (separable per axis: cheap), then plans and peaks in MAC order, skipping a
+    # candidate whose lower bound cannot beat a cheaper one (exact Pareto pruning)
+    cands = []
+    region_price = [0]
+    for op in sm.ops:
+        region_price.append(region_price[-1] + price.op(op.kind, op.cout, quantized, 1))
+    for g in grids:
+        over_cap = 0
+        for r in regs:
             if g[0] > r.hw[0] or g[1] > r.hw[1]:
                 continue
             try:
-                plan = plan_patches(sm, r, g)
+                pm = grid_macs(sm, r, g)
             except Refused as e:
-                msg = f"split {sm.tensors[r.split[-1]].name!r} grid {g[0]}x{g[1]}: {e}"
-                if msg not in refused:
-                    refused.append(msg)
+                _refuse(refused, sm, r, g, e)
                 continue
-            macs = total_macs - plan.region_macs + plan.macs
+            macs = total_macs - sum(sm.macs[k] for k in r.ops) + pm
             over = macs / total_macs - 1 if total_macs else 0.0
             if over > cap:
+                # halos only grow with depth: three regions in a row over the cap end the grid
+                over_cap += 1
+                if over_cap >= 3:
+                    break
                 continue
-            cands.append((macs, g[0] * g[1], r.length, g, plan))
+            over_cap = 0
+            cands.append((macs, g[0] * g[1], r.length, g, r))
     cands.sort(key=lambda c: (c[0], c[1], c[2]))
     evaluated = skipped = 0
     results: list[Candidate] = []
     best_total = None
-    for macs, _, length, g, plan in cands:
-        r = plan.region
-        persist = base_persist + plan_persistent_delta(sm, plan, quantized, price)
+    for macs, patches, length, g, r in cands:
         split_bytes = sum(sm.tensors[t].nbytes for t in r.split)
-        lb = max(suffix[length], 2 * split_bytes) + persist
+        # copies of the region's operators are the least the patches add to the tail
+        lb = max(suffix[length], 2 * split_bytes) + base_persist + \
+            (patches - 1) * region_price[length]
         if best_total is not None and lb >= best_total:
+            skipped += 1
+            continue
+        try:
+            plan = plan_patches(sm, r, g)
+        except Refused as e:
+            _refuse(refused, sm, r, g, e)
+            continue
+        persist = base_persist + plan_persistent_delta(sm, plan, quantized, price)
+        if best_total is not None and max(suffix[length], 2 * split_bytes) + persist \
+                >= best_total:
             skipped += 1
             continue
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
@@ -306,6 +327,12 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
     choice = choose(frontier, original, max_overhead)
     return SearchResult(original, frontier, choice, evaluated, skipped, refused, why,
                         time.perf_counter() - t0, plans)
+
+
+def _refuse(refused: list, sm: SpatialModel, r: Region, g, e: Exception) -> None:
+    msg = f"split {sm.tensors[r.split[-1]].name!r} grid {g[0]}x{g[1]}: {e}"
+    if msg not in refused:
+        refused.append(msg)
 
 
 def pareto(cands: list[Candidate]) -> list[Candidate]:
