@@ -4,7 +4,9 @@ A solver is ``fn(problem, stages, sram_bytes, time_limit, **options) -> (assignm
 lower_bounds, optimal, stats)``: ``lower_bounds`` maps ``"P"``, ``"O"``, ``"C"`` to proven
 lower bounds on the lexicographic optimum's components; ``optimal`` is True only when the
 solver proved the assignment lexicographically optimal. `solve` re-evaluates the answer with
-`problem.evaluate`, so a solver cannot report a cost its assignment does not have.
+`problem.evaluate`, so a solver cannot report a cost its assignment does not have. Solvers
+register themselves (`register`, a decorator in each solver module); the package's
+``__init__`` imports every solver module, and this module imports none of them.
 """
 from __future__ import annotations
 
@@ -90,8 +92,6 @@ def solve(problem: PartitionProblem, stages: int, sram_bytes: int = DEFAULT_SRAM
     ``optimal`` is False.
     The searching methods never return a cut worse than the param-balanced one.
     """
-    from . import param_balanced as _pb
-
     problem.check_stages(stages)
     if isinstance(sram_bytes, bool) or not isinstance(sram_bytes, int) or sram_bytes < 0:
         raise PartitionError(f"sram_bytes must be a non-negative integer, got {sram_bytes!r}")
@@ -109,7 +109,9 @@ def solve(problem: PartitionProblem, stages: int, sram_bytes: int = DEFAULT_SRAM
     assignment, lbs, optimal, stats = fn(problem, stages, sram_bytes, time_limit, **options)
     seconds = time.perf_counter() - t0
     cost = evaluate(problem, assignment, sram_bytes, stages)
-    base_cut = _pb.param_balanced_cut(problem, stages)
+    # the baseline of every result, through the registry: the solver modules import this one
+    # (to register), never the other way round
+    base_cut = _REGISTRY["param-balanced"][0](problem, stages, sram_bytes)[0]
     base = evaluate(problem, base_cut, sram_bytes, stages)
     if key not in ("learned", "param-balanced") and base.key < cost.key:
         # a search stopped early from a poor start: never return worse than the baseline
