@@ -72,6 +72,23 @@ def axis_range(a: int, b: int, kernel: int, stride: int, dilation: int, pad: int
     return a * stride - pad, (b - 1) * stride - pad + (kernel - 1) * dilation + 1
 
 
+def axis_read(a: int, b: int, kernel: int, stride: int, dilation: int, pad: int, size: int
+              ) -> tuple[int, int]:
+    """The exact range of cells inside ``[0, size)`` that output range ``[a, b)`` reads: the
+    first and last tap that lands inside (at a border a dilated kernel may step over a cell,
+    which then is neither read nor needed). Empty (``lo >= hi``) when every tap is padding."""
+    lo, hi = size, -1
+    for j in range(kernel):
+        off = j * dilation - pad
+        o = max(a, -(-(-off) // stride))  # first o with o*stride + off >= 0
+        if o < b:
+            lo = min(lo, o * stride + off)
+        o = min(b - 1, (size - 1 - off) // stride)  # last o with o*stride + off < size
+        if o >= a:
+            hi = max(hi, o * stride + off + 1)
+    return (lo, hi) if lo < hi else (0, 0)
+
+
 def same_padding(size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int, int]:
     """TFLite's SAME rule: (output size, padding before, padding after)."""
     eff = (kernel - 1) * dilation + 1
@@ -150,6 +167,17 @@ class SOp:
                             self.pad[0])
         w0, w1 = axis_range(out.w0, out.w1, self.kernel[1], self.stride[1], self.dilation[1],
                             self.pad[1])
+        return Win(h0, h1, w0, w1)
+
+    def read_window(self, out: Win, hw: tuple[int, int]) -> Win:
+        """The exact window of the input (inside the ``hw`` tensor) that ``out`` reads:
+        `in_window` clipped to the first and last tap inside on each axis."""
+        if self.cls != "window":
+            return out.clip(*hw)
+        h0, h1 = axis_read(out.h0, out.h1, self.kernel[0], self.stride[0], self.dilation[0],
+                           self.pad[0], hw[0])
+        w0, w1 = axis_read(out.w0, out.w1, self.kernel[1], self.stride[1], self.dilation[1],
+                           self.pad[1], hw[1])
         return Win(h0, h1, w0, w1)
 
 

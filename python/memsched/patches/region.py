@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .geometry import PAD_NONE, SpatialModel, Win, bbox
+from .geometry import PAD_NONE, SpatialModel, Win, axis_read, bbox
 
 SPATIAL = ("window", "eltwise", "concat")
 
@@ -138,7 +138,7 @@ def windows(sm: SpatialModel, region: Region, cell: Win):
         for pos, t in enumerate(op.inputs):
             h, w = sm.tensors[t].hw
             full = op.in_window(out)
-            clipped = full.clip(h, w)
+            clipped = op.read_window(out, (h, w))
             if clipped.area <= 0:
                 raise Refused(f"operator {op.index} ({op.kind}): a patch reads only padding")
             reads[(k, pos)] = (full, clipped)
@@ -162,13 +162,14 @@ def axis_windows(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int
             raise Refused(f"operator {op.index} ({op.kind}): its output is never used")
         a, b = min(w[0] for w in wants), max(w[1] for w in wants)
         held[op.output] = (a, b)
-        if op.cls == "window":
-            a, b = a * op.stride[axis] - op.pad[axis], \
-                (b - 1) * op.stride[axis] - op.pad[axis] + (op.kernel[axis] - 1) * \
-                op.dilation[axis] + 1
         for t in op.inputs:
             size = sm.tensors[t].shape[1 + axis]
-            need.setdefault(t, []).append((max(a, 0), min(b, size)))
+            if op.cls == "window":
+                rng = axis_read(a, b, op.kernel[axis], op.stride[axis], op.dilation[axis],
+                                op.pad[axis], size)
+            else:
+                rng = (max(a, 0), min(b, size))
+            need.setdefault(t, []).append(rng)
     return held
 
 

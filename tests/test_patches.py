@@ -1,0 +1,194 @@
+"""Patch-based execution: window geometry against brute force, patched regions against the whole
+computation (numpy reference), the search, and the .tflite rewrite run in LiteRT / TFLite Micro."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from memsched.patches.geometry import Win, bbox, read_cells
+from memsched.patches.reference import random_weights, run_plan, run_whole, stack_model
+from memsched.patches.region import (Refused, grid_macs, plan_patches, regions, windows)
+
+KINDS = ["CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "PAD"]
+
+
+@st.composite
+def stacks(draw, max_ops=4):
+    n = draw(st.integers(1, max_ops))
+    specs = []
+    for _ in range(n):
+        kind = draw(st.sampled_from(KINDS))
+        if kind == "PAD":
+            specs.append(("PAD", draw(st.integers(1, 2)), 1, 1, ""))
+            continue
+        k = draw(st.integers(1, 4))
+        s = draw(st.integers(1, 3))
+        d = draw(st.integers(1, 3)) if kind in ("CONV_2D", "DEPTHWISE_CONV_2D") else 1
+        specs.append((kind, k, s, d, draw(st.sampled_from(["SAME", "VALID"]))))
+    h = draw(st.integers(3, 20))
+    w = draw(st.integers(3, 20))
+    residual = draw(st.booleans())
+    try:
+        sm = stack_model(specs, h, w, 2, residual=residual)
+    except ValueError:
+        assume(False)
+    return sm
+
+
+def _brute_window(op, out: Win, in_hw) -> Win | None:
+    cells = set()
+    for oh in range(out.h0, out.h1):
+        for ow in range(out.w0, out.w1):
+            cells |= read_cells(op, 0, 0, in_hw[0], in_hw[1], oh, ow)
+    if not cells:
+        return None
+    hs = [c[0] for c in cells]
+    ws = [c[1] for c in cells]
+    return Win(min(hs), max(hs) + 1, min(ws), max(ws) + 1)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stacks(), st.data())
+def test_window_rule_equals_brute_force(sm, data):
+    """Every op: the clipped window of an output window is the bounding box of the input cells
+    its output cells read, tap by tap; a whole stack back-propagates layer by layer so."""
+    for op in sm.ops:
+        if op.cls != "window":
+            continue
+        oh, ow = sm.tensors[op.output].hw
+        ih, iw = sm.tensors[op.inputs[0]].hw
+        h0 = data.draw(st.integers(0, oh - 1))
+        h1 = data.draw(st.integers(h0 + 1, oh))
+        w0 = data.draw(st.integers(0, ow - 1))
+        w1 = data.draw(st.integers(w0 + 1, ow))
+        out = Win(h0, h1, w0, w1)
+        brute = _brute_window(op, out, (ih, iw))
+        got = op.read_window(out, (ih, iw))
+        if brute is None:
+            assert got.area == 0
+        else:
+            assert got == brute
+    regs, _ = regions(sm)
+    r = regs[-1]
+    h, w = r.hw
+    cell = Win(h // 3, max(h // 3 + 1, 2 * h // 3), w // 3, max(w // 3 + 1, 2 * w // 3))
+    try:
+        held, reads = windows(sm, r, cell)
+    except Refused:
+        return
+    for k in r.ops:  # each layer's held input window: brute force over the held output window
+        op = sm.ops[k]
+        for t in op.inputs:
+            if op.cls != "window":
+                continue
+            consumers = [c for c in sm.consumers[t] if c < r.length]
+            wins = []
+            for c in consumers:
+                cop = sm.ops[c]
+                if cop.cls == "window":
+                    wins.append(_brute_window(cop, held[cop.output], sm.tensors[t].hw))
+                else:
+                    wins.append(held[cop.output])
+            if all(x is not None for x in wins):
+                assert held[t] == bbox(wins)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stacks(), st.integers(1, 4), st.integers(1, 4), st.integers(0, 2 ** 16))
+def test_patched_region_computes_the_same(sm, rows, cols, seed):
+    """Patch by patch (slices, explicit border pads, VALID ops, concatenations) the split
+    tensors equal the whole computation, for every region and grid; MACs from the per-axis
+    windows equal the plan's."""
+    rng = np.random.default_rng(seed)
+    weights = random_weights(sm, rng)
+    x = {0: rng.integers(-5, 6, (*sm.tensors[0].hw, sm.tensors[0].channels))}
+    regs, _ = regions(sm)
+    whole = run_whole(sm, len(sm.ops), weights, x)
+    for r in regs:
+        g = (min(rows, r.hw[0]), min(cols, r.hw[1]))
+        try:
+            plan = plan_patches(sm, r, g)
+        except Refused as e:
+            assert "AVERAGE_POOL_2D" in str(e) or "only padding" in str(e)
+            continue
+        got = run_plan(sm, plan, weights, x)
+        for t in r.split:
+            assert np.array_equal(got[t], whole[t]), (r.length, g, t)
+        assert grid_macs(sm, r, g) == plan.macs
+
+
+def test_refused_grid_and_reason():
+    sm = stack_model([("AVERAGE_POOL_2D", 3, 1, 1, "SAME")], 8, 8, 2)
+    r = regions(sm)[0][0]
+    with pytest.raises(Refused, match="AVERAGE_POOL_2D"):
+        plan_patches(sm, r, (2, 2))
+    with pytest.raises(Refused, match="does not fit"):
+        plan_patches(sm, r, (9, 1))
+
+
+# ---------------------------------------------------------------------------- .tflite
+tflite = pytest.importorskip("ai_edge_litert")
+
+
+def _small_mobilenet():
+    from memsched.generators.tflite_synth import mobilenet_like
+
+    return mobilenet_like(blocks=4, width=8, size=32)
+
+
+def test_search_frontier_and_choice():
+    from memsched.importers.tflite_graph import read_tflite
+    from memsched.patches import SpatialModel, search_patches
+
+    tg = read_tflite(_small_mobilenet())
+    sm = SpatialModel.from_tflite(tg)
+    res = search_patches(sm, tg.graph, tg.tensor_index, n_tensors=len(tg.subgraph.tensors),
+                         time_limit=2.0)
+    assert res.frontier
+    macs = [c.macs for c in res.frontier]
+    totals = [c.total for c in res.frontier]
+    assert macs == sorted(macs) and totals == sorted(totals, reverse=True)
+    if res.choice is not None:
+        assert res.choice.overhead <= 0.3 and res.choice.total < res.original.total
+    d = res.as_dict()
+    assert d["original"]["grid"] == "1x1" and "frontier" in d
+
+
+@pytest.mark.parametrize("model,kw", [("mobilenet", {"grid": "2x2"}),
+                                      ("pad_slice", {"grid": "3x3", "split": "conv2"})])
+def test_tile_tflite_outputs_equal(tmp_path, model, kw):
+    """The rewrite runs in stock LiteRT and TFLite Micro with bit-equal outputs."""
+    from memsched.generators.tflite_synth import pad_slice_model
+    from memsched.importers.tflite_graph import read_tflite
+    from memsched.importers.tflite_patches import compare_outputs, tile_tflite
+    from memsched.runtime import tflm
+
+    data = _small_mobilenet() if model == "mobilenet" else pad_slice_model(size=12)
+    src = tmp_path / "m.tflite"
+    src.write_bytes(data)
+    dst = tmp_path / "m_tiled.tflite"
+    out, res = tile_tflite(str(src), str(dst), offline_plan=True, time_limit=2.0, **kw)
+    assert dst.read_bytes() == out
+    assert res.choice is not None and res.ops_after > res.ops_before
+    kinds = {op.kind for op in read_tflite(out).graph.ops}
+    assert "STRIDED_SLICE" in kinds and "CONCATENATION" in kinds
+    assert res.as_dict()["patched"] is True
+    cmp = compare_outputs(str(src), str(dst), count=1, tflm=tflm.available())
+    assert cmp["litert_equal"]
+    assert cmp["tflm_equal"] in (True, None)
+
+
+def test_tile_tflite_errors(tmp_path):
+    from memsched.importers.tflite_graph import TFLiteModelError
+    from memsched.importers.tflite_patches import tile_tflite
+
+    src = tmp_path / "m.tflite"
+    src.write_bytes(_small_mobilenet())
+    for grid in ("3", "axb", "0x2"):
+        with pytest.raises(TFLiteModelError) as e:
+            tile_tflite(str(src), grid=grid)
+        assert "\n" not in str(e.value)
+    with pytest.raises(TFLiteModelError, match="no patch region ends at"):
+        tile_tflite(str(src), split="no_such_tensor")
+    with pytest.raises(ValueError):
+        tile_tflite(b"not a model")
