@@ -10,15 +10,22 @@
 single-device, uniform, greedy and GA splits under the devices' memory limits, their predicted
 latency and per-device peak memory. Without ``--run-rpc`` the cost model comes from
 ``--profile`` (written by ``profile-devices``) and operator FLOPs; with ``--run-rpc`` it is
-calibrated on the devices themselves (link, speeds and every operator kernel measured over RPC),
-and the GA's split is rewritten (`SplitAcrossDevices`), uploaded and run on N local RPC servers
+calibrated on the devices themselves (link, speeds and every operator kernel measured over RPC;
+``calibration`` in the report says how repeatable those timings were, and the text output warns
+when a busy machine made them unreliable), unless ``--profile`` is given, which then stays the
+cost model; and the GA's split is rewritten (`SplitAcrossDevices`), uploaded and run on N local RPC servers
 (one process each, ``TVM_NUM_THREADS=1``, always stopped) or on ``--servers``: measured
 latency, bytes moved and whether the outputs equal the unsplit model's.
 
 ``--json`` prints ``{"devices", "latency_s": {"single", "uniform", "greedy", "ga"}, "memory_ok",
 "per_device_peak_bytes", "device_memory_bytes", "rpc": {"measured_s", "predicted_s",
 "outputs_equal", ...}}`` (``single`` is null when the model does not fit one device; ``rpc``
-only with ``--run-rpc``). Errors are one line on stderr, exit status 2.
+only with ``--run-rpc``). Errors (bad input, memory limits no split meets) are one line on stderr,
+exit status 2; outputs that differ from the unsplit model's exit 1.
+
+Determinism: the same model, options, seed and cost model give the same split. A calibration
+(``--run-rpc`` without ``--profile``) is measured anew each run, so its split can change from
+run to run; ``profile-devices -o FILE`` once and ``--profile FILE`` keep it fixed.
 """
 from __future__ import annotations
 
@@ -127,11 +134,12 @@ def cmd_split(args) -> int:
             if len(pool) < n:
                 raise SplitError(f"--run-rpc needs {n} servers, --servers gives {len(pool)}")
             sessions = pool.sessions(n)
-            _log(args, "calibrating: link, device speeds, operator kernels ...")
-            devs, link, extra = profile_devices(sessions)
-            speeds = [d.speed for d in devs]
-            copy_bw = extra["copy_bandwidth"]
-            times = measure_op_times(mod, prob, sessions[0])
+            if not args.profile:  # with a saved profile the cost model stays that profile's
+                _log(args, "calibrating: link, device speeds, operator kernels ...")
+                devs, link, extra = profile_devices(sessions)
+                speeds = [d.speed for d in devs]
+                copy_bw = extra["copy_bandwidth"]
+                times = measure_op_times(mod, prob, sessions[0])
         cost = CostModel([Device(memory[k], speeds[k]) for k in range(n)], link, times,
                          copy_bandwidth=copy_bw)
         update, stop = _progress(not args.json)
@@ -154,13 +162,16 @@ def cmd_split(args) -> int:
            "stages": ev["stages"], "ga_seconds": round(res["ga"].seconds, 3),
            "cost_model": "measured over RPC" if args.run_rpc else
            ("profile + FLOPs" if args.profile else "FLOPs (1 GFLOP/s devices, default link)")}
+    if getattr(times, "calibration", None):
+        out["calibration"] = times.calibration
     if report_rpc is not None:
         out["rpc"] = report_rpc
+    code = 1 if report_rpc is not None and not report_rpc["outputs_equal"] else 0
     if args.json:
         print(json.dumps(out))
-        return 0
+        return code
     _print(out, res, args)
-    return 0
+    return code
 
 
 def _run_rpc(mod, prob, result, cost, sessions, args) -> dict:
@@ -221,6 +232,14 @@ def _print(out, res, args) -> None:
     console.print(t)
     if not out["memory_ok"]:
         console.print(f"[bold]{args.method}'s split does not fit the devices' memory[/bold]")
+    cal = out.get("calibration")
+    if cal and cal.get("kernels"):
+        verdict = ("repeatable" if cal["trusted"] else
+                   "NOT repeatable: the machine is busy, predictions may miss by far more "
+                   "than 20 %")
+        console.print(f"calibration: repeats of one kernel differ by {cal['spread_median']:.0%} "
+                      f"(median) / {cal['spread_p90']:.0%} (90th percentile) over "
+                      f"{cal['kernels']} kernels: {verdict}")
     if "rpc" in out:
         r = out["rpc"]
         console.print(f"RPC run on {out['devices']} devices: measured {r['measured_s'] * 1e3:.2f} "

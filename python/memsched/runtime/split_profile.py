@@ -30,6 +30,32 @@ from ..split.encoding import needed
 from ..split.problem import SplitProblem, relax_block
 
 
+# A calibration whose repeats of one kernel differ by more than this (90th percentile over the
+# kernels, (max - min) / median) comes from a machine busy with other work: its predictions
+# then miss by more than the ~20 % an idle machine gives (see docs/multi-device.md).
+TRUSTED_SPREAD = 0.25
+
+
+def spread(times) -> float:
+    """(max - min) / median of repeated timings of one thing (0 for fewer than two)."""
+    ts = np.asarray(list(times), dtype=float)
+    if ts.size < 2 or not np.median(ts) > 0:
+        return 0.0
+    return float((ts.max() - ts.min()) / np.median(ts))
+
+
+def calibration_summary(spreads) -> dict:
+    """How repeatable a calibration was: the spread of repeated timings over every kernel, and
+    whether predictions built on it can be trusted (`TRUSTED_SPREAD`)."""
+    sp = np.asarray(list(spreads), dtype=float)
+    if sp.size == 0:
+        return {"kernels": 0, "spread_median": None, "spread_p90": None, "trusted": None}
+    p90 = float(np.percentile(sp, 90))
+    return {"kernels": int(sp.size), "spread_median": round(float(np.median(sp)), 4),
+            "spread_p90": round(p90, 4), "spread_max": round(float(sp.max()), 4),
+            "trusted": bool(p90 <= TRUSTED_SPREAD)}
+
+
 def _median(fn, reps: int = 7) -> float:
     ts = []
     for _ in range(reps):
@@ -261,11 +287,14 @@ def measure_op_times(mod, problem: SplitProblem, session, func_name: str = "main
     dev = session.cpu()
     rng = np.random.default_rng(0)
     measured: dict = {}
+    spreads: list = []
     for q, (sig, (name, shapes)) in enumerate(funcs.items()):
         args = [tvm.runtime.tensor(rng.standard_normal(s).astype(dt), device=dev)
                 for s, dt in shapes]
         ev = vm.time_evaluator(name, dev, number=number, repeat=repeat)
-        measured[sig] = float(ev(*args).median)
+        r = ev(*args)
+        measured[sig] = float(r.median)
+        spreads.append(spread(r.results))
         if progress and q % 25 == 0:
             progress(f"timed {q + 1}/{len(funcs)} kernels")
     full = {}
@@ -316,6 +345,7 @@ def measure_op_times(mod, problem: SplitProblem, session, func_name: str = "main
         fixed[dim], slope[dim] = f, m
     times = OpTimes(fixed, slope, "measured", linearity)
     times.kernels = len(funcs)
+    times.calibration = calibration_summary(spreads)
     return times
 
 

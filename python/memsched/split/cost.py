@@ -91,6 +91,8 @@ class OpTimes:
     slope: dict = field(default_factory=dict)
     source: str = "flops"
     linearity: dict = field(default_factory=dict)  # calibration report (R^2 etc.)
+    # repeatability of the measured kernels (`runtime.split_profile.calibration_summary`)
+    calibration: dict = field(default_factory=dict)
 
     @classmethod
     def from_flops(cls, problem: SplitProblem, per_op_overhead: float = 0.0) -> "OpTimes":
