@@ -234,7 +234,12 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
     t0 = time.perf_counter()
     grids = list(grids or DEFAULT_GRIDS)
     cap = frontier_overhead if frontier_overhead is not None else max(1.0, 3 * max_overhead)
-    total_macs = sum(sm.macs)
+    # MACs per op: the geometry's count for spatial ops (PAD moves data: 0; element-wise: one
+    # per output element), the importer's for the others, so a region's MACs whole and patched
+    # are counted alike
+    op_macs = [sm.op_macs(op) if op.cls != "other" else sm.macs[k]
+               for k, op in enumerate(sm.ops)]
+    total_macs = sum(op_macs)
     problem = Problem.from_graph(graph, TFLM_MODEL)
     steps = problem.evaluate(list(range(len(graph)))).steps
     suffix = [0] * (len(steps) + 1)
@@ -269,7 +274,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
             except Refused as e:
                 _refuse(refused, sm, r, g, e)
                 continue
-            macs = total_macs - sum(sm.macs[k] for k in r.ops) + pm
+            macs = total_macs - sum(op_macs[k] for k in r.ops) + pm
             over = macs / total_macs - 1 if total_macs else 0.0
             if over > cap:
                 # halos only grow with depth: three regions in a row over the cap end the grid

@@ -1,0 +1,142 @@
+"""Patch-based execution on int8 MCU-class models: TFLite Micro's minimal total arena before and
+after `memsched.importers.tflite_patches.tile_tflite`, MAC overhead, outputs equal.
+
+Models are built with the flatbuffer object API (no tensorflow): random weights, per-channel
+int8 quantization, so they run in LiteRT and TFLite Micro as converted Keras models do:
+
+* ``mbv2-<alpha>-<px>``: a MobileNetV2 (Keras ``MobileNetV2`` layer list: stem 3x3/2, inverted
+  residuals (t, c, n, s) = (1,16,1,1) (6,24,2,2) (6,32,3,2) (6,64,4,2) (6,96,3,1) (6,160,3,2)
+  (6,320,1,1) with ReLU, an explicit ``PAD`` ((0,1),(0,1)) before every stride-2 depthwise
+  convolution as Keras' ``ZeroPadding2D`` writes, 1x1 conv to 1280, MEAN, FULLY_CONNECTED);
+* ``mobilenet_like-<px>``: `memsched.generators.tflite_synth.mobilenet_like`.
+
+Run: ``.venv/bin/python benchmarks/patches.py [names...] [--max-overhead 0.3] [--json]``.
+The Keras-converted models of the issue's table (tensorflow venv) are not built here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+
+
+def _divisible(v: float, d: int = 8) -> int:
+    n = max(d, int(v + d / 2) // d * d)
+    return n + d if n < 0.9 * v else n
+
+
+def mobilenet_v2(alpha: float = 0.35, size: int = 144, classes: int = 10, seed: int = 0,
+                 stages=None) -> bytes:
+    from memsched.generators.tflite_synth import _Net
+
+    net = _Net(f"mbv2_{alpha}_{size}", True, seed)
+    s = net.s
+    x = net.act("input", [1, size, size, 3], 0.02, 0)
+    net.b.inputs = [x]
+    shape = [1, size, size, 3]
+
+    def pad01(t, shape):
+        out_shape = [1, shape[1] + 1, shape[2] + 1, shape[3]]
+        out = net.act(f"pad{net.n}", out_shape, like=t)
+        pads = net.const_i32(f"pad{net.n}/p", [[0, 0], [0, 1], [0, 1], [0, 0]])
+        net.b.op("PAD", [t, pads], [out], s.BuiltinOptions.PadOptions, s.PadOptionsT())
+        return out, out_shape
+
+    t, shape = pad01(x, shape)
+    t, shape = net.conv(t, shape, _divisible(32 * alpha), k=3, stride=2, padding="VALID")
+    cfg = stages or [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+                     (6, 160, 3, 2), (6, 320, 1, 1)]
+    for tt, c, n, st in cfg:
+        cout = _divisible(c * alpha)
+        for i in range(n):
+            stride = st if i == 0 else 1
+            inp, in_shape = t, shape
+            h = t
+            if tt != 1:
+                h, shape = net.conv(h, shape, shape[3] * tt, k=1)
+            if stride == 2:
+                h, shape = pad01(h, shape)
+                h, shape = net.conv(h, shape, shape[3], depthwise=True, stride=2,
+                                    padding="VALID")
+            else:
+                h, shape = net.conv(h, shape, shape[3], depthwise=True)
+            h, shape = net.conv(h, shape, cout, k=1, relu=False)
+            if stride == 1 and in_shape == shape:
+                h = net.add(h, inp, shape)
+            t = h
+    last = 1280 if alpha <= 1.0 else _divisible(1280 * alpha)
+    t, shape = net.conv(t, shape, last, k=1)
+    mean = net.act("mean", [1, shape[3]], 0.05, -3)
+    axes = net.const_i32("mean/axes", [1, 2])
+    o = s.ReducerOptionsT()
+    o.keepDims = False
+    net.b.op("MEAN", [t, axes], [mean], s.BuiltinOptions.ReducerOptions, o)
+    y = net.fc(mean, shape[3], classes)
+    net.b.outputs = [y]
+    return net.b.finish()
+
+
+MODELS = {
+    "mbv2-0.35-144": lambda: mobilenet_v2(0.35, 144),
+    "mbv2-0.35-96": lambda: mobilenet_v2(0.35, 96),
+    "mbv2-1.0-96": lambda: mobilenet_v2(1.0, 96),
+    "mobilenet_like-96": lambda: __import__(
+        "memsched.generators.tflite_synth", fromlist=["x"]).mobilenet_like(size=96),
+}
+
+
+def run(name: str, max_overhead: float, offline_plan: bool, measure: bool = True) -> dict:
+    from memsched.importers.tflite_patches import measure_tile, tile_tflite
+
+    data = MODELS[name]()
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "m.tflite"), os.path.join(d, "p.tflite")
+        with open(src, "wb") as f:
+            f.write(data)
+        t0 = time.perf_counter()
+        _, res = tile_tflite(src, dst, max_overhead=max_overhead, offline_plan=offline_plan)
+        secs = time.perf_counter() - t0
+        row = {"model": name, "ops": res.ops_before, "ops_patched": res.ops_after,
+               "seconds": round(secs, 2), "result": res.as_dict()}
+        if measure:
+            row["measured"] = measure_tile(src, dst, count=1)
+    return row
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="*", default=["mbv2-0.35-144", "mobilenet_like-96"])
+    ap.add_argument("--max-overhead", type=float, default=0.3)
+    ap.add_argument("--no-offline-plan", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    rows = []
+    for name in a.models:
+        row = run(name, a.max_overhead, not a.no_offline_plan)
+        rows.append(row)
+        if a.json:
+            continue
+        c = row["result"]["choice"]
+        m = row["measured"]
+        print(f"{name:20s} ops {row['ops']:4d}->{row['ops_patched']:4d}  "
+              f"TFLM total {m.get('tflm_arena_original', 0):>9,} -> "
+              f"{m.get('tflm_arena_patched', 0):>9,} B ({m.get('tflm_arena_ratio')}x)  "
+              f"split {c and ','.join(c['split'])} grid {c and c['grid']} "
+              f"MACs +{100 * (c['mac_overhead'] if c else 0):.1f} %  "
+              f"estimated {row['result']['search']['original']['total_bytes']:,} -> "
+              f"{c and c['total_bytes']:,}  LiteRT equal {m['litert_equal']} "
+              f"TFLM equal {m['tflm_equal']}  {row['seconds']} s", flush=True)
+    if a.json:
+        print(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
