@@ -45,9 +45,10 @@ class TFLMPersistent:
     kernels, 64-bit host): a ``NodeAndRegistration`` of 64 B per operator, a
     ``TfLiteEvalTensor`` of 24 B per tensor of the subgraph (constants included), each kernel's
     op data (``op_data``: measured per kind as the tail growth of int8 models with 1 and 11
-    copies of the operator, minus node and tensors) and, for int8 CONV_2D / DEPTHWISE_CONV_2D,
-    the per-channel output multiplier and shift arrays: 2 x 4 B per output channel, each array
-    16-byte aligned."""
+    copies of the operator, minus node and tensors) and, for CONV_2D / DEPTHWISE_CONV_2D, the
+    per-channel output multiplier and shift arrays: 2 x 4 B per output channel, each array
+    16-byte aligned (TFLM's Prepare allocates them for float models too; ``quantized=False``
+    leaves them out, for runtimes that do not)."""
 
     node: int = 64
     eval_tensor: int = 24
