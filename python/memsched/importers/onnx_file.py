@@ -29,17 +29,13 @@ import re
 
 from ..errors import ModelLoadError
 from ..limits import MAX_FOLD_BYTES
+# the ONNX dtype table and shape ops are shared with the front door, which read_onnx runs
+from .onnx_front import DTYPE_BITS, SHAPE_OPS
 
 MAX_FILE_BYTES = 2 << 30  # protobuf's own limit
 MAX_EXTERNAL_BYTES = 1 << 36  # 64 GiB of external tensor data in all
 MAX_TENSOR_BYTES = 1 << 60  # same bound as memsched.graph.MAX_GRAPH_BYTES
 
-# bits per element of the fixed-size ONNX dtypes (STRING and UNDEFINED have none)
-DTYPE_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32,
-              13: 64, 14: 64, 15: 128, 16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4,
-              23: 4, 24: 8, 25: 2, 26: 2, 27: 6, 28: 6}
-# ops whose output TVM's ONNX frontend computes at import when the inputs are static
-SHAPE_OPS = {"Shape", "Size"}
 
 
 def _fail(path: str, problem: str):

@@ -39,6 +39,11 @@ from ..graph import UnsupportedModelError
 from ..errors import ModelLoadError
 from ..limits import MAX_FOLD_BYTES
 
+# bits per element of the fixed-size ONNX dtypes (STRING and UNDEFINED have none)
+DTYPE_BITS = {1: 32, 2: 8, 3: 8, 4: 16, 5: 16, 6: 32, 7: 64, 9: 8, 10: 16, 11: 64, 12: 32,
+              13: 64, 14: 64, 15: 128, 16: 16, 17: 8, 18: 8, 19: 8, 20: 8, 21: 4, 22: 4,
+              23: 4, 24: 8, 25: 2, 26: 2, 27: 6, 28: 6}
+# ops whose output TVM's ONNX frontend computes at import when the inputs are static
 SHAPE_OPS = {"Shape", "Size"}
 MAX_ROUNDS = 8
 
@@ -172,8 +177,6 @@ def _info(model) -> dict:
 
 
 def _nbytes(vi):
-    from .onnx_file import DTYPE_BITS
-
     dims = _dims(vi)
     if dims is None or None in dims:
         return None

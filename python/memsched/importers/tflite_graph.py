@@ -36,6 +36,41 @@ class TFLiteModelError(ModelLoadError):
     """A .tflite file that cannot be read or partitioned; the message names file and problem."""
 
 
+# TFLite Micro's offline memory plan: metadata of int32 [version 1, subgraph 0, n, offsets]
+OFFLINE_METADATA = "OfflineMemoryAllocation"
+
+
+def _name(x) -> str:
+    return x.decode("utf-8", "replace") if isinstance(x, (bytes, bytearray)) else str(x or "")
+
+
+def _plan_entries(model) -> list[int]:
+    return [i for i, m in enumerate(model.metadata or []) if _name(m.name) == OFFLINE_METADATA]
+
+
+def read_offline_plan(model) -> list[int] | None:
+    """The offsets of the model's ``OfflineMemoryAllocation`` metadata (one per tensor), or None.
+
+    Raises `TFLiteModelError` for a plan TFLite Micro would not read (bad header, truncated)."""
+    entries = _plan_entries(model)
+    if not entries:
+        return None
+    meta = model.metadata[entries[-1]]
+    buffers = model.buffers or []
+    if not 0 <= meta.buffer < len(buffers) or buffers[meta.buffer].data is None:
+        raise TFLiteModelError(f"its {OFFLINE_METADATA} metadata points to no buffer data")
+    raw = np.asarray(buffers[meta.buffer].data, dtype=np.uint8).tobytes()
+    if len(raw) < 12 or len(raw) % 4:
+        raise TFLiteModelError(f"its {OFFLINE_METADATA} metadata is truncated "
+                               f"({len(raw)} bytes)")
+    words = np.frombuffer(raw, dtype="<i4")
+    version, _subgraph, n = (int(x) for x in words[:3])
+    if version != 1 or n != len(words) - 3:
+        raise TFLiteModelError(f"its {OFFLINE_METADATA} metadata has version {version} and "
+                               f"{len(words) - 3} offsets for a header of {n}")
+    return [int(x) for x in words[3:]]
+
+
 def schema():
     """The flatbuffer schema module (object API) of LiteRT, or of the ``tflite`` package."""
     try:

@@ -19,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import fileio
-from .tflite_graph import TFLiteModelError, schema
+# the plan is read where the file is read (the checker reads it too)
+from .tflite_graph import (OFFLINE_METADATA, TFLiteModelError, _plan_entries,  # noqa: F401
+                           read_offline_plan, schema)
 
-OFFLINE_METADATA = "OfflineMemoryAllocation"
 FLATBUFFER_LIMIT = (1 << 31) - (1 << 20)  # a flatbuffer addresses 2 GiB; keep room for tables
 
 
@@ -63,37 +64,6 @@ class _AlignedBuffer:
         s.BufferAddOffset(builder, 0)
         s.BufferAddSize(builder, 0)
         return s.BufferEnd(builder)
-
-
-def _name(x) -> str:
-    return x.decode("utf-8", "replace") if isinstance(x, (bytes, bytearray)) else str(x or "")
-
-
-def _plan_entries(model) -> list[int]:
-    return [i for i, m in enumerate(model.metadata or []) if _name(m.name) == OFFLINE_METADATA]
-
-
-def read_offline_plan(model) -> list[int] | None:
-    """The offsets of the model's ``OfflineMemoryAllocation`` metadata (one per tensor), or None.
-
-    Raises `TFLiteModelError` for a plan TFLite Micro would not read (bad header, truncated)."""
-    entries = _plan_entries(model)
-    if not entries:
-        return None
-    meta = model.metadata[entries[-1]]
-    buffers = model.buffers or []
-    if not 0 <= meta.buffer < len(buffers) or buffers[meta.buffer].data is None:
-        raise TFLiteModelError(f"its {OFFLINE_METADATA} metadata points to no buffer data")
-    raw = np.asarray(buffers[meta.buffer].data, dtype=np.uint8).tobytes()
-    if len(raw) < 12 or len(raw) % 4:
-        raise TFLiteModelError(f"its {OFFLINE_METADATA} metadata is truncated "
-                               f"({len(raw)} bytes)")
-    words = np.frombuffer(raw, dtype="<i4")
-    version, _subgraph, n = (int(x) for x in words[:3])
-    if version != 1 or n != len(words) - 3:
-        raise TFLiteModelError(f"its {OFFLINE_METADATA} metadata has version {version} and "
-                               f"{len(words) - 3} offsets for a header of {n}")
-    return [int(x) for x in words[3:]]
 
 
 def remove_offline_plan(model) -> bool:

@@ -1,0 +1,174 @@
+"""The import graph of `memsched` follows docs/architecture.md: no import circles, and no module
+imports one of a higher layer.
+
+Read from the source with `ast` (nothing is imported, so no TVM): every ``import`` and
+``from ... import`` of a memsched module, at module level and inside functions alike, relative
+imports resolved. `LAYERS` is the table of docs/architecture.md; change both together.
+"""
+from __future__ import annotations
+
+import ast
+import pathlib
+import pkgutil
+import subprocess
+import sys
+
+import memsched
+
+ROOT = pathlib.Path(memsched.__file__).parent
+
+# Layers, bottom to top: a module may import its own layer and the layers below it. A key is a
+# package or a module; a module belongs to its longest key.
+LAYERS = {
+    "core": ["memsched", "memsched._native", "memsched.errors", "memsched.limits",
+             "memsched.fileio", "memsched.graph", "memsched.memory", "memsched.dominators",
+             "memsched.native", "memsched.arena", "memsched.simplify", "memsched.schedulers"],
+    "importers": ["memsched.importers"],
+    "generators": ["memsched.generators"],
+    "loader": ["memsched.importers.load"],
+    "algorithms": ["memsched.partition", "memsched.split", "memsched.patches"],
+    "tvm and runtime": ["memsched.report", "memsched.tvm_memory", "memsched.transform",
+                        "memsched.relax_pipeline", "memsched.runtime",
+                        # tiles and measures a .tflite (patches/ + runtime/): an application,
+                        # not an importer, whatever its folder
+                        "memsched.importers.tflite_patches"],
+    "cli": ["memsched.cli"],
+}
+RANK = {key: i for i, keys in enumerate(LAYERS.values()) for key in keys}
+LAYER_NAMES = list(LAYERS)
+
+
+def modules() -> dict[str, pathlib.Path]:
+    """Every module of the package: name -> file (a package's file is its __init__.py)."""
+    found = {"memsched": ROOT / "__init__.py"}
+    for info in pkgutil.walk_packages([str(ROOT)], prefix="memsched."):
+        rel = info.name.split(".")[1:]
+        path = ROOT.joinpath(*rel)
+        path = path / "__init__.py" if info.ispkg else path.with_suffix(".py")
+        if path.exists():  # not the native kernel (a shared library)
+            found[info.name] = path
+    return found
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the memsched modules it imports (anywhere in its body)."""
+    mods = modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        is_package = path.name == "__init__.py"
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(name, is_package, node)
+                for a in node.names:
+                    # ``from pkg import mod`` imports the module pkg.mod; ``from mod import x``
+                    # imports mod
+                    targets.add(f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base)
+        graph[name] = {t for t in targets if t in mods and t != name}
+        unknown = {t for t in targets if t.startswith("memsched") and t not in mods}
+        assert not unknown, f"{name} imports modules that do not exist: {sorted(unknown)}"
+    return graph
+
+
+def unit(module: str) -> str:
+    """The `LAYERS` key a module belongs to (the longest one that is it or a package of it)."""
+    keys = [k for k in RANK if module == k or module.startswith(k + ".")]
+    assert keys, f"{module} is in no layer: add it to LAYERS and docs/architecture.md"
+    return max(keys, key=len)
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of ``graph`` as a path, or None (iterative depth-first search)."""
+    state: dict[str, int] = {}
+    for start in sorted(graph):
+        if state.get(start):
+            continue
+        stack = [(start, iter(sorted(graph[start])))]
+        path = [start]
+        state[start] = 1
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            elif not state.get(nxt):
+                state[nxt] = 1
+                stack.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                path.append(nxt)
+    return None
+
+
+def test_every_module_has_a_layer():
+    for name in modules():
+        unit(name)
+
+
+def test_no_import_cycles_between_modules():
+    cycle = _cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_no_import_cycles_between_packages():
+    units: dict[str, set[str]] = {}
+    for mod, targets in import_graph().items():
+        units.setdefault(unit(mod), set()).update(unit(t) for t in targets if unit(t) != unit(mod))
+    cycle = _cycle(units)
+    assert cycle is None, "import circle between packages: " + " -> ".join(cycle)
+
+
+def test_no_upward_imports():
+    upward = []
+    for mod, targets in sorted(import_graph().items()):
+        for t in sorted(targets):
+            if RANK[unit(t)] > RANK[unit(mod)]:
+                upward.append(f"{mod} ({LAYER_NAMES[RANK[unit(mod)]]}) imports {t} "
+                              f"({LAYER_NAMES[RANK[unit(t)]]})")
+    assert not upward, "imports pointing up a layer:\n" + "\n".join(upward)
+
+
+def test_layers_match_the_documentation():
+    doc = (ROOT.parents[1] / "docs" / "architecture.md").read_text()
+    for layer, keys in LAYERS.items():
+        assert f"**{layer}**" in doc, f"layer {layer!r} is not in docs/architecture.md"
+        for key in keys:
+            path = key.removeprefix("memsched.").replace(".", "/")
+            assert f"`{path}" in doc, \
+                f"{key} is not in docs/architecture.md"
+
+
+def test_the_checker_sees_cycles_and_function_level_imports():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) in (["a", "b", "c", "a"],)
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+    graph = import_graph()
+    assert "memsched.generators.examples" in graph["memsched.importers.load"]  # in a function
+    assert "memsched.partition.problem" in graph["memsched.partition.base"]  # relative import
+
+
+def test_import_memsched_needs_no_optional_dependency():
+    """``import memsched`` and the command line's parser with torch, the TFLite packages, pymoo,
+    matplotlib and onnxruntime unavailable, and without importing TVM."""
+    code = ("import sys\n"
+            "for m in ('torch', 'tflite', 'ai_edge_litert', 'tflite_micro', 'pymoo', "
+            "'matplotlib', 'onnxruntime'):\n"
+            "    sys.modules[m] = None\n"
+            "import memsched, memsched.cli\n"
+            "memsched.cli.build_parser()\n"
+            "assert 'tvm' not in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
