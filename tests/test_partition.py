@@ -207,3 +207,36 @@ def test_large_synthetic_certified_by_every_route(k):
         r = solve(p, k, method=method, time_limit=120)
         assert r.optimal and r.key == ex.key
     assert ex.key <= solve(p, k, method="param-balanced").key
+
+
+def _problem(edges, n, params):
+    """Ops 0..n-1 (op v reads the outputs of its predecessors in ``edges``, op 0 the input),
+    op v with one constant buffer of ``params[v]`` bytes; ops without successors are outputs."""
+    b = GraphBuilder("g")
+    x = b.input("x", 4)
+    for v in range(n):
+        ins = [b.ops[u].outputs[0] for u, w in edges if w == v] or [x]
+        b.op(f"op{v}", "conv", ins, [(f"t{v}", 4)])
+    for v in range(n):
+        if not any(u == v for u, _ in edges):
+            b.mark_output(b.ops[v].outputs[0])
+    return PartitionProblem.from_graph(b.build(), [(v,) for v in range(n)], list(params))
+
+
+def test_libcoral_rule_as_published():
+    from memsched.partition.param_balanced import libcoral_cut, libcoral_order
+
+    # a diamond: libcoral's stack takes the successor pushed last first (0, 2, 1, 3)
+    p = _problem([(0, 1), (0, 2), (1, 3), (2, 3)], 4, [10, 10, 10, 10])
+    assert libcoral_order(p) == [0, 2, 1, 3]
+    # average = 40 // 2 + 1 = 21: segment 0 takes 10 + 10, stops before 30
+    assert libcoral_cut(p, 2) == [0, 1, 0, 1]
+    # an op without successors goes to the bottom of the stack (a plain stack: 0, 2, 1, 3)
+    p = _problem([(0, 1), (0, 2), (1, 3)], 4, [1, 1, 1, 1])
+    assert libcoral_order(p) == [0, 1, 2, 3]
+    # a first op heavier than the average leaves segment 0 empty: libcoral aborts
+    p = _problem([(0, 1), (1, 2)], 3, [100, 1, 1])
+    with pytest.raises(PartitionError, match="gets no operator"):
+        libcoral_cut(p, 2)
+    s = param_balanced_cut(p, 2)  # the baseline repairs it: every stage non-empty
+    assert sorted(set(s)) == [0, 1]

@@ -205,3 +205,23 @@ def test_flops_balanced_cut(nas_cell):
         check_assignment(problem, cut, k)  # monotone, every stage non-empty
         per = [sum(w for w, s in zip(work, cut) if s == j) for j in range(k)]
         assert max(per) <= sum(work) / k + max(work)
+
+
+def test_partition_balance_latency_cli(tmp_path, capsys):
+    """--balance latency writes a cut whose slowest modelled stage is no slower than the
+    (P, O, C) cut's or libcoral's, shown side by side."""
+    import json
+
+    from memsched.cli import main
+    from memsched.generators.examples import example_tflite
+
+    model = tmp_path / "rw.tflite"
+    model.write_bytes(example_tflite("randwire", quantized=True))
+    assert main(["partition", str(model), "--stages", "2", "--sram", "20000", "--balance",
+                 "latency", "--time-limit", "20", "--json", "-o", str(tmp_path / "s")]) == 0
+    d = json.loads(capsys.readouterr().out)
+    rows = d["cuts"]
+    assert set(rows) == {"param-balanced", d["method"], "latency-balanced"}
+    best = rows["latency-balanced"]["slowest_stage_ms"]
+    assert all(best <= r["slowest_stage_ms"] + 1e-9 for r in rows.values())
+    assert len(d["files"]) == 2

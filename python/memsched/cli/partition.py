@@ -1,11 +1,15 @@
 """``memsched partition`` and ``memsched run-segments`` (`memsched.cli`).
 
     memsched partition model.tflite --stages K [--sram BYTES] [--method auto|exact|inc-ilp|
-        learned|param-balanced] [--time-limit S] [--json] [-o DIR]
+        learned|param-balanced] [--balance params|latency] [--time-limit S] [--json] [-o DIR]
     memsched run-segments DIR [--model model.tflite] [-n N] [--json]
 
 ``partition`` cuts the model's operators into K pipeline stages minimising (P, O, C)
-lexicographically (`memsched.partition`) and writes ``DIR/<model>_segment_<i>_of_<K>.tflite``.
+lexicographically (`memsched.partition`) and writes ``DIR/<model>_segment_<i>_of_<K>.tflite``;
+``--balance latency`` instead writes the cut with the smallest slowest-stage time under the
+Edge TPU latency model (`memsched.partition.latency`). Every cut shown (libcoral's
+parameter-count rule, the (P, O, C) optimum, the latency-balanced cut) comes with its modelled
+stage times.
 ``run-segments`` streams N random inputs through the segments, one interpreter per segment on its
 own thread, and with ``--model`` checks every tensor against the unsplit model. Errors are one
 line on stderr, exit status 2.
@@ -31,6 +35,8 @@ def _guard(fn):
     def run(args):
         try:
             return fn(args)
+        except BrokenPipeError:
+            raise  # a closed stdout: the CLI's runner ends quietly
         except _errors() as e:
             msg = str(e) if not isinstance(e, OSError) else f"{e.strerror}: {e.filename}"
             print(f"memsched: error: {msg}", file=sys.stderr)
@@ -40,9 +46,10 @@ def _guard(fn):
 
 @_guard
 def cmd_partition(args) -> int:
-    from ..importers.tflite_graph import TFLiteModelError, read_tflite
+    from ..importers.tflite_graph import TFLiteModelError, op_macs, read_tflite
     from ..importers.tflite_segments import write_segments
-    from ..partition import PartitionProblem, solve
+    from ..partition import PartitionProblem, evaluate, param_balanced_cut, solve
+    from ..partition.latency import EdgeTPUCostModel, balance_latency
 
     if not args.model.lower().endswith(".tflite"):
         raise TFLiteModelError(f"cannot partition {args.model!r}: expected a .tflite file")
@@ -51,10 +58,32 @@ def cmd_partition(args) -> int:
     problem = PartitionProblem.from_graph(tg.graph, tg.op_params, tg.param_bytes)
     result = solve(problem, args.stages, sram_bytes=sram, method=args.method,
                    time_limit=args.time_limit)
-    files = write_segments(tg, result.assignment, args.output) if args.output else []
+    # the modelled pipeline time of every cut shown (memsched.partition.latency)
+    macs = op_macs(tg)
+    tpu = EdgeTPUCostModel(sram_bytes=sram)
+    cuts = {"param-balanced": param_balanced_cut(problem, args.stages),
+            result.method: result.assignment}
+    lat_stats = None
+    if args.balance == "latency":
+        cut, lat_stats = balance_latency(problem, args.stages, macs, tpu, args.time_limit)
+        cuts["latency-balanced"] = cut
+    chosen = cuts["latency-balanced"] if lat_stats is not None else result.assignment
+    files = write_segments(tg, chosen, args.output) if args.output else []
+    rows = {}
+    for name, cut in cuts.items():
+        c = evaluate(problem, cut, sram, args.stages)
+        t = tpu.stage_seconds(problem, cut, macs)
+        rows[name] = {"P": c.P, "O": c.O, "C": c.C, "slowest_stage_ms": max(t) * 1e3,
+                      "sum_ms": sum(t) * 1e3}
     if args.json:
-        out = {"model": args.model, "ops": problem.n, "sram_bytes": sram}
+        out = {"model": args.model, "ops": problem.n, "sram_bytes": sram,
+               "balance": args.balance}
         out.update(result.to_json())
+        out["cuts"] = rows
+        if lat_stats is not None:
+            out["latency_balanced"] = {"assignment": cuts["latency-balanced"],
+                                       "optimal": lat_stats["optimal"],
+                                       "seconds": round(lat_stats["seconds"], 3)}
         out["files"] = files
         print(json.dumps(out))
         return 0
@@ -64,23 +93,31 @@ def cmd_partition(args) -> int:
     console = Console()
     table = Table(title=f"{os.path.basename(args.model)}: {problem.n} operators, "
                         f"{args.stages} stages, SRAM {sram:,} B")
-    for col in ("cut", "P (peak params)", "O (off-chip)", "C (max transfer)"):
+    for col in ("cut", "P (peak params)", "O (off-chip)", "C (max transfer)",
+                "slowest stage ms", "sum ms"):
         table.add_column(col, justify="right" if col != "cut" else "left")
-    b = result.baseline
-    table.add_row("param-balanced (edgetpu_compiler rule)", f"{b.P:,}", f"{b.O:,}", f"{b.C:,}")
-    table.add_row(result.method, f"{result.P:,}", f"{result.O:,}", f"{result.C:,}")
+    labels = {"param-balanced": "param-balanced (libcoral's rule)"}
+    for name, r in rows.items():
+        table.add_row(labels.get(name, name), f"{r['P']:,}", f"{r['O']:,}", f"{r['C']:,}",
+                      f"{r['slowest_stage_ms']:.3f}", f"{r['sum_ms']:.3f}")
     lb = result.lower_bounds
-    table.add_row("lower bound", f"{lb['P']:,}", f"{lb['O']:,}", f"{lb['C']:,}")
+    table.add_row("lower bound", f"{lb['P']:,}", f"{lb['O']:,}", f"{lb['C']:,}", "", "")
     console.print(table)
-    stages = Table(title="stages")
+    ce = evaluate(problem, chosen, sram, args.stages)
+    stages = Table(title=f"stages of the written cut ({'latency-balanced' if lat_stats else result.method})")
     for col in ("stage", "ops", "params (B)", "sends (B)"):
         stages.add_column(col, justify="right")
     for j in range(args.stages):
-        stages.add_row(str(j), str(result.assignment.count(j)), f"{result.m[j]:,}",
-                       f"{result.c[j]:,}" if j < len(result.c) else "-")
+        stages.add_row(str(j), str(list(chosen).count(j)), f"{ce.m[j]:,}",
+                       f"{ce.c[j]:,}" if j < len(ce.c) else "-")
     console.print(stages)
     status = "proven optimal" if result.optimal else "not proven optimal (time limit)"
-    console.print(f"{status}; {result.seconds:.2f} s")
+    console.print(f"(P, O, C): {status}; {result.seconds:.2f} s")
+    if lat_stats is not None:
+        status = "proven optimal" if lat_stats["optimal"] else "not proven (time limit)"
+        console.print(f"latency-balanced (written): slowest stage {status}; "
+                      f"{lat_stats['seconds']:.2f} s")
+    console.print("stage times: modelled (memsched.partition.latency), not measured")
     for f in files:
         console.print(f"wrote {f}")
     return 0
@@ -141,6 +178,9 @@ def register(sub) -> None:
                    help="partition method (default auto: certified optimum)")
     p.add_argument("--time-limit", type=seconds, default=60.0,
                    help="solver time limit in seconds (default 60)")
+    p.add_argument("--balance", choices=("params", "latency"), default="params",
+                   help="params (default): minimise (P, O, C); latency: also cut for the "
+                        "slowest stage's modelled time and write that cut")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("-o", "--output", help="directory for <model>_segment_<i>_of_<K>.tflite")
     p.set_defaults(func=cmd_partition)

@@ -88,7 +88,8 @@ class CutModel:
 
     def __init__(self, problem: PartitionProblem, k: int, sram: int, lo: Sequence[int],
                  hi: Sequence[int], objective: str, p_max: int | None = None,
-                 o_max: int | None = None, c_max: int | None = None, p_min: int = 0):
+                 o_max: int | None = None, c_max: int | None = None, p_min: int = 0,
+                 stage_time: dict | None = None):
         from ortools.sat.python import cp_model
 
         self.p, self.k, self.sram = problem, k, sram
@@ -153,7 +154,7 @@ class CutModel:
         for e in self.m_expr:
             m.add(self.P >= e)
         self.O = None
-        if objective in ("O", "C") or o_max is not None:
+        if objective in ("O", "C", "T") or o_max is not None:
             self.o = []
             for j, e in enumerate(self.m_expr):
                 oj = m.new_int_var(0, ub, f"o{j}")
@@ -164,12 +165,36 @@ class CutModel:
             if o_max is not None:
                 m.add(self.O <= o_max)
         self.C = None
-        if objective == "C" or c_max is not None:
+        if objective in ("C", "T") or c_max is not None:
             self._build_comm()
             if c_max is not None:
                 m.add(self.C <= c_max)
-        target = {"P": self.P, "O": self.O, "C": self.C}[objective]
+        self.T = None
+        if objective == "T":
+            self._build_time(stage_time)
+        target = {"P": self.P, "O": self.O, "C": self.C, "T": self.T}[objective]
         m.minimize(target)
+
+    def _build_time(self, st: dict) -> None:
+        """``T >= T_j`` for every stage, in integer time units (`stage_time`: ``"mac"``,
+        ``"offchip"``, ``"link"`` units per MAC / off-chip byte / link byte, ``"macs"`` per op,
+        ``"in"``, ``"out"``: the model's input and output bytes)."""
+        m, k, n = self.model, self.k, self.p.n
+        macs = st["macs"]
+        terms = []
+        for j in range(k):
+            comp = 0
+            for v in range(n):
+                if macs[v] and self.lo[v] <= j <= self.hi[v]:
+                    comp += int(macs[v]) * (self._lin(self.Y(v, j)) - self._lin(self.Y(v, j - 1)))
+            in_b = st["in"] if j == 0 else self.c_expr[j - 1]
+            out_b = st["out"] if j == k - 1 else self.c_expr[j]
+            terms.append(st["mac"] * comp + st["offchip"] * self.o[j] + st["link"] * (in_b + out_b))
+        ub = (st["mac"] * sum(int(x) for x in macs) + st["offchip"] * sum(self.p.param_bytes)
+              + st["link"] * 2 * (sum(t.nbytes for t in self.p.tensors) + st["in"] + st["out"]))
+        self.T = m.new_int_var(0, max(1, int(ub)), "T")
+        for e in terms:
+            m.add(self.T >= e)
 
     # ---------------------------------------------------------------- literals
     def Y(self, v: int, j: int):

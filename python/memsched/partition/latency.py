@@ -53,3 +53,52 @@ class EdgeTPUCostModel:
         """(steady-state seconds per inference = max stage, end-to-end seconds = sum)."""
         t = self.stage_seconds(problem, assignment, macs)
         return max(t), sum(t)
+
+
+def balance_latency(problem: PartitionProblem, stages: int, macs: Sequence[int],
+                    model: EdgeTPUCostModel | None = None, time_limit: float | None = 10.0,
+                    hint: Sequence[int] | None = None) -> tuple[list[int], dict]:
+    """The cut minimising the slowest stage's modelled time ``max_j T_j`` (the pipeline's
+    steady-state time per inference), every stage non-empty, dependencies respected (the CP-SAT
+    model of `memsched.partition.cpsat` with this objective). Parameters beyond the SRAM are
+    streamed, so the SRAM rule is part of ``T_j``.
+
+    The solver works in integer time units (the smallest per-unit cost = 64 units, so the MAC
+    term is exact to 1/128); ``optimal`` refers to that integer model. Returns ``(assignment,
+    stats)`` with ``stats["optimal"]``, ``stats["stage_seconds"]`` (the float model) and
+    ``stats["seconds"]``. Without a proof within ``time_limit`` it returns the best cut found,
+    never worse than ``hint`` (default: the param-balanced cut).
+    """
+    import time as _time
+
+    from .cpsat import CutModel, Infeasible
+    from .param_balanced import param_balanced_cut
+
+    model = model or EdgeTPUCostModel()
+    problem.check_stages(stages)
+    hint = list(hint) if hint is not None else param_balanced_cut(problem, stages)
+    t0 = _time.perf_counter()
+    per = {"mac": 1.0 / model.macs_per_s, "offchip": 1.0 / model.offchip_bytes_per_s,
+           "link": 1.0 / model.link_bytes_per_s}
+    unit = min(per.values()) / 64.0
+    st = {key: max(1, int(round(v / unit))) for key, v in per.items()}
+    st["macs"] = [int(x) for x in macs]
+    st["in"] = sum(t.nbytes for t in problem.tensors if t.producer < 0)
+    st["out"] = sum(t.nbytes for t in problem.tensors if t.is_output)
+    best = hint
+    optimal = False
+    if stages > 1:
+        try:
+            cut = CutModel(problem, stages, model.sram_bytes, [0] * problem.n,
+                           [stages - 1] * problem.n, "T", stage_time=st)
+            optimal, found, _, _ = cut.solve(time_limit, hint=hint)
+            if found is not None and max(model.stage_seconds(problem, found, macs)) <= \
+                    max(model.stage_seconds(problem, best, macs)):
+                best = found
+        except Infeasible:
+            pass
+    else:
+        optimal = True
+    times = model.stage_seconds(problem, best, macs)
+    return best, {"optimal": bool(optimal), "stage_seconds": times,
+                  "seconds": _time.perf_counter() - t0}
