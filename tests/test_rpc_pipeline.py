@@ -90,3 +90,22 @@ def test_servers_stopped_on_error_and_when_parent_dies():
         parent.kill()
         parent.wait()
     assert _gone([pid])
+
+
+def test_local_server_never_shares_a_port_being_bound():
+    """The cause of the old flake: under SO_REUSEADDR two servers starting together could
+    both bind one free port, and the second listen() killed that server. A port another
+    socket has bound (not yet listening, as a starting server's) is skipped now."""
+    import socket
+
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    try:
+        with ServerPool(local=1, port=port, port_end=port + 20) as pool:
+            (ep,) = pool.endpoints
+            assert ep.port != port
+            s.listen(1)  # the other "server" can still listen: nobody took its port
+    finally:
+        s.close()

@@ -9,7 +9,8 @@ one device (the pipelined executor `rpc_pipeline`, multi-device splits).
     ServerPool(servers=["10.0.0.5:9090", "edgetpu@10.0.0.1:9190"])   # device, tracker key
 
 Local servers run ``python -m memsched.runtime.rpc_servers`` (TVM's own
-``tvm.rpc.server.PopenRPCServerState``: bind the first free port of a range, fork a child per
+``tvm.rpc.server.PopenRPCServerState``: bind the first free port of a range without
+``SO_REUSEADDR``, so servers started together never take the same port; fork a child per
 session), each in its own process group with ``TVM_NUM_THREADS`` set, so N servers behave like
 N small single-core devices. Stopping is guaranteed three ways: `ServerPool.close` (context
 manager exit, also on errors and Ctrl-C) kills each server's whole process group; an ``atexit``
@@ -376,7 +377,12 @@ def _serve(argv=None) -> int:
     os.dup2(null, 0)
     from tvm.rpc.server import PopenRPCServerState
 
-    state = PopenRPCServerState(args.host, args.port, args.port_end, silent=True)
+    # Without SO_REUSEADDR: with it, Linux lets two servers started together bind the same
+    # free port (neither listens yet), and the later listen() kills that server with
+    # EADDRINUSE -- the "one of two local servers gone" flake. Without it the second bind
+    # fails and TVM moves on to the next port of the range.
+    state = PopenRPCServerState(args.host, args.port, args.port_end, silent=True,
+                                reuse_addr=False)
     sys.stdout.write(f"{state.port}\n")
     sys.stdout.flush()
     try:
