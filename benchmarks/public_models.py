@@ -14,14 +14,14 @@ Every model is exported the ways users export it, into a temporary directory:
   ``onnxscript``: the format is skipped, and says so, without it);
 * ``pt2``: ``torch.export.export`` + ``torch.export.save``.
 
-Then, for every file, what a user runs: ``memsched analyze FILE --json`` and ``memsched compile
-FILE --pass MemoryAwareSchedule --pass PlanArena -o model.so --json`` (both through `memsched.cli.main`,
-in process), the library is loaded and run on the input in TVM's VM, and its output compared
-with ONNX Runtime on the classic ONNX file (``rtol 1e-3``, ``atol 1e-4 * max|ref|``). Plain
-TVM's planned bytes (what ``tvm.compile`` allocates for activations) come from the JSON of
-analyze/compile (``tvm_planned_bytes``), or, when neither has it, `memsched.planned_bytes` of the
-same file with ``schedule=False, plan_arena=False``; a row notes it when analyze's peak or
-planned bytes differ from compile's.
+Then, for every file, what a user runs: ``memsched analyze FILE --json`` and ``memsched compile FILE
+--pass MemoryAwareSchedule --pass PlanArena -o model.so --json`` (both through `memsched.cli.main`,
+in process), the library is loaded and run on the input in TVM's VM, and its output compared with
+ONNX Runtime on the classic ONNX file (``rtol 1e-3``, ``atol 1e-4 * max|ref|``). Plain TVM's planned
+bytes (what ``tvm.compile`` allocates for activations) come from the JSON of analyze/compile
+(``tvm_planned_bytes``), or, when neither has it, `memsched.planned_bytes` of the same file with
+``schedule=False, plan_arena=False``; a row notes it when analyze's peak or planned bytes differ
+from compile's.
 
     .venv/bin/python benchmarks/public_models.py            # all models, all formats
     .venv/bin/python benchmarks/public_models.py --quick    # 3 models

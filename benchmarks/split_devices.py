@@ -92,7 +92,8 @@ def main() -> None:
     ap.add_argument("--no-rpc", action="store_true", help="skip the measured 2-device runs")
     ap.add_argument("--n-gen", type=int, default=150)
     ap.add_argument("--pop-size", type=int, default=40)
-    ap.add_argument("--cache", default=os.environ.get("MEMSCHED_SPLIT_CACHE", "/tmp/memsched_split"),
+    ap.add_argument("--cache",
+                    default=os.environ.get("MEMSCHED_SPLIT_CACHE", "/tmp/memsched_split"),
                     help="directory for measured operator times (reused across runs)")
     ap.add_argument("--json", help="write all results to this file")
     args = ap.parse_args()

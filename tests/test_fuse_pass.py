@@ -6,7 +6,7 @@ tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 
 from memsched.generators.examples import example_inputs, example_model  # noqa: E402
-from memsched.importers.relax import block_graph, from_relax  # noqa: E402
+from memsched.importers.relax import from_relax  # noqa: E402
 from memsched.memory import Problem  # noqa: E402
 from memsched.transform.fuse_isolated_subgraphs import (  # noqa: E402
     FuseIsolatedSubgraphs, block_groups)

@@ -27,8 +27,9 @@ def test_small_max_flow_equals_scipy(n, seed, model, some):
 
 
 def test_small_graphs_do_not_import_scipy():
-    code = ("import sys; from memsched import Problem; from memsched.generators.random_graphs import "
-            "random_dag; from memsched.schedulers.bounds import mincut_bound; "
+    code = ("import sys; from memsched import Problem; "
+            "from memsched.generators.random_graphs import random_dag; "
+            "from memsched.schedulers.bounds import mincut_bound; "
             "p = Problem.from_graph(random_dag(12, 1), 'paper'); b = mincut_bound(p); "
             "print(b > 0, 'scipy.sparse.csgraph' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -15,7 +15,6 @@ from memsched import native
 from memsched.memory import Problem
 from memsched.generators.random_graphs import random_dag
 from memsched.schedulers import exact as py_exact
-from memsched.schedulers import native_exact
 from memsched.schedulers.heuristics import best_heuristic
 
 ROOT = Path(__file__).resolve().parents[1]

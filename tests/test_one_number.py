@@ -261,7 +261,8 @@ def test_file_view_search_loads_native_kernel_without_torch(tmp_path):
     onnx.save(example_onnx("randwire", seed=3, nodes=16), path)
     code = ("import sys, json, io, contextlib; from memsched.cli import main; buf = io.StringIO()\n"
             "with contextlib.redirect_stdout(buf):\n"
-            f"    rc = main(['analyze', {path!r}, '--view', 'file', '--json', '--time-limit', '30'])\n"
+            f"    rc = main(['analyze', {path!r}, '--view', 'file', '--json', "
+            "'--time-limit', '30'])\n"
             "mods = [m in sys.modules for m in ('tvm', 'torch', 'tvm_ffi')]\n"
             "import torch\n"
             "print(json.dumps([rc, mods, json.loads(buf.getvalue())['stats']]))")

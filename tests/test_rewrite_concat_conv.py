@@ -287,7 +287,6 @@ def test_elementwise_can_be_disabled():
 
 # ----------------------------------------------------------------------------- frontends
 def _onnx_concat_conv(c1=3, c2=5, hw=8, cout=4, group=1, relu_before=False):
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(1)

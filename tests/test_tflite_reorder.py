@@ -3,7 +3,6 @@ interpreters (LiteRT for bit-equality of every tensor, TFLM for the planned aren
 import json
 import os
 
-import numpy as np
 import pytest
 
 from memsched.cli import main

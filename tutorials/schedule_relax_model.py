@@ -17,7 +17,8 @@ scheduled = tvm.transform.Sequential([relax.transform.FoldConstant(),
                                       memsched.MemoryAwareSchedule(time_limit=30)])(mod)
 attrs = scheduled["main"].attrs
 print(f"peak {int(attrs['memsched.peak_before']):,} -> {int(attrs['memsched.peak_after']):,} B, "
-      f"lower bound {int(attrs['memsched.lower_bound']):,} B, optimal={bool(attrs['memsched.optimal'])}")
+      f"lower bound {int(attrs['memsched.lower_bound']):,} B, "
+      f"optimal={bool(attrs['memsched.optimal'])}")
 
 # 3. The whole build: TVM's default CPU pipeline with the reorder before memory planning.
 x = [tvm.runtime.tensor(a) for a in example_inputs(mod)]

@@ -105,8 +105,8 @@ class OpGraph:
                                  "(negative or above 2**60)")
             total += op.workspace
         if total > MAX_GRAPH_BYTES:
-            raise GraphTooLargeError(f"graph {self.name!r} holds {total:,} bytes in all, more than the "
-                             "limit of 2**60 (absurd shapes?)")
+            raise GraphTooLargeError(f"graph {self.name!r} holds {total:,} bytes in all, more "
+                                     "than the limit of 2**60 (absurd shapes?)")
         # Kahn's algorithm doubles as the cycle check.
         if len(self.topological_order()) != n:
             raise GraphError(f"graph {self.name!r} has a cycle")

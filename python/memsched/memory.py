@@ -262,7 +262,8 @@ class Profile:
         return max(range(len(self.steps)), key=self.steps.__getitem__) if self.steps else -1
 
 
-def evaluate(graph: OpGraph, order: Sequence[int], model: MemoryModel | str | None = None) -> Profile:
+def evaluate(graph: OpGraph, order: Sequence[int],
+             model: MemoryModel | str | None = None) -> Profile:
     """Memory profile of running ``graph`` in ``order`` under ``model``."""
     graph.check_order(order)
     return Problem.from_graph(graph, model).evaluate(order)

@@ -1,4 +1,5 @@
-"""Reports and plots of memory over time: ``memsched analyze MODEL --plot out.svg --report out.html``.
+"""Reports and plots of memory over time:
+``memsched analyze MODEL --plot out.svg --report out.html``.
 
 Three schedules of one graph under one memory model (`memsched.memory`):
 
@@ -27,7 +28,6 @@ matplotlib is an optional dependency (``pip install tvm-memsched[plot]``); witho
 from __future__ import annotations
 
 import base64
-import contextlib
 import html
 import io
 import os

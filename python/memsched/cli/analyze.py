@@ -111,7 +111,7 @@ def _analyze_relax(args):
     _import_tvm(args.model)
     from ..importers.load import load_relax
     from ..importers.relax import UnsupportedModelError, block_graph, dataflow_blocks
-    from ..memory import MemoryModel, Problem
+    from ..memory import MemoryModel
     from ..schedulers import BASELINES, schedule
     from ..tvm_memory import storage_sizes
 

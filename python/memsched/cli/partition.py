@@ -104,7 +104,8 @@ def cmd_partition(args) -> int:
     table.add_row("lower bound", f"{lb['P']:,}", f"{lb['O']:,}", f"{lb['C']:,}", "", "")
     console.print(table)
     ce = evaluate(problem, chosen, sram, args.stages)
-    stages = Table(title=f"stages of the written cut ({'latency-balanced' if lat_stats else result.method})")
+    kind = "latency-balanced" if lat_stats else result.method
+    stages = Table(title=f"stages of the written cut ({kind})")
     for col in ("stage", "ops", "params (B)", "sends (B)"):
         stages.add_column(col, justify="right")
     for j in range(args.stages):

@@ -13,8 +13,8 @@ latency and per-device peak memory. Without ``--run-rpc`` the cost model comes f
 calibrated on the devices themselves (link, speeds and every operator kernel measured over RPC;
 ``calibration`` in the report says how repeatable those timings were, and the text output warns
 when a busy machine made them unreliable), unless ``--profile`` is given, which then stays the
-cost model; and the GA's split is rewritten (`SplitAcrossDevices`), uploaded and run on N local RPC servers
-(one process each, ``TVM_NUM_THREADS=1``, always stopped) or on ``--servers``: measured
+cost model; and the GA's split is rewritten (`SplitAcrossDevices`), uploaded and run on N local
+RPC servers (one process each, ``TVM_NUM_THREADS=1``, always stopped) or on ``--servers``: measured
 latency, bytes moved and whether the outputs equal the unsplit model's.
 
 ``--json`` prints ``{"devices", "latency_s": {"single", "uniform", "greedy", "ga"}, "memory_ok",

@@ -110,7 +110,8 @@ def _fold_data_movement(mod):
                 v = getattr(b, "value", None)
                 arr = None
                 if isinstance(v, tvm.ir.Call) and getattr(v.op, "name", None) in _DATA_MOVEMENT \
-                        and v.args and (isinstance(v.args[0], tvm.ir.expr.Constant) or v.args[0] in values):
+                        and v.args and (isinstance(v.args[0], tvm.ir.expr.Constant)
+                                        or v.args[0] in values):
                     x = values[v.args[0]] if v.args[0] in values else v.args[0].value.numpy()
                     try:
                         if v.op.name == "relax.reshape":

@@ -118,8 +118,8 @@ def _first_overlap(spans: list[tuple[int, int, int, int, int]], n_steps: int):
     seen: set[tuple[int, int]] = set()
     first_pair = None
     by_step: list[list[int]] = [[] for _ in range(n_steps)]
-    for i, (_, f, l, _, _) in enumerate(spans):
-        for s in range(f, l + 1):
+    for i, (_, first, last, _, _) in enumerate(spans):
+        for s in range(first, last + 1):
             by_step[s].append(i)
     for live in by_step:
         live = sorted(live, key=lambda i: (spans[i][3], -spans[i][4]))
@@ -203,9 +203,9 @@ def check_model(model, label: str = "model.tflite", arena: int | None = None) ->
     if bad:
         rep.problems.append(f"offline plan gives tensor {bad[0]} offset {offsets[bad[0]]}")
     spans = []
-    for t, (f, l) in tflm_lifetimes(model).items():
+    for t, (first, last) in tflm_lifetimes(model).items():
         if offsets[t] >= 0:
-            spans.append((t, f, l, offsets[t], _nbytes(tensors[t])))
+            spans.append((t, first, last, offsets[t], _nbytes(tensors[t])))
     rep.planned = len(spans)
     rep.plan_extent = max((o + s for _, _, _, o, s in spans), default=0)
     rep.overlaps, pair = _first_overlap(spans, max(len(ops), 1))

@@ -218,9 +218,9 @@ def patch_order(graph: OpGraph) -> list[int]:
 
 
 # ---------------------------------------------------------------------------- search
-def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *, grids=None, split: str | None = None,
-           max_overhead: float = 0.3, quantized: bool = True, certify: bool = True,
-           time_limit: float = 10.0, frontier_overhead: float | None = None,
+def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *, grids=None,
+           split: str | None = None, max_overhead: float = 0.3, quantized: bool = True,
+           certify: bool = True, time_limit: float = 10.0, frontier_overhead: float | None = None,
            n_tensors: int | None = None, price: TFLMPersistent = PERSISTENT) -> SearchResult:
     """Evaluate candidates (region, grid) and return the frontier and the default choice.
 

@@ -88,7 +88,8 @@ class SplitRunner:
     """A split program loaded on RPC sessions (one per device, in device order). ``libs[k]``
     may be None for a device the program leaves idle (`used_devices`)."""
 
-    def __init__(self, program: dict, libs: Sequence, sessions: Sequence, tmpdir: str | None = None):
+    def __init__(self, program: dict, libs: Sequence, sessions: Sequence,
+                 tmpdir: str | None = None):
         from tvm import relax
 
         n = int(program["devices"])

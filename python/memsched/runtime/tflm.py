@@ -176,7 +176,6 @@ def compare_models(path_a: str, path_b: str, count: int = 3, seed: int = 0,
     ``first_difference`` then says where (runtime, output or tensor, name, differing elements,
     max |diff|; outputs are looked at before intermediates).
     """
-    import numpy as np
 
     from ..importers.tflite_graph import read_tflite
     from .segments import make_interpreter, random_inputs

@@ -12,8 +12,8 @@ Pipeline (each stage optional, for ablations):
    ``QUICK_ASTAR_PY_STATES`` with Python; the C++ kernel is loaded for it when that is cheap,
    `memsched.native.cheap_to_load`) on the open segments, which proves NAS cells and
    RandWire-WS-2/3's random stages before the min-cut bound or HMCOS would have started (run
-   again after the min-cut bound where that raised a segment's bound); the best baseline order, of the segment and of the
-   whole original problem (mapped into the
+   again after the min-cut bound where that raised a segment's bound); the best baseline order,
+   of the segment and of the whole original problem (mapped into the
    fused problem by `Simplified.canonicalize`); **HMCOS** on the original problem and on
    large segments for better upper bounds; the
    best-first **A\\*** search (its C++ kernel `native_exact.astar` when the library is built
@@ -29,17 +29,19 @@ problem, the trivial bound and then the ancestry bound; when the best baseline m
 call returns at once (``early_stop``: no fusion, no search). Each segment gets both too, and
 the segments whose peak is still above the global target the **min-cut** bound (one max-flow
 per op, ops with the largest ancestry bound first, stopping when it meets the segment's
-peak) after the quick A* and before HMCOS or the full search, then **branching** on precedences under min-cut bounds
-(`bounds.branch_cut_bound` on segments of at most ``BRANCH_MAX_OPS`` ops, ``branch_share``
-of the time left, at most ``BRANCH_MAX_NODES`` nodes per segment): a segment whose order is already proven is never searched, and the A* of
+peak) after the quick A* and before HMCOS or the full search, then **branching** on
+precedences under min-cut bounds (`bounds.branch_cut_bound` on segments of at most
+``BRANCH_MAX_OPS`` ops, ``branch_share`` of the time left, at most ``BRANCH_MAX_NODES`` nodes per
+segment): a segment whose order is already proven is never searched, and the A* of
 an open segment gets its proven bound as target. ``strong_bounds=False`` keeps the trivial
 bound only (ablation).
 
 ``stats``: ``proof`` names the technique that proved the segment holding the peak
 (``bound``: the heuristic met the trivial bound, ``ancestry`` / ``mincut`` / ``branchcut``:
-those bounds, ``hmcos``, ``astar``, ``cpsat``), or ``None`` with ``gap`` > 0; ``lower_bounds``: the bound of
-the original problem and the best segment bound, each with its technique; ``mincut_seconds``,
-``branchcut_seconds``, ``branchcut_nodes``; ``proved_by`` counts segments per technique; ``fused_ops``, ``segments``,
+those bounds, ``hmcos``, ``astar``, ``cpsat``), or ``None`` with ``gap`` > 0;
+``lower_bounds``: the bound of the original problem and the best segment bound, each with its
+technique; ``mincut_seconds``, ``branchcut_seconds``, ``branchcut_nodes``; ``proved_by`` counts
+segments per technique; ``fused_ops``, ``segments``,
 ``largest_segment``, ``states`` (A*), ``cpsat_variables`` and the time of each stage.
 
 Limits (`memsched.limits`): one `Deadline` for the whole call; stages get shares of what is
@@ -96,7 +98,7 @@ def _estimate_vars(p: Problem) -> int:
     from .ilp import windows
 
     lo, hi = windows(p)
-    return 2 * sum(h - l + 1 for l, h in zip(lo, hi))
+    return 2 * sum(h - lo_v + 1 for lo_v, h in zip(lo, hi))
 
 
 NATIVE_LOAD_MIN_LIMIT = 30.0  # seconds left from which loading the native kernel pays off

@@ -15,8 +15,8 @@ a bottleneck-path problem, so Dijkstra/A* apply with ``f = max(g, h)``:
 * an upper bound ``UB`` from the best heuristic order prunes every state with ``f >= UB``:
   SERENITY's soft budget at its tightest value, with no meta-search needed;
 * **dominance** (exchange argument: moving such an op first never raises a later step, since
-  what it frees at I it also frees at any superset of I): if a ready op ``v`` does not increase live memory
-  (``live(I+v) <= live(I)``) and its step stays within ``max(g, target)``, some optimal
+  what it frees at I it also frees at any superset of I): if a ready op ``v`` does not increase
+  live memory (``live(I+v) <= live(I)``) and its step stays within ``max(g, target)``, some optimal
   completion from ``I`` starts with ``v``; we take it without branching;
 * **divide and conquer**: an op with no op in parallel to it (every other op is an ancestor or a
   descendant) is a cut point every order passes through, so the segments between cut points

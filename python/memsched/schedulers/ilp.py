@@ -340,7 +340,7 @@ def count_variables(p: Problem, prune: bool = True) -> int:
     for v, ts in enumerate(p.creates):
         for t in ts:
             prod[t] = v
-    count = sum(h - l + 1 for l, h in zip(lo, hi))
+    count = sum(h - lo_v + 1 for lo_v, h in zip(lo, hi))
     for t in range(len(p.size)):
         pr = prod[t]
         if pr < 0 and not p.initial[t]:

@@ -22,9 +22,9 @@ reference device of 1 GFLOP/s, and ``speed_k`` = the device's ``gflops``.
 
 Consecutive operators that need no transfer run as one remote call per device (a *stage*): the
 stage takes ``max_k (call_overhead + sum of device k's compute)``; a stage function with ``r > 1``
-results costs ``r`` more round trips (``item_overhead``) on its device (RPC cannot return a tuple: each result is taken
-out on the device), and assembling an input region from parts costs its bytes over the
-device's ``copy_bandwidth``. Graph inputs start on the
+results costs ``r`` more round trips (``item_overhead``) on its device (RPC cannot return a
+tuple: each result is taken out on the device), and assembling an input region from parts costs
+its bytes over the device's ``copy_bandwidth``. Graph inputs start on the
 host and graph outputs end there (uploaded / downloaded like any piece).
 
 A *profile* (JSON, `load_profile` / `save_profile`, written by ``memsched profile-devices``)

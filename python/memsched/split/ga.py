@@ -221,7 +221,7 @@ def polish(enc: Encoding, cost: CostModel, X, sweeps: int = 1, time_limit: float
     (chromosome, number of improving moves). Deterministic."""
     t0 = time.perf_counter()
     X = np.array(X, dtype=np.int64)
-    N, n = enc.problem.n, enc.n
+    N = enc.problem.n
     best = _key(evaluate(enc, cost, X))[0]
     moves = 0
     for _ in range(sweeps):

@@ -1,4 +1,5 @@
-"""Matching for `RewriteConcatConv`: the ``concat -> conv2d`` sites of a dataflow block (`find_sites`).
+"""Matching for `RewriteConcatConv`: the ``concat -> conv2d`` sites of a dataflow block
+(`find_sites`).
 
 A site is a convolution reading a channel concat, directly or through channel-wise ops that
 commute with the concat (`UNARY`, `BINARY` with a per-channel operand, batch norm, spatial

@@ -411,7 +411,7 @@ class RewriteConcatConv:
 
         cur = frozenset()
         while not spent() and ev(cur).peak > floor:
-            peak, hot = ev(cur).peak, ev(cur).hot
+            hot = ev(cur).hot
             crit = [u for u in range(len(units)) if u not in cur and touch[u] & hot]
             trials = [cur | frozenset(crit)]
             if len(crit) > 1:

@@ -197,7 +197,6 @@ def rewrite(mod: tvm.IRModule, plan: Plan, func_name: str = "main"):
                "inputs": [p.name for p in func.params],
                "tensors": {str(t): {"shape": list(x.shape), "dtype": x.dtype, "name": x.name}
                            for t, x in enumerate(ten)}}
-    gvs = {}
     n_cut = [0] * n
     for m, st in enumerate(plan.stages):
         sprog = {"transfers": [], "calls": []}
