@@ -155,15 +155,17 @@ def test_search_frontier_and_choice():
 
 
 @pytest.mark.parametrize("model,kw", [("mobilenet", {"grid": "2x2"}),
-                                      ("pad_slice", {"grid": "3x3", "split": "conv2"})])
+                                      ("pad_slice", {"grid": "3x3", "split": "conv2"}),
+                                      ("residual_concat", {"grid": "3x2", "split": "sum"})])
 def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     """The rewrite runs in stock LiteRT and TFLite Micro with bit-equal outputs."""
-    from memsched.generators.tflite_synth import pad_slice_model
+    from memsched.generators.tflite_synth import pad_slice_model, residual_concat_model
     from memsched.importers.tflite_graph import read_tflite
     from memsched.importers.tflite_patches import compare_outputs, tile_tflite
     from memsched.runtime import tflm
 
-    data = _small_mobilenet() if model == "mobilenet" else pad_slice_model(size=12)
+    data = {"mobilenet": _small_mobilenet, "pad_slice": lambda: pad_slice_model(size=12),
+            "residual_concat": lambda: residual_concat_model(quantized=True, size=12)}[model]()
     src = tmp_path / "m.tflite"
     src.write_bytes(data)
     dst = tmp_path / "m_tiled.tflite"

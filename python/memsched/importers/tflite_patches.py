@@ -278,7 +278,7 @@ def _tname(t) -> str:
 def _drop_unused_tensors(model) -> None:
     """Remove tensors no operator, subgraph input/output or signature refers to; renumber."""
     sg = model.subgraphs[0]
-    used = set(int(t) for t in _ints(sg.inputs)) | set(int(t) for t in (sg.outputs or []))
+    used = set(_ints(sg.inputs)) | set(_ints(sg.outputs))
     for op in sg.operators:
         used |= {int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0}
         used |= {int(t) for t in (op.outputs if op.outputs is not None else []) if t >= 0}
