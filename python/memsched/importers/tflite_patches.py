@@ -139,6 +139,9 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     out.peak, out.lower_bound, out.optimal = rr.peak, rr.lower_bound, rr.optimal
     out.offline_arena = rr.offline_arena
     out.notes += list(getattr(rr, "notes", []))
+    if choice is not None and not offline_plan:
+        out.notes.append("TFLite Micro's own planner may place the patched tensors in more than "
+                         "the certified peak; offline_plan=True writes offsets that reach it")
     out.seconds = time.perf_counter() - t0
     if dst is not None:
         from ..fileio import write_atomic
