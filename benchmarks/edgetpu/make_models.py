@@ -1,9 +1,10 @@
 """Build the Inc-ILP paper's ten Keras applications as int8 .tflite files (benchmark inputs).
 
-Runs under a SEPARATE venv with tensorflow (never a memsched dependency):
+Runs under a SEPARATE venv with tensorflow (never a memsched dependency), created in the
+repository root (`.tfvenv/` is git-ignored; the published results used tensorflow-cpu 2.21):
 
-    python3 -m venv /work/tfvenv && /work/tfvenv/bin/pip install "tensorflow-cpu==2.21.*"
-    /work/tfvenv/bin/python benchmarks/edgetpu/make_models.py [--out benchmarks/edgetpu/models]
+    python3 -m venv .tfvenv && .tfvenv/bin/pip install tensorflow
+    .tfvenv/bin/python benchmarks/edgetpu/make_models.py [--out benchmarks/edgetpu/models]
         [--only ResNet50,DenseNet121] [--samples 8]
 
 Models are built with ``weights=None`` (no download; random weights, which do not change the

@@ -4,7 +4,7 @@ Runs under the separate tensorflow venv of ``benchmarks/edgetpu/make_models.py``
 memsched dependency) and reuses its converter (``weights=None``, variables frozen, full-integer
 int8 from random calibration images); ``--float`` also writes float32 files:
 
-    /work/tfvenv/bin/python benchmarks/tflite/make_models.py [--only NASNetMobile] [--float]
+    .tfvenv/bin/python benchmarks/tflite/make_models.py [--only NASNetMobile] [--float]
 
 Irregular networks first (NASNet-A Mobile is the NAS cell network of the papers), then the
 networks TFLM users deploy. Files go to ``benchmarks/tflite/models/`` (not in git).
