@@ -196,17 +196,31 @@ def patched_graph(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     return b.build()
 
 
-def patch_order(graph: OpGraph) -> list[int]:
-    """Patch by patch, each row's concatenation right after its last patch: the order the
-    search prices (the input order of `patched_graph`, which is built that way)."""
+def patch_order(graph: OpGraph, plan: PatchPlan | None = None, cut: int | None = None
+                ) -> list[int]:
+    """Patch by patch, each row's concatenation right after its last patch (the input order of
+    `patched_graph`, which is built that way). With ``cut`` (and the ``plan``): the slices of
+    the model inputs of patches ``cut..`` run right before patch ``cut``, which frees the
+    inputs early at the price of holding those slices."""
     nodes = [v for v, op in enumerate(graph.ops) if isinstance(op.source, tuple)
              and op.source[0] == "node"]
+    early: list[int] = []
+    if plan is not None and cut is not None:
+        early = [v for v in nodes if plan.nodes[graph.ops[v].source[1]].kind == "slice"
+                 and isinstance(plan.nodes[graph.ops[v].source[1]].inputs[0], tuple)
+                 and plan.nodes[graph.ops[v].source[1]].patch >= cut]
     order = []
     done = set()
     pending = [v for v in nodes if graph.ops[v].kind == "concat"]
     for v in nodes:
-        if graph.ops[v].kind == "concat":
+        if v in done or graph.ops[v].kind == "concat":
             continue
+        if early and plan.nodes[graph.ops[v].source[1]].patch >= cut:
+            order += early
+            done.update(early)
+            early = []
+            if v in done:
+                continue
         order.append(v)
         done.add(v)
         for c in list(pending):
@@ -215,8 +229,20 @@ def patch_order(graph: OpGraph) -> list[int]:
                 done.add(c)
                 pending.remove(c)
     order += [v for v in pending]
-    order += [v for v in range(len(graph.ops)) if v not in set(order)]
+    seen = set(order)
+    order += [v for v in range(len(graph.ops)) if v not in seen]
     return order
+
+
+def heuristic_peak(graph: OpGraph, plan: PatchPlan, problem: Problem) -> int:
+    """The best of: patch by patch with the model-input slices of the later patches moved
+    before each patch in turn, and the scheduler package's best heuristic."""
+    from ..schedulers import best_heuristic
+
+    best = best_heuristic(problem)[1]
+    for cut in [None] + list(range(1, plan.patches)):
+        best = min(best, problem.evaluate(patch_order(graph, plan, cut)).peak)
+    return best
 
 
 # ---------------------------------------------------------------------------- search
@@ -232,7 +258,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
     3*max_overhead)``); ``certify``: schedule the frontier with the certified scheduler.
     """
     from ..importers.tflite_reorder import TFLM_MODEL
-    from ..schedulers import best_heuristic, schedule
+    from ..schedulers import schedule
 
     t0 = time.perf_counter()
     grids = list(grids or DEFAULT_GRIDS)
@@ -265,8 +291,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
     # candidate whose lower bound cannot beat a cheaper one (exact Pareto pruning)
     cands = []
     region_price = [0]
-    for op in sm.ops:
-        region_price.append(region_price[-1] + price.op(op.kind, op.cout, quantized, 1))
+    for op in sm.ops:  # a PAD is not copied into interior patches: not counted
+        region_price.append(region_price[-1] + (0 if op.kind in ("PAD", "PADV2") else
+                                                price.op(op.kind, op.cout, quantized, 1)))
     for g in grids:
         over_cap = 0
         for r in regs:
@@ -311,8 +338,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
             continue
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
         pp = Problem.from_graph(pg, TFLM_MODEL)
-        peak = max(min(pp.evaluate(patch_order(pg)).peak, best_heuristic(pp)[1]),
-                   suffix[length])
+        peak = max(heuristic_peak(pg, plan, pp), suffix[length])
         evaluated += 1
         c = Candidate([sm.tensors[t].name for t in r.split], list(r.split), length, g, peak,
                       persist, macs, macs / total_macs - 1 if total_macs else 0.0,
