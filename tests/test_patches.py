@@ -28,8 +28,9 @@ def stacks(draw, max_ops=4):
     h = draw(st.integers(3, 20))
     w = draw(st.integers(3, 20))
     residual = draw(st.booleans())
+    concat = draw(st.booleans())
     try:
-        sm = stack_model(specs, h, w, 2, residual=residual)
+        sm = stack_model(specs, h, w, 2, residual=residual, concat=concat)
     except ValueError:
         assume(False)
     return sm

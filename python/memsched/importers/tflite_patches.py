@@ -133,8 +133,9 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
         from .tflite_write import pack_model
 
         data = pack_model(model)
+    left = time_limit - (time.perf_counter() - t0)  # the search had its share
     data, rr = reorder_tflite(data, None, offline_plan=offline_plan,
-                              time_limit=max(1.0, time_limit))
+                              time_limit=max(1.0, left))
     out.ops_after = rr.ops
     out.peak, out.lower_bound, out.optimal = rr.peak, rr.lower_bound, rr.optimal
     out.offline_arena = rr.offline_arena

@@ -119,7 +119,8 @@ def random_weights(sm: SpatialModel, rng: np.random.Generator, length: int | Non
     return out
 
 
-def stack_model(specs, h: int, w: int, c: int, residual: bool = False) -> SpatialModel:
+def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
+                concat: bool = False) -> SpatialModel:
     """A chain of window ops on a ``1 x h x w x c`` input: ``specs`` items
     ``(kind, kernel, stride, dilation, padding)`` with kind one of CONV_2D, DEPTHWISE_CONV_2D,
     MAX_POOL_2D, AVERAGE_POOL_2D, PAD (kernel = the padding amount) and padding ``SAME`` /
@@ -163,5 +164,14 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False) -> Spatia
             tensors[t] = STensor(t, f"t{t}", tensors[cur].shape, 1)
             ops.append(SOp(len(ops), "ADD", "eltwise", (same[-1], cur), t,
                            cout=tensors[cur].channels))
+            cur = t
+    if concat:
+        same = [t for t in tensors if t != cur and tensors[t].hw == tensors[cur].hw]
+        if same:
+            t = len(tensors)
+            c = tensors[same[0]].channels + tensors[cur].channels
+            tensors[t] = STensor(t, f"t{t}", (1, *tensors[cur].hw, c), 1)
+            ops.append(SOp(len(ops), "CONCATENATION", "concat", (same[0], cur), t, cout=c,
+                           macs_per_out=0))
             cur = t
     return SpatialModel(ops, tensors, [0], [cur], name="stack")
