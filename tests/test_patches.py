@@ -137,6 +137,39 @@ def _small_mobilenet():
     return mobilenet_like(blocks=4, width=8, size=32)
 
 
+def _pool_model() -> bytes:
+    """int8 conv -> MAX_POOL_2D 3x3/2 SAME (border pads: PADV2 with -128) -> depthwise 5x5 ->
+    AVERAGE_POOL_2D 2x2/2 VALID -> conv -> RESHAPE -> FULLY_CONNECTED."""
+    from memsched.generators.tflite_synth import _Net
+
+    net = _Net("pools", True, 0)
+    s = net.s
+
+    def pool(x, shape, kind, k, st, same):
+        oh, ow = ((-(-shape[1] // st), -(-shape[2] // st)) if same else
+                  ((shape[1] - k) // st + 1, (shape[2] - k) // st + 1))
+        net.n += 1
+        o = net.act(f"pool{net.n}", [1, oh, ow, shape[3]], like=x)
+        po = s.Pool2DOptionsT()
+        po.padding = s.Padding.SAME if same else s.Padding.VALID
+        po.strideW = po.strideH = st
+        po.filterWidth = po.filterHeight = k
+        net.b.op(kind, [x], [o], s.BuiltinOptions.Pool2DOptions, po)
+        return o, [1, oh, ow, shape[3]]
+
+    x = net.act("x", [1, 22, 22, 3], 0.05, 0)
+    net.b.inputs = [x]
+    t, sh = net.conv(x, [1, 22, 22, 3], 8)
+    t, sh = pool(t, sh, "MAX_POOL_2D", 3, 2, True)
+    t, sh = net.conv(t, sh, 8, k=5, depthwise=True)
+    t, sh = pool(t, sh, "AVERAGE_POOL_2D", 2, 2, False)
+    t, sh = net.conv(t, sh, 8)
+    n = sh[1] * sh[2] * sh[3]
+    r, _ = net.reshape(t, [1, n])
+    net.b.outputs = [net.fc(r, n, 4)]
+    return net.b.finish()
+
+
 def test_search_frontier_and_choice():
     from memsched.importers.tflite_graph import read_tflite
     from memsched.patches import SpatialModel, search_patches
@@ -157,7 +190,8 @@ def test_search_frontier_and_choice():
 
 @pytest.mark.parametrize("model,kw", [("mobilenet", {"grid": "2x2"}),
                                       ("pad_slice", {"grid": "3x3", "split": "conv2"}),
-                                      ("residual_concat", {"grid": "3x2", "split": "sum"})])
+                                      ("residual_concat", {"grid": "3x2", "split": "sum"}),
+                                      ("pools", {"grid": "3x3"})])
 def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     """The rewrite runs in stock LiteRT and TFLite Micro with bit-equal outputs."""
     from memsched.generators.tflite_synth import pad_slice_model, residual_concat_model
@@ -166,7 +200,8 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     from memsched.runtime import tflm
 
     data = {"mobilenet": _small_mobilenet, "pad_slice": lambda: pad_slice_model(size=12),
-            "residual_concat": lambda: residual_concat_model(quantized=True, size=12)}[model]()
+            "residual_concat": lambda: residual_concat_model(quantized=True, size=12),
+            "pools": _pool_model}[model]()
     src = tmp_path / "m.tflite"
     src.write_bytes(data)
     dst = tmp_path / "m_tiled.tflite"
@@ -175,6 +210,8 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     assert res.choice is not None and res.ops_after > res.ops_before
     kinds = {op.kind for op in read_tflite(out).graph.ops}
     assert "STRIDED_SLICE" in kinds and "CONCATENATION" in kinds
+    if model == "pools":  # MAX_POOL_2D's border padding: PADV2 with the int8 minimum
+        assert "PADV2" in kinds
     assert res.as_dict()["patched"] is True
     cmp = compare_outputs(str(src), str(dst), count=1, tflm=tflm.available())
     assert cmp["litert_equal"]
