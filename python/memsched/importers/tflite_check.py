@@ -211,8 +211,8 @@ def check_model(model, label: str = "model.tflite", arena: int | None = None) ->
     rep.overlaps, pair = _first_overlap(spans, max(len(ops), 1))
     if pair:
         a, b = pair
-        rep.problems.append(
-            f"offline plan puts co-live tensors {a} ({_text(tensors[a].name)!r}) and {b} "
+        rep.problems.insert(  # the problem that changes results goes first
+            0, f"offline plan puts co-live tensors {a} ({_text(tensors[a].name)!r}) and {b} "
             f"({_text(tensors[b].name)!r}) at overlapping bytes ({rep.overlaps} pair(s) in "
             "all): TFLite Micro would compute something else")
     if arena is not None and rep.plan_extent > arena:
