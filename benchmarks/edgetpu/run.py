@@ -9,8 +9,10 @@ best of 16 samples), Inc-ILP from the learned cut and from the param-balanced cu
 the full exact solve -- each (P, O, C),
 proof status and solve seconds (ortools is imported before timing) -- plus the modelled
 pipeline time per inference (`memsched.partition.latency`, defaults documented there) of the
-param-balanced cut and of ours. ``--check-segments`` writes the certified cut's segments and
-checks that chained they reproduce every tensor of the unsplit model on two random inputs.
+param-balanced cut, of ours, and of the latency-balanced cut (`balance_latency`, time limit
+``--time-limit`` / 6; ``*``: not proven). ``--check-segments`` writes the certified cut's
+segments and checks that chained they reproduce every tensor of the unsplit model on two
+random inputs.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ def main() -> None:
 
     from memsched.importers.tflite_graph import op_macs, read_tflite
     from memsched.partition import PartitionProblem, available, evaluate, solve
-    from memsched.partition.latency import EdgeTPUCostModel
+    from memsched.partition.latency import EdgeTPUCostModel, balance_latency
 
     have_learned = "learned" in available()
     cm = EdgeTPUCostModel(sram_bytes=args.sram)
@@ -78,6 +80,7 @@ def main() -> None:
         problem = PartitionProblem.from_graph(tg.graph, tg.op_params, tg.param_bytes)
         for k in stages:
             base = solve(problem, k, sram_bytes=args.sram, method="param-balanced")
+            libcoral_aborts = base.stats.get("libcoral") if base.stats else None
             ex = timed(problem, k, "exact")
             inc_pb = timed(problem, k, "inc-ilp", initial="param-balanced")
             rec = {"model": name, "k": k, "keras_layers": meta.get("keras_layers"),
@@ -103,6 +106,11 @@ def main() -> None:
             ours = inc.assignment if inc.key <= ex.key else ex.assignment
             pb_t = cm.pipeline(problem, base.assignment, macs)
             our_t = cm.pipeline(problem, ours, macs)
+            _, lat = balance_latency(problem, k, macs, cm, time_limit=args.time_limit / 6,
+                                     candidates=[base.assignment, ours])
+            rec.update(libcoral_aborts=libcoral_aborts,
+                       latency_balanced_ms=1000 * max(lat["stage_seconds"]),
+                       latency_balanced_optimal=lat["optimal"])
             rec.update(latency_pb_ms=1000 * pb_t[0], latency_ours_ms=1000 * our_t[0],
                        e2e_pb_ms=1000 * pb_t[1], e2e_ours_ms=1000 * our_t[1],
                        never_worse=evaluate(problem, ours, args.sram).key <= base.key)
@@ -125,7 +133,8 @@ def main() -> None:
     head = ["model", "k", "|V| Keras / ops", "param-balanced P / O / C",
             "learned P gap greedy / best of 16", "optimum P / O / C", "proven",
             "exact s", "Inc-ILP s (learned init)", "Inc-ILP s (pb init)", "auto s",
-            "speedup vs exact (learned / pb init)", "ΔP vs pb", "pipeline ms/inf pb → ours"]
+            "speedup vs exact (learned / pb init)", "ΔP vs pb",
+            "pipeline ms/inf pb → ours → latency-balanced"]
     if args.check_segments:
         head.append("segments equal")
     print("| " + " | ".join(head) + " |")
@@ -138,7 +147,8 @@ def main() -> None:
         proven = all(r[m] for m in ("exact_optimal", "inc_optimal", "inc_pb_optimal",
                                     "auto_optimal"))
         cells = [r["model"], str(r["k"]), f"{r['keras_layers']} / {r['ops']}",
-                 f"{mib(pb[0])} / {mib(pb[1])} / {pb[2] // 1024}",
+                 f"{mib(pb[0])} / {mib(pb[1])} / {pb[2] // 1024}"
+                 + (" (libcoral aborts)" if r["libcoral_aborts"] else ""),
                  learned, f"{mib(ex[0])} / {mib(ex[1])} / {ex[2] // 1024}"
                  + ("" if same else " (methods differ!)"),
                  "yes" if proven else "NO",
@@ -146,7 +156,8 @@ def main() -> None:
                  f"{r['auto_s']:.3f}",
                  f"{r['exact_s'] / r['inc_s']:.2f}x / {r['exact_s'] / r['inc_pb_s']:.2f}x",
                  f"{100 * (ex[0] - pb[0]) / pb[0]:+.1f}%",
-                 f"{r['latency_pb_ms']:.2f} → {r['latency_ours_ms']:.2f}"]
+                 f"{r['latency_pb_ms']:.2f} → {r['latency_ours_ms']:.2f} → "
+                 f"{r['latency_balanced_ms']:.2f}{'' if r['latency_balanced_optimal'] else '*'}"]
         if args.check_segments:
             cells.append(f"{'yes' if r['segments_equal'] else 'NO'} "
                          f"({r['tensors_compared']} tensors)")

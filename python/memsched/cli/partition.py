@@ -65,7 +65,8 @@ def cmd_partition(args) -> int:
             result.method: result.assignment}
     lat_stats = None
     if args.balance == "latency":
-        cut, lat_stats = balance_latency(problem, args.stages, macs, tpu, args.time_limit)
+        cut, lat_stats = balance_latency(problem, args.stages, macs, tpu, args.time_limit,
+                                         candidates=[result.assignment])
         cuts["latency-balanced"] = cut
     chosen = cuts["latency-balanced"] if lat_stats is not None else result.assignment
     files = write_segments(tg, chosen, args.output) if args.output else []

@@ -57,7 +57,8 @@ class EdgeTPUCostModel:
 
 def balance_latency(problem: PartitionProblem, stages: int, macs: Sequence[int],
                     model: EdgeTPUCostModel | None = None, time_limit: float | None = 10.0,
-                    hint: Sequence[int] | None = None) -> tuple[list[int], dict]:
+                    hint: Sequence[int] | None = None,
+                    candidates: Sequence[Sequence[int]] = ()) -> tuple[list[int], dict]:
     """The cut minimising the slowest stage's modelled time ``max_j T_j`` (the pipeline's
     steady-state time per inference), every stage non-empty, dependencies respected (the CP-SAT
     model of `memsched.partition.cpsat` with this objective). Parameters beyond the SRAM are
@@ -67,7 +68,8 @@ def balance_latency(problem: PartitionProblem, stages: int, macs: Sequence[int],
     term is exact to 1/128); ``optimal`` refers to that integer model. Returns ``(assignment,
     stats)`` with ``stats["optimal"]``, ``stats["stage_seconds"]`` (the float model) and
     ``stats["seconds"]``. Without a proof within ``time_limit`` it returns the best cut found,
-    never worse than ``hint`` (default: the param-balanced cut).
+    never worse than ``hint`` (default: the param-balanced cut) or any of ``candidates``
+    (e.g. the (P, O, C) optimum), the best of which also seeds the search.
     """
     import time as _time
 
@@ -76,8 +78,10 @@ def balance_latency(problem: PartitionProblem, stages: int, macs: Sequence[int],
 
     model = model or EdgeTPUCostModel()
     problem.check_stages(stages)
-    hint = list(hint) if hint is not None else param_balanced_cut(problem, stages)
     t0 = _time.perf_counter()
+    pool = [list(hint) if hint is not None else param_balanced_cut(problem, stages)]
+    pool += [list(c) for c in candidates]
+    hint = min(pool, key=lambda c: max(model.stage_seconds(problem, c, macs)))
     per = {"mac": 1.0 / model.macs_per_s, "offchip": 1.0 / model.offchip_bytes_per_s,
            "link": 1.0 / model.link_bytes_per_s}
     unit = min(per.values()) / 64.0
