@@ -203,17 +203,30 @@ def _markdown_files() -> list[str]:
     return [f for f in files if os.path.exists(f)]
 
 
+def _anchors(path: str) -> set[str]:
+    """GitHub's heading anchors of a Markdown file."""
+    with open(path, encoding="utf-8") as f:
+        text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+    out = set()
+    for h in re.findall(r"^#+\s+(.*)$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+        out.add(slug)
+    return out
+
+
 def test_docs_links_resolve_and_no_machine_paths():
     for path in _markdown_files():
         with open(path, encoding="utf-8") as f:
             text = f.read()
         rel = os.path.relpath(path, REPO)
         assert "/work/" not in text and "tfvenv/bin" not in text.replace(".tfvenv/bin", ""), rel
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text):
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", text):
             if re.match(r"[a-z]+://", target):
                 continue
-            assert os.path.exists(os.path.join(os.path.dirname(path), target)), \
-                f"{rel}: broken link {target}"
+            dest = os.path.join(os.path.dirname(path), target) if target else path
+            assert os.path.exists(dest), f"{rel}: broken link {target}"
+            if anchor and dest.endswith(".md"):
+                assert anchor in _anchors(dest), f"{rel}: no heading #{anchor} in {target}"
 
 
 def test_readme_is_short():
