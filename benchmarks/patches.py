@@ -10,8 +10,9 @@ int8 quantization, so they run in LiteRT and TFLite Micro as converted Keras mod
   convolution as Keras' ``ZeroPadding2D`` writes, 1x1 conv to 1280, MEAN, FULLY_CONNECTED);
 * ``mobilenet_like-<px>``: `memsched.generators.tflite_synth.mobilenet_like`.
 
-Run: ``.venv/bin/python benchmarks/patches.py [names...] [--max-overhead 0.3] [--json]``.
-The Keras-converted models of the issue's table (tensorflow venv) are not built here.
+Run: ``.venv/bin/python benchmarks/patches.py [names or .tflite files...] [--max-overhead 0.3]
+[--logits] [--json]``. Keras-converted models: build them with ``benchmarks/patches_keras.py``
+in a tensorflow venv, then pass the files (with ``--logits``, see there).
 """
 from __future__ import annotations
 
@@ -91,21 +92,52 @@ MODELS = {
 }
 
 
-def run(name: str, max_overhead: float, offline_plan: bool, measure: bool = True) -> dict:
-    from memsched.importers.tflite_patches import measure_tile, tile_tflite
+def strip_softmax(data: bytes) -> bytes:
+    """The model up to its logits: a final SOFTMAX removed (TFLite Micro's Python interpreter
+    cannot allocate it on random-weight Keras int8 models: degenerate calibration)."""
+    from memsched.importers.tflite_graph import op_names, read_tflite
+    from memsched.importers.tflite_write import finish_model
 
-    data = MODELS[name]()
+    tg = read_tflite(data)
+    model, sg = tg.model, tg.subgraph
+    last = sg.operators[-1]
+    code = model.operatorCodes[last.opcodeIndex]
+    if op_names()[max(code.builtinCode, code.deprecatedBuiltinCode)] != "SOFTMAX":
+        return data
+    sg.outputs = [int(last.inputs[0])]
+    sg.operators = sg.operators[:-1]
+    model.signatureDefs = []
+    return finish_model(model)
+
+
+def run(name: str, max_overhead: float, offline_plan: bool, measure: bool = True,
+        logits: bool = False) -> dict:
+    from memsched.importers.tflite_patches import measure_tile, tile_tflite
+    from memsched.importers.tflite_reorder import reorder_tflite
+    from memsched.runtime import tflm
+
+    if name.endswith(".tflite"):
+        with open(name, "rb") as f:
+            data = f.read()
+    else:
+        data = MODELS[name]()
+    if logits:
+        data = strip_softmax(data)
     with tempfile.TemporaryDirectory() as d:
         src, dst = os.path.join(d, "m.tflite"), os.path.join(d, "p.tflite")
+        ref = os.path.join(d, "r.tflite")
         with open(src, "wb") as f:
             f.write(data)
         t0 = time.perf_counter()
         _, res = tile_tflite(src, dst, max_overhead=max_overhead, offline_plan=offline_plan)
         secs = time.perf_counter() - t0
-        row = {"model": name, "ops": res.ops_before, "ops_patched": res.ops_after,
-               "seconds": round(secs, 2), "result": res.as_dict()}
+        row = {"model": os.path.basename(name), "ops": res.ops_before,
+               "ops_patched": res.ops_after, "seconds": round(secs, 2), "result": res.as_dict()}
         if measure:
             row["measured"] = measure_tile(src, dst, count=1)
+            if tflm.available():  # the best without patches: memsched reorder --offline-plan
+                reorder_tflite(src, ref, offline_plan=True)
+                row["measured"]["tflm_arena_reordered"] = tflm.min_arena_bytes(ref)
     return row
 
 
@@ -115,17 +147,20 @@ def main(argv=None) -> int:
     ap.add_argument("--max-overhead", type=float, default=0.3)
     ap.add_argument("--no-offline-plan", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--logits", action="store_true",
+                    help="measure up to the logits (drop a final SOFTMAX)")
     a = ap.parse_args(argv)
     rows = []
     for name in a.models:
-        row = run(name, a.max_overhead, not a.no_offline_plan)
+        row = run(name, a.max_overhead, not a.no_offline_plan, logits=a.logits)
         rows.append(row)
         if a.json:
             continue
         c = row["result"]["choice"]
         m = row["measured"]
         print(f"{name:20s} ops {row['ops']:4d}->{row['ops_patched']:4d}  "
-              f"TFLM total {m.get('tflm_arena_original', 0):>9,} -> "
+              f"TFLM total {m.get('tflm_arena_original', 0):>9,} "
+              f"(reordered {m.get('tflm_arena_reordered', 0):,}) -> "
               f"{m.get('tflm_arena_patched', 0):>9,} B ({m.get('tflm_arena_ratio')}x)  "
               f"split {c and ','.join(c['split'])} grid {c and c['grid']} "
               f"MACs +{100 * (c['mac_overhead'] if c else 0):.1f} %  "
