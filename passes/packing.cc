@@ -7,8 +7,6 @@
 #include <memory>
 #include <numeric>
 #include <utility>
-#include <cstdio>
-#include <cstdlib>
 
 namespace memsched {
 namespace {
@@ -215,7 +213,6 @@ class Searcher {
   bool Search(size_t sb, size_t se) {
     if (sb == se) return true;
     if (Stop()) return false;
-    {int d=(int)placed_stack_.size(); if (d>maxdepth_) {maxdepth_=d; if (getenv("PDBG")) fprintf(stderr,"depth %d nodes %ld\n",d,(long)nodes_);}}
     // --- decomposition into groups disjoint in time
     {
       int reach = hi_[pool_[sb]];
@@ -367,7 +364,7 @@ class Searcher {
   std::vector<std::pair<int, size_t>> placed_stack_;
   std::vector<int> pool_;
   std::vector<std::pair<int64_t, int>> eff_;
-  int64_t nodes_ = 0, budget_end_ = -1; int maxdepth_ = 0;
+  int64_t nodes_ = 0, budget_end_ = -1;
   bool stopped_ = false;
   PackStop reason_ = PackStop::kDone;
   Clock::time_point start_;

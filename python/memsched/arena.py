@@ -20,14 +20,18 @@ Pure Python (OR-Tools only for the exact method); no TVM.
   independent; the arena is the largest part), and parts whose greedy arena is already within
   the global lower bound are not solved. Proves the minimum arena for the given lifetimes when
   it finishes in time.
-* `plan`: ``method="greedy" | "cpsat" | "auto"`` (cpsat and auto: greedy, then CP-SAT only
-  when greedy is above the lower bound).
+* exact (`memsched.packing.plan_exact`, native): a MiniMalloc-class canonical search
+  (ASPLOS'23 ideas) that proves the liveness peak where it can be packed, anytime otherwise.
+* `plan`: ``method="greedy" | "exact" | "cpsat" | "auto"`` (exact, cpsat and auto: greedy,
+  then the search only when greedy is above the lower bound; auto = exact, or CP-SAT when the
+  native core is not built).
 
 All sizes are rounded up to ``alignment`` and every offset is a multiple of it (TVM's VM only
 hands a kernel a zero-copy tensor at an offset that is a multiple of 64 bytes).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -35,7 +39,7 @@ from typing import Iterable, Sequence
 __all__ = ["Lifetime", "ArenaPlan", "plan", "plan_greedy", "plan_cpsat", "max_live",
            "verify", "align_up", "stacked_offsets", "METHODS", "GREEDY_ORDERS"]
 
-METHODS = ("greedy", "cpsat", "auto")
+METHODS = ("greedy", "exact", "cpsat", "auto")
 
 
 @dataclass(frozen=True)
@@ -199,19 +203,21 @@ GREEDY_ORDERS = (*_GREEDY_ORDERS, "breadth")
 
 def _breadth_order(lts: list[Lifetime], sizes: list[int]) -> list[int]:
     """Greedy by breadth: visit steps from the most to the least live bytes; at each step take
-    its not yet placed tensors, largest first."""
+    its not yet placed tensors, largest first. Time is compressed to the event points (steps
+    between two of them hold the same tensors), so the cost grows with the number of tensors,
+    not with the time range."""
     if not lts:
         return []
-    t0 = min(lt.start for lt in lts)
-    horizon = max(lt.end for lt in lts) - t0 + 2
-    diff = [0] * horizon
+    events = sorted({lt.start for lt in lts} | {lt.end + 1 for lt in lts})
+    pos = {t: k for k, t in enumerate(events)}
+    diff = [0] * len(events)
     for lt, s in zip(lts, sizes):
-        diff[lt.start - t0] += s
-        diff[lt.end - t0 + 1] -= s
+        diff[pos[lt.start]] += s
+        diff[pos[lt.end + 1]] -= s
     load, cur = [], 0
-    for t in range(horizon - 1):
-        cur += diff[t]
-        load.append((-cur, t + t0))
+    for k in range(len(events) - 1):  # section k: steps [events[k], events[k + 1])
+        cur += diff[k]
+        load.append((-cur, events[k]))
     load.sort()
     unseen = sorted(range(len(lts)), key=lambda i: (-sizes[i], -lts[i].end, lts[i].start, i))
     order: list[int] = []
@@ -298,12 +304,16 @@ def _solve_group(lts, units, idx, hint, upper, target, time_limit, workers, seed
     m = cp_model.CpModel()
     ub = upper
     arena = m.NewIntVar(max(target, max(units[i] for i in idx)), ub, "arena")
+    # time compressed to the group's event points (same overlaps, small domains)
+    rank = {t: k for k, t in enumerate(sorted({lts[i].start for i in idx} |
+                                              {lts[i].end + 1 for i in idx}))}
     xs, ys, offs = [], [], []
     for i in idx:
         lt, s = lts[i], units[i]
         o = m.NewIntVar(0, ub - s, f"o{i}")
         offs.append(o)
-        xs.append(m.NewFixedSizeIntervalVar(lt.start, lt.end - lt.start + 1, f"t{i}"))
+        x0 = rank[lt.start]
+        xs.append(m.NewFixedSizeIntervalVar(x0, rank[lt.end + 1] - x0, f"t{i}"))
         ys.append(m.NewFixedSizeIntervalVar(o, s, f"m{i}"))
         m.Add(o + s <= arena)
         m.AddHint(o, hint[i])
@@ -333,22 +343,28 @@ def plan_cpsat(lifetimes: Iterable, alignment: int = 64, time_limit: float = 10.
     start = initial if initial is not None else plan_greedy(lts, alignment)
     if start.alignment != alignment and lts:
         raise ValueError("initial plan has a different alignment")
+    # the model counts in units of the common divisor of the aligned sizes and the warm start's
+    # offsets (CP-SAT's results depend strongly on the scale it is given)
     a = alignment
-    units = [align_up(lt.size, a) // a for lt in lts]
     offsets = list(start.offsets)
+    g = 0
+    for v in [align_up(lt.size, a) for lt in lts] + offsets:
+        g = math.gcd(g, int(v))
+    u = max(a, g)  # a multiple of a (every aligned size and offset is)
+    units = [align_up(lt.size, a) // u for lt in lts]
     lb_global = max_live(lts, a)
     stats = {"greedy": start.arena, "groups": 0, "solved": 0, "status": []}
     if start.arena <= lb_global or not lts:
         return ArenaPlan(start.arena, offsets, lb_global, True, "cpsat", a, max_live(lts),
                          time.perf_counter() - t0, {**stats, "skipped": "greedy optimal"})
-    target = lb_global // a
+    target = -(-lb_global // u)
     groups = _components([lt for lt in lts])
     stats["groups"] = len(groups)
     # per group: arena from the warm start (offsets rebased: a group starts at 0 anyway since
     # greedy never stacks on tensors of another group) and its own lower bound
     info = []
     for g in groups:
-        g_arena = max((offsets[i] // a + units[i] for i in g), default=0)
+        g_arena = max((offsets[i] // u + units[i] for i in g), default=0)
         info.append((g_arena, g))
     deadline = t0 + time_limit
     proven = target
@@ -356,22 +372,22 @@ def plan_cpsat(lifetimes: Iterable, alignment: int = 64, time_limit: float = 10.
     for k, (g_arena, g) in enumerate(open_groups):
         left = deadline - time.perf_counter()
         if left <= 0.01:
-            proven = max(proven, max_live([lts[i] for i in g], a) // a)
+            proven = max(proven, -(-max_live([lts[i] for i in g], a) // u))
             stats["status"].append("NOT_RUN")
             continue
         share = left / (len(open_groups) - k)
-        hint = {i: offsets[i] // a for i in g}
+        hint = {i: offsets[i] // u for i in g}
         res_arena, res_offs, bound, status = _solve_group(
             lts, units, g, hint, g_arena, target, share, workers, seed)
         stats["solved"] += 1
         stats["status"].append(status)
         if res_arena is not None and res_arena <= g_arena:
             for i, o in zip(g, res_offs):
-                offsets[i] = o * a
+                offsets[i] = o * u
             g_arena = res_arena
         proven = max(proven, min(bound, g_arena))
     arena = max((o + align_up(lt.size, a) for o, lt in zip(offsets, lts)), default=0)
-    lower = max(lb_global, proven * a)
+    lower = max(lb_global, proven * u)
     lower = min(lower, arena)
     return ArenaPlan(arena, offsets, lower, arena <= lower, "cpsat", a, max_live(lts),
                      time.perf_counter() - t0, stats)
@@ -381,15 +397,25 @@ def plan(lifetimes: Iterable, method: str = "greedy", alignment: int = 64,
          time_limit: float = 10.0, **options) -> ArenaPlan:
     """Offsets for ``lifetimes`` (iterable of `Lifetime` or (size, start, end) tuples).
 
-    ``method``: ``"greedy"`` (fast default), ``"cpsat"`` (exact under ``time_limit``, greedy
-    warm start) or ``"auto"`` (same as cpsat: CP-SAT runs only when greedy is above the bound).
+    ``method``: ``"greedy"`` (fast default), ``"exact"`` (`memsched.packing.plan_exact`: the
+    MiniMalloc-class canonical search, anytime under ``time_limit``, greedy warm start),
+    ``"cpsat"`` (CP-SAT under ``time_limit``, greedy warm start) or ``"auto"`` (greedy; when
+    it is above the lower bound, the exact packer - CP-SAT when the native core is missing).
     """
     if method not in METHODS:
         raise ValueError(f"unknown arena method {method!r}; choose one of {METHODS}")
     lts = _normalise(lifetimes)
     if method == "greedy":
         return plan_greedy(lts, alignment, **options)
-    return plan_cpsat(lts, alignment, time_limit=time_limit, **options)
+    if method == "cpsat":
+        return plan_cpsat(lts, alignment, time_limit=time_limit, **options)
+    from .packing import plan_exact
+
+    p = plan_exact(lts, alignment, time_limit=time_limit, **options)
+    if method == "auto":
+        p.stats["method"] = p.method
+        p.method = "auto"
+    return p
 
 
 def stacked_offsets(groups: Sequence[Sequence[int]], group_sizes: Sequence[int],

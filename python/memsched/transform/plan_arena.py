@@ -132,9 +132,10 @@ class PlanArena:
     Parameters
     ----------
     method : str
-        ``"greedy"`` (default; greedy by size with best-fit gaps, a few orderings), ``"cpsat"``
-        (exact CP-SAT packing under ``time_limit``, greedy warm start) or ``"auto"`` (same as
-        cpsat: CP-SAT only runs when greedy is above the max-live lower bound).
+        ``"greedy"`` (default; greedy by size with best-fit gaps, a few orderings), ``"exact"``
+        (`memsched.packing`: MiniMalloc-class canonical search under ``time_limit``, greedy
+        warm start), ``"cpsat"`` (CP-SAT packing under ``time_limit``) or ``"auto"`` (greedy;
+        the exact packer only when greedy is above the max-live lower bound).
     alignment : int
         Byte alignment of every offset (64: below it the VM copies tensors).
     time_limit : float
