@@ -22,6 +22,7 @@ _LAZY = {
     "FuseIsolatedSubgraphs": "memsched.transform.fuse_isolated_subgraphs",
     "PartitionPipeline": "memsched.transform.partition_pipeline",
     "SplitAcrossDevices": "memsched.transform.split_across_devices",
+    "TilePatches": "memsched.transform.tile_patches",
     "edgetpu_pipeline": "memsched.relax_pipeline",
     "pipeline": "memsched.relax_pipeline",
     "pipeline_passes": "memsched.relax_pipeline",

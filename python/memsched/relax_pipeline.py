@@ -17,7 +17,8 @@ from tvm import relax
 def pipeline_passes(*, schedule: bool = True, algorithm: str | None = None,
                     time_limit: float | None = -1.0, memory_model: str = "tvm",
                     fold_constants: bool = True, fuse: bool = False, before=(),
-                    plan_arena: bool | str = "auto", stop_after_planning: bool = False) -> list:
+                    plan_arena: bool | str = "auto", stop_after_planning: bool = False,
+                    tile_patches=None) -> list:
     """The list of passes of `pipeline` (see there)."""
     from .transform import MemoryAwareSchedule
 
@@ -25,6 +26,12 @@ def pipeline_passes(*, schedule: bool = True, algorithm: str | None = None,
     passes = list(before)
     if fold_constants:
         passes.append(t.FoldConstant())  # weight-only computations must not look like activations
+    if tile_patches:  # patch-based execution of the spatial prefix, before scheduling
+        from .transform.tile_patches import TilePatches
+
+        passes.append(tile_patches if isinstance(tile_patches, tvm.transform.Pass) else
+                      TilePatches(**tile_patches) if isinstance(tile_patches, dict) else
+                      TilePatches())
     passes += [relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(),
                t.LegalizeOps()]
     if fuse:
@@ -56,7 +63,9 @@ def pipeline(**options) -> tvm.transform.Pass:
     Options: ``schedule`` (False gives the plain TVM order, for comparison), ``algorithm``,
     ``time_limit``, ``memory_model`` (default ``"tvm"``), ``fold_constants`` (default True),
     ``fuse`` (FuseOps/FuseTIR before scheduling), ``before`` (passes run first, e.g.
-    ``[RewriteConcatConv()]``), ``plan_arena`` (default ``"auto"``: pack StaticPlanBlockMemory's
+    ``[RewriteConcatConv()]``), ``tile_patches`` (True, a dict of `TilePatches` options or a
+    `TilePatches` pass: run the spatial prefix patch by patch, after FoldConstant),
+    ``plan_arena`` (default ``"auto"``: pack StaticPlanBlockMemory's
     storage into one arena at offsets, greedy then CP-SAT when greedy is above the liveness
     bound; ``False`` keeps TVM's token plan, which can stay far above the schedule's peak).
     """

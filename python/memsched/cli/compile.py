@@ -46,7 +46,8 @@ def _resolve_pass(name: str):
     return made
 
 
-PASSES = ("MemoryAwareSchedule", "PlanArena", "RewriteConcatConv", "FuseIsolatedSubgraphs")
+PASSES = ("MemoryAwareSchedule", "PlanArena", "RewriteConcatConv", "FuseIsolatedSubgraphs",
+          "TilePatches")
 
 
 class _Output:
@@ -347,7 +348,8 @@ def _add_compile_args(p):
     p.add_argument("model", help="model file (.onnx/.tflite/.pt2) or example:NAME")
     p.add_argument("--pass", dest="passes", action="append", metavar="NAME",
                    help="pass to run (repeatable): MemoryAwareSchedule, PlanArena, "
-                        "RewriteConcatConv, FuseIsolatedSubgraphs or any relax.transform.NAME")
+                        "RewriteConcatConv, FuseIsolatedSubgraphs, TilePatches or any "
+                        "relax.transform.NAME")
     p.add_argument("--target", default="llvm", help="TVM target (default: llvm)")
     p.add_argument("-o", "--output", default="out.so", help="output library (default out.so)")
     p.add_argument("--input-shapes", help="static input shapes, e.g. x:1x3x224x224")

@@ -5,6 +5,7 @@ from .plan_arena import PlanArena  # noqa: F401
 from .fuse_isolated_subgraphs import FuseIsolatedSubgraphs  # noqa: F401
 from .partition_pipeline import PartitionPipeline  # noqa: F401
 from .split_across_devices import SplitAcrossDevices  # noqa: F401
+from .tile_patches import TilePatches  # noqa: F401
 
 # The native library registers the memsched.* PassContext config keys (memsched.algorithm,
 # memsched.time_limit_s, memsched.memory_model); without it they are unknown to TVM.

@@ -1,0 +1,590 @@
+"""`TilePatches`: patch-based execution (MCUNetV2-style) of the spatial prefix of a Relax model.
+
+The first, high-resolution operators of a CNN hold the largest feature maps; no operator order
+gets below "input and output of the worst operator live". Running the prefix patch by patch
+(each patch computes its piece of the *split tensors* from a window of the model input, halos
+recomputed) keeps only patch-sized tensors live until the split tensors are reassembled.
+
+This pass is a thin adapter over `memsched.patches` (plain Python):
+
+1. the first dataflow block of each Relax function is described as a `patches.SpatialModel`
+   (one operator per binding, NCHW or NHWC feature maps seen as 1 x H x W x C): conv2d
+   (groups included: depthwise), max/avg pool2d, nn.pad, element-wise unary/binary ops on
+   same-shape tensors or with per-channel/scalar constants (bias, folded batch norm, clip,
+   relu, residual add), concat along channels. Bindings that read no activation (weight
+   reshapes) are kept in front, untouched;
+2. candidates (region = spatial prefix ending at its split tensors, grid R x C) are priced by
+   MACs (`patches.region.grid_macs`) and by the peak of the patched graph under memsched's
+   ``tvm`` memory model (parameters and the returned tensor not planned): patch-order
+   heuristics on the patched prefix, then the certified scheduler (`memsched.schedule`) on the
+   whole patched graph for the best ones. Choice: the lowest peak within ``max_overhead``
+   extra MACs, ties to fewer patches; none when nothing beats the unpatched graph;
+3. the region is rewritten from `patches.plan_patches`: per patch ``strided_slice`` of the
+   input with its halo, ``nn.pad`` only on the true borders (zero, the dtype's lowest value
+   for max pooling), the same conv/pool with ``padding=0``, element-wise ops on the windows,
+   and ``concat`` of the patches (rows along W, then along H) bound to the split tensor's own
+   variable, so the rest of the block is unchanged.
+
+Results are function attributes: ``memsched.patches_split`` (tensor names, comma separated),
+``memsched.patches_grid`` ("RxC"), ``memsched.patches_region_ops``,
+``memsched.patches_peak_before`` / ``memsched.patches_peak_after`` (bytes, the scheduler's
+peaks under the ``tvm`` model, unpatched and patched), ``memsched.patches_mac_overhead``,
+``memsched.patches_macs``, ``memsched.patches_certified``, ``memsched.patches_frontier``
+(``grid@split:peak:overhead`` entries), ``memsched.patches_seconds``; and
+``memsched.patches_skipped`` (the reason) when a function is left unchanged.
+
+Use it before MemoryAwareSchedule + PlanArena, so those allocate the patched optimum::
+
+    ex = tvm.compile(mod, "llvm", relax_pipeline=memsched.pipeline(tile_patches=True))
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from ..graph import GraphBuilder
+from ..memory import MemoryModel, Problem
+from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
+from ..patches.region import Refused, grid_macs, plan_patches, regions
+from ..patches.search import DEFAULT_GRIDS, heuristic_peak, patched_graph
+from .common import map_relax_functions, with_blocks
+
+TVM_MODEL = MemoryModel.get("tvm")
+
+ELEMENTWISE = {
+    "relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum",
+    "relax.minimum", "relax.power", "relax.nn.relu", "relax.clip", "relax.sigmoid",
+    "relax.tanh", "relax.exp", "relax.negative", "relax.abs", "relax.nn.silu",
+    "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.leakyrelu", "relax.astype", "relax.sqrt",
+    "relax.rsqrt", "relax.square", "relax.floor", "relax.round", "relax.hardswish",
+    "relax.nn.prelu",
+}
+WINDOW = ("relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.pad")
+LAYOUTS = {"NCHW": (2, 3, 1), "NHWC": (1, 2, 3)}  # (H axis, W axis, C axis)
+
+
+def _shape(ty):
+    if not isinstance(ty, relax.TensorType) or not isinstance(ty.shape, relax.ShapeExpr):
+        return None
+    try:
+        return tuple(int(d) for d in ty.shape.values)
+    except (TypeError, ValueError):
+        return None
+
+
+def _nbytes(ty) -> int:
+    if isinstance(ty, relax.TupleType):
+        return sum(_nbytes(f) for f in ty.fields)
+    shape = _shape(ty)
+    if shape is None:
+        return 0
+    n = tvm.runtime.DataType(ty.dtype).bits // 8 or 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _itemsize(ty) -> int:
+    return max(tvm.runtime.DataType(ty.dtype).bits // 8, 1)
+
+
+# ---------------------------------------------------------------------------- the description
+@dataclass
+class BlockModel:
+    """A dataflow block as the patch geometry sees it: `SpatialModel` ``sm`` (op ``k`` =
+    ``bindings[k]``), the matching `OpGraph` ``graph`` (op ``k`` = operator ``k``), and what the
+    rewrite needs per operator (the binding, the paths of its activation arguments)."""
+
+    sm: SpatialModel
+    graph: object
+    tensor_index: list[int]
+    bindings: list  # op bindings (read an activation), file order
+    hoisted: list  # bindings that read no activation (kept in front)
+    var_of: dict  # sm tensor index -> relax Var
+    arg_paths: list  # per op: argument paths ((i,) or (i, j) inside a Tuple) of activations
+    layout: str
+    dtype_of: dict = field(default_factory=dict)  # sm tensor index -> dtype string
+
+
+def describe_block(func: relax.Function, block: relax.DataflowBlock) -> BlockModel:
+    """The `BlockModel` of ``block`` (raises `Refused` when it has no window operator or mixes
+    layouts)."""
+    n_in = func.attrs["num_input"] if func.attrs is not None and "num_input" in func.attrs \
+        else len(func.params)
+    params = list(func.params)[:int(n_in)]
+    layouts = set()
+    for b in block.bindings:
+        v = b.value
+        if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name in WINDOW \
+                and v.op.name != "relax.nn.pad":
+            a = v.attrs
+            layouts.add(str(a.data_layout) if v.op.name == "relax.nn.conv2d" else str(a.layout))
+    layouts &= set(LAYOUTS)
+    if not layouts:
+        raise Refused("no conv2d/pool2d in NCHW or NHWC layout")
+    if len(layouts) > 1:
+        raise Refused(f"mixed layouts {sorted(layouts)}")
+    layout = layouts.pop()
+    ah, aw, ac = LAYOUTS[layout]
+
+    tensors: dict[int, STensor] = {}
+    var_of: dict[int, object] = {}
+    index: dict = {}  # relax Var -> sm tensor index
+    dtype_of: dict[int, str] = {}
+
+    def tensor(var) -> int:
+        if var in index:
+            return index[var]
+        t = len(var_of)
+        shape = _shape(var.ty)
+        if shape is not None and len(shape) == 4 and shape[0] == 1:
+            s = (1, shape[ah], shape[aw], shape[ac])
+        else:
+            s = tuple(shape or ())
+        item = _itemsize(var.ty) if isinstance(var.ty, relax.TensorType) else 1
+        tensors[t] = STensor(t, var.name, s, item)
+        if isinstance(var.ty, relax.TupleType) or shape is None:
+            tensors[t] = STensor(t, var.name, (max(_nbytes(var.ty), 1),), 1)
+        var_of[t] = var
+        index[var] = t
+        if isinstance(var.ty, relax.TensorType):
+            dtype_of[t] = str(var.ty.dtype)
+        return t
+
+    acts = set(params)
+    for p in params:
+        tensor(p)
+    ops: list[SOp] = []
+    op_bindings, hoisted, paths_all, macs = [], [], [], []
+    b = GraphBuilder("block")
+    gt: dict[int, int] = {}
+    tensor_index: list[int] = []
+    for p in params:
+        gt[index[p]] = b.input(p.name, _nbytes(p.ty))
+        tensor_index.append(index[p])
+    for bd in block.bindings:
+        reads = [v for v in relax.analysis.free_vars(bd.value) if v in acts]
+        if not isinstance(bd, relax.VarBinding) or not reads:
+            if not isinstance(bd, relax.VarBinding):
+                raise Refused("a match_cast binding")
+            hoisted.append(bd)
+            continue
+        acts.add(bd.var)
+        k = len(ops)
+        out = tensor(bd.var)
+        paths = _act_paths(bd.value, acts)
+        ins = tuple(tensor(_at(bd.value, p)) for p in paths)
+        op = _classify(k, bd.value, ins, out, paths, tensors, layout, acts)
+        ops.append(op)
+        op_bindings.append(bd)
+        paths_all.append(paths)
+        macs.append(_macs(bd.value, tensors[out], op))
+        vid = b.op(bd.var.name, op.kind, [gt[t] for t in dict.fromkeys(ins)],
+                   [(bd.var.name, _nbytes(bd.var.ty))], source=("op", k))
+        gt[out] = b.ops[vid].outputs[0]
+        tensor_index.append(out)
+    outputs = [index[bd.var] for bd in op_bindings if not isinstance(bd.var, relax.DataflowVar)]
+    for t in outputs:
+        b.mark_output(gt[t])
+    sm = SpatialModel(ops, tensors, [index[p] for p in params], outputs, macs=macs,
+                      name=b.name)
+    return BlockModel(sm, b.build(), tensor_index, op_bindings, hoisted, var_of, paths_all,
+                      layout, dtype_of)
+
+
+def _act_paths(value, acts) -> list[tuple]:
+    if not isinstance(value, tvm.ir.Call):
+        return [(i,) for i, f in enumerate(getattr(value, "fields", [])) if f in acts] \
+            if isinstance(value, relax.Tuple) else []
+    out = []
+    for i, a in enumerate(value.args):
+        if isinstance(a, relax.Tuple):
+            out += [(i, j) for j, f in enumerate(a.fields) if f in acts]
+        elif a in acts:
+            out.append((i,))
+    return out
+
+
+def _at(value, path):
+    a = value.args[path[0]] if isinstance(value, tvm.ir.Call) else value.fields[path[0]]
+    return a.fields[path[1]] if len(path) > 1 else a
+
+
+def _other(k, ins, out, why, kind="other") -> SOp:
+    return SOp(k, kind, "other", ins, out, reason=why)
+
+
+def _classify(k, value, ins, out, paths, tensors, layout, acts) -> SOp:
+    if not isinstance(value, tvm.ir.Call) or not isinstance(value.op, tvm.ir.Op):
+        return _other(k, ins, out, "not an operator call")
+    name = value.op.name
+    kind = name.replace("relax.", "")
+    o = tensors[out]
+    if not o.spatial or any(not tensors[t].spatial for t in ins):
+        return _other(k, ins, out, f"{kind} on a tensor that is not a 1-batch 4-D feature map",
+                      kind)
+    if name in ("relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
+        a = value.attrs
+        lay = str(a.data_layout) if name == "relax.nn.conv2d" else str(a.layout)
+        out_lay = str(a.out_layout) if a.out_layout is not None else lay
+        if lay != layout or out_lay != layout:
+            return _other(k, ins, out, f"{kind} in layout {lay}->{out_lay}", kind)
+        if paths != [(0,)]:
+            return _other(k, ins, out, f"{kind} with activation weights", kind)
+        st = tuple(int(s) for s in a.strides)
+        dil = tuple(int(d) for d in a.dilation)
+        pad = [int(p) for p in a.padding]  # top, left, bottom, right
+        if name == "relax.nn.conv2d":
+            w = _shape(value.args[1].ty)
+            kl = str(a.kernel_layout)
+            kh, kw = w[kl.index("H")], w[kl.index("W")]
+            cin_g = w[kl.index("I")]
+            macs = kh * kw * cin_g
+            pv = PAD_ZERO
+        else:
+            if bool(a.ceil_mode):
+                return _other(k, ins, out, f"{kind} with ceil_mode", kind)
+            kh, kw = (int(s) for s in a.pool_size)
+            macs = kh * kw
+            if name == "relax.nn.max_pool2d":
+                pv = PAD_MIN
+            else:
+                pv = PAD_ZERO if bool(a.count_include_pad) or not any(pad) else PAD_NONE
+        H, W = tensors[ins[0]].hw
+        oh = (H + pad[0] + pad[2] - (kh - 1) * dil[0] - 1) // st[0] + 1
+        ow = (W + pad[1] + pad[3] - (kw - 1) * dil[1] - 1) // st[1] + 1
+        if (oh, ow) != o.hw:
+            return _other(k, ins, out, f"{kind} output shape does not follow its padding", kind)
+        return SOp(k, kind, "window", ins, out, (kh, kw), st, dil, (pad[0], pad[1]),
+                   (pad[2], pad[3]), pv, macs, o.channels)
+    if name == "relax.nn.pad":
+        a = value.attrs
+        pw = [int(p) for p in a.pad_width]
+        ah, aw, ac = LAYOUTS[layout]
+        if str(a.pad_mode) != "constant" or any(p < 0 for p in pw) or \
+                pw[0] or pw[1] or pw[2 * ac] or pw[2 * ac + 1] or paths != [(0,)]:
+            return _other(k, ins, out, "nn.pad that pads batch or channels (or not constant)",
+                          kind)
+        return SOp(k, "PAD", "window", ins, out, (1, 1), (1, 1), (1, 1),
+                   (pw[2 * ah], pw[2 * aw]), (pw[2 * ah + 1], pw[2 * aw + 1]), PAD_ZERO, 0,
+                   o.channels)
+    if name in ELEMENTWISE:
+        ah, aw, ac = LAYOUTS[layout]
+        for t in ins:
+            if tensors[t].shape != o.shape:
+                return _other(k, ins, out, f"{kind} broadcasts an activation", kind)
+        for i, a in enumerate(value.args):
+            if (i,) in paths:
+                continue
+            s = _shape(a.ty) if isinstance(getattr(a, "ty", None), relax.TensorType) else ()
+            if s is None:
+                return _other(k, ins, out, f"{kind} with a dynamic operand", kind)
+            s = (1,) * (4 - len(s)) + tuple(s)
+            if len(s) != 4 or s[ah] != 1 or s[aw] != 1:
+                return _other(k, ins, out, f"{kind} with an operand that varies over space",
+                              kind)
+        return SOp(k, kind, "eltwise", ins, out, macs_per_out=1, cout=o.channels)
+    if name == "relax.concat":
+        ax = int(value.attrs.axis) % 4
+        if ax != LAYOUTS[layout][2] or len(paths) != len(value.args[0].fields) or \
+                any(tensors[t].hw != o.hw for t in ins):
+            return _other(k, ins, out, "concat not along channels", kind)
+        return SOp(k, kind, "concat", ins, out, macs_per_out=0, cout=o.channels)
+    return _other(k, ins, out, f"{kind} is not spatially local", kind)
+
+
+def _macs(value, out: STensor, op: SOp) -> int:
+    cells = 1
+    for d in out.shape:
+        cells *= max(int(d), 1)
+    if op.cls != "other":
+        return cells * op.macs_per_out if op.cls != "window" or op.kind != "PAD" else 0
+    if isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op) and \
+            value.op.name in ("relax.matmul", "relax.nn.dense", "relax.linear"):
+        a = _shape(value.args[0].ty)
+        return cells * (a[-1] if a else 1)
+    return cells
+
+
+# ---------------------------------------------------------------------------- search
+@dataclass
+class Choice:
+    length: int
+    grid: tuple
+    split: list
+    peak: int
+    macs: int
+    overhead: float
+    certified: bool = False
+    plan: object = None
+
+
+def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
+           time_limit: float = 10.0):
+    """(original peak, candidates evaluated (frontier first), choice or None, why the spatial
+    prefix ends, refusals) under the ``tvm`` memory model."""
+    from ..schedulers import schedule
+
+    sm, graph = bm.sm, bm.graph
+    t0 = time.perf_counter()
+    total_macs = sum(sm.macs) or 1
+    base = schedule(graph, "auto", TVM_MODEL, time_limit=max(0.2, time_limit / 5))
+    steps = Problem.from_graph(graph, TVM_MODEL).evaluate(list(range(len(graph)))).steps
+    suffix = [0] * (len(steps) + 1)
+    for k in range(len(steps) - 1, -1, -1):
+        suffix[k] = max(steps[k], suffix[k + 1])
+    regs, why = regions(sm)
+    if split is not None:
+        regs = [r for r in regs if any(sm.tensors[t].name == split for t in r.split)]
+        if not regs:
+            raise Refused(f"no patch region ends at tensor {split!r} (the spatial prefix ends "
+                          f"at {why})")
+    grids = [tuple(grid)] if grid is not None else list(DEFAULT_GRIDS)
+    budget = max_overhead if grid is None and split is None else float("inf")
+    cands = []
+    refused: list[str] = []
+    for g in grids:
+        over = 0
+        for r in regs:
+            if g[0] > r.hw[0] or g[1] > r.hw[1]:
+                continue
+            try:
+                pm = grid_macs(sm, r, g)
+            except Refused as e:
+                refused.append(f"{g[0]}x{g[1]}: {e}")
+                continue
+            macs = total_macs - sum(sm.macs[k] for k in r.ops) + pm
+            ov = macs / total_macs - 1
+            if ov > budget + 1e-12:
+                over += 1
+                if over >= 3:
+                    break
+                continue
+            over = 0
+            cands.append((macs, g[0] * g[1], r.length, g, r, ov))
+    cands.sort(key=lambda c: (c[0], c[1], c[2]))
+    results: list[Choice] = []
+    best = None
+    deadline = t0 + time_limit / 2
+    for macs, _, length, g, r, ov in cands:
+        split_bytes = sum(sm.tensors[t].nbytes for t in r.split
+                          if t not in sm.outputs)
+        lb = max(suffix[length], split_bytes)
+        if best is not None and lb >= best:
+            continue
+        if time.perf_counter() > deadline and results:
+            break
+        try:
+            plan = plan_patches(sm, r, g)
+        except Refused as e:
+            refused.append(f"{g[0]}x{g[1]}: {e}")
+            continue
+        pg = patched_graph(sm, graph, bm.tensor_index, plan, prefix_only=True)
+        pp = Problem.from_graph(pg, TVM_MODEL)
+        peak = max(heuristic_peak(pg, plan, pp), suffix[length])
+        c = Choice(length, g, [sm.tensors[t].name for t in r.split], peak, macs, ov,
+                   plan=plan)
+        results.append(c)
+        if best is None or peak < best:
+            best = peak
+    # certify the most promising candidates on the whole patched graph
+    results.sort(key=lambda c: (c.peak, c.grid[0] * c.grid[1], c.macs))
+    top = results[:4]
+    per = max(0.3, time_limit / 2 / max(len(top), 1))
+    for c in top:
+        full = patched_graph(sm, graph, bm.tensor_index, c.plan)
+        s = schedule(full, "auto", TVM_MODEL, time_limit=per)
+        c.peak = int(s.peak)  # the certified scheduler's peak of the whole patched graph
+        c.certified = bool(s.optimal)
+    ok = [c for c in top if c.peak < base.peak]
+    choice = min(ok, key=lambda c: (c.peak, c.grid[0] * c.grid[1], c.macs)) if ok else None
+    return base, results, choice, why, refused
+
+
+# ---------------------------------------------------------------------------- rewrite
+def _pad_value(kind: str, dtype: str, original=None):
+    if kind == PAD_MIN:
+        if "float" in dtype:
+            return float(np.finfo(np.dtype(dtype)).min)
+        return int(np.iinfo(np.dtype(dtype)).min)
+    return original if original is not None else 0.0
+
+
+def _with_args(value, mapping: dict):
+    """``value`` (a Call) with the activation arguments at the given paths replaced."""
+    args = list(value.args)
+    for path, new in mapping.items():
+        if len(path) == 1:
+            args[path[0]] = new
+        else:
+            fields = list(args[path[0]].fields)
+            fields[path[1]] = new
+            args[path[0]] = relax.Tuple(fields)
+    return tvm.ir.Call(value.op, args, value.attrs, list(getattr(value, "ty_args", None) or []))
+
+
+def rewrite_block(bm: BlockModel, plan) -> relax.DataflowBlock:
+    """The dataflow block with the plan's region patched (see the module docstring)."""
+    sm = bm.sm
+    ah, aw, ac = LAYOUTS[bm.layout]
+    norm = relax.BlockBuilder()
+    out_bindings = list(bm.hoisted)
+    final = {nid: t for t, nid in plan.result.items()}
+    nvar: list = []
+
+    def var_for(src):
+        return bm.var_of[src[1]] if isinstance(src, tuple) else nvar[src]
+
+    for nid, nd in enumerate(plan.nodes):
+        ins = [var_for(s) for s in nd.inputs]
+        dtype = bm.dtype_of.get(nd.tensor, "float32")
+        if nd.kind == "slice":
+            base = nd.base
+            expr = relax.op.strided_slice(
+                ins[0], [ah, aw], [nd.win.h0 - base.h0, nd.win.w0 - base.w0],
+                [nd.win.h1 - base.h0, nd.win.w1 - base.w0], [1, 1], assume_inbound=True)
+        elif nd.kind == "pad":
+            top, bottom, left, right = nd.pads
+            width = [0] * 8
+            width[2 * ah], width[2 * ah + 1], width[2 * aw], width[2 * aw + 1] = \
+                top, bottom, left, right
+            expr = relax.op.nn.pad(ins[0], width, "constant", _pad_value(nd.pad_value, dtype))
+        elif nd.kind == "concat":
+            expr = relax.op.concat(ins, axis=ah if nd.axis == 1 else aw)
+        else:
+            value = bm.bindings[nd.op].value
+            op = sm.ops[nd.op]
+            name = value.op.name
+            if op.kind == "PAD":
+                top, bottom, left, right = nd.pads
+                width = [0] * 8
+                width[2 * ah], width[2 * ah + 1], width[2 * aw], width[2 * aw + 1] = \
+                    top, bottom, left, right
+                expr = relax.op.nn.pad(ins[0], width, str(value.attrs.pad_mode),
+                                       float(value.attrs.pad_value))
+            elif name == "relax.nn.conv2d":
+                a = value.attrs
+                expr = relax.op.nn.conv2d(
+                    ins[0], value.args[1], tuple(a.strides), 0, tuple(a.dilation),
+                    int(a.groups), str(a.data_layout), str(a.kernel_layout),
+                    None if a.out_layout is None else str(a.out_layout), a.out_dtype)
+            elif name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
+                a = value.attrs
+                f = relax.op.nn.max_pool2d if name == "relax.nn.max_pool2d" \
+                    else relax.op.nn.avg_pool2d
+                expr = f(ins[0], tuple(a.pool_size), tuple(a.strides), 0, tuple(a.dilation),
+                         False, bool(a.count_include_pad), str(a.layout),
+                         None if a.out_layout is None else str(a.out_layout))
+            else:
+                expr = _with_args(value, dict(zip(bm.arg_paths[nd.op], ins)))
+        expr = norm.normalize(expr)
+        if nid in final:
+            var = bm.var_of[final[nid]]  # the split tensor keeps its variable
+        else:
+            var = relax.DataflowVar(f"p{nd.patch}_{sm.tensors[nd.tensor].name}"
+                                    if nd.patch >= 0 else f"cat_{sm.tensors[nd.tensor].name}",
+                                    expr.ty)
+        nvar.append(var)
+        out_bindings.append(relax.VarBinding(var, expr))
+    out_bindings += list(bm.bindings[plan.region.length:])
+    return out_bindings
+
+
+# ---------------------------------------------------------------------------- the pass
+@tvm.transform.module_pass(opt_level=0, name="TilePatches")
+class TilePatches:
+    """Rewrite the spatial prefix of each Relax function into patches (see the module doc).
+
+    Parameters
+    ----------
+    max_overhead : float
+        Extra MACs allowed, as a fraction of the model's MACs (default 0.3 = +30 %).
+    grid : (rows, cols), optional
+        Force this grid (default: searched among 1x2 ... 8x8).
+    split : str, optional
+        Force the region to end at the tensor (binding variable) of this name.
+    time_limit : float
+        Seconds of search per function (default 10).
+    functions : list of str, optional
+        Only these functions (default: every Relax function).
+    """
+
+    def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
+                 time_limit: float = 10.0, functions=None):
+        if grid is not None:
+            if isinstance(grid, str):
+                grid = tuple(int(x) for x in grid.lower().split("x"))
+            grid = tuple(int(g) for g in grid)
+            if len(grid) != 2 or min(grid) < 1:
+                raise ValueError(f"bad grid {grid!r}: give (rows, cols) >= 1")
+        if max_overhead < 0:
+            raise ValueError("max_overhead must be >= 0")
+        self.max_overhead = float(max_overhead)
+        self.grid = grid
+        self.split = split
+        self.time_limit = float(time_limit)
+        self.functions = None if functions is None else set(functions)
+
+    def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
+        return map_relax_functions(mod, self.functions, self._function)
+
+    def _skip(self, func, name, why):
+        warnings.warn(f"TilePatches: {name}: left unchanged: {why}", stacklevel=3)
+        return func.with_attrs({"memsched.patches_skipped": why})
+
+    def _function(self, func: relax.Function, name: str):
+        t0 = time.perf_counter()
+        body = func.body
+        if not isinstance(body, relax.SeqExpr):
+            return None
+        blocks = list(body.blocks)
+        idx = [i for i, b in enumerate(blocks) if isinstance(b, relax.DataflowBlock)]
+        if not idx:
+            return self._skip(func, name, "no dataflow block")
+        i = idx[0]
+        try:
+            bm = describe_block(func, blocks[i])
+            if not bm.sm.ops:
+                raise Refused("the block has no operator on the inputs")
+            base, results, choice, why, refused = search(
+                bm, max_overhead=self.max_overhead, grid=self.grid, split=self.split,
+                time_limit=self.time_limit)
+        except Refused as e:
+            return self._skip(func, name, str(e))
+        frontier = []
+        for c in sorted(results, key=lambda c: (c.macs, c.peak)):
+            if not frontier or c.peak < frontier[-1].peak:
+                frontier.append(c)
+        attrs = {
+            "memsched.patches_peak_before": int(base.peak),
+            "memsched.patches_candidates": int(len(results)),
+            "memsched.patches_prefix_end": why,
+            "memsched.patches_frontier": "; ".join(
+                f"{c.grid[0]}x{c.grid[1]}@{','.join(c.split)}:{c.peak}:{c.overhead:.3f}"
+                for c in frontier[:12]),
+        }
+        if choice is None:
+            msg = "no patch grid lowers the peak within the MAC budget"
+            if refused:
+                msg += f" (refused: {refused[0]})"
+            attrs["memsched.patches_skipped"] = msg
+            attrs["memsched.patches_seconds"] = float(round(time.perf_counter() - t0, 4))
+            return func.with_attrs(attrs)
+        blocks[i] = relax.DataflowBlock(rewrite_block(bm, choice.plan), blocks[i].span)
+        new = with_blocks(func, blocks)
+        attrs.update({
+            "memsched.patches_split": ",".join(choice.split),
+            "memsched.patches_grid": f"{choice.grid[0]}x{choice.grid[1]}",
+            "memsched.patches_region_ops": int(choice.length),
+            "memsched.patches_peak_after": int(choice.peak),
+            "memsched.patches_macs": int(choice.macs),
+            "memsched.patches_mac_overhead": float(round(choice.overhead, 6)),
+            "memsched.patches_certified": int(choice.certified),
+            "memsched.patches_seconds": float(round(time.perf_counter() - t0, 4)),
+        })
+        return new.with_attrs(attrs)
