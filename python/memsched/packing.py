@@ -68,10 +68,12 @@ class Buffer(NamedTuple):
 
 @dataclass
 class PackResult:
-    """``offsets`` in input order (bytes, multiples of ``alignment``); ``arena`` their arena
-    (-1 with empty offsets when nothing within ``capacity`` was found); ``lower_bound`` proven
-    (no packing is smaller); ``optimal``: arena == lower_bound; ``fits``: arena <= capacity
-    (None without a capacity); ``stop``: why the search ended (one of `STOP_REASONS`)."""
+    """``offsets`` in input order (bytes, multiples of ``alignment``): the best packing known
+    (with a capacity: the first one within it, else the best found, over it); ``arena`` their
+    arena (-1 with empty offsets only when no packing at all was given or found);
+    ``lower_bound`` proven (no packing is smaller; above the capacity when none fits);
+    ``optimal``: arena == lower_bound; ``fits``: arena <= capacity (None without a capacity);
+    ``stop``: why the search ended (one of `STOP_REASONS`)."""
 
     arena: int
     lower_bound: int
@@ -137,7 +139,7 @@ def read_minimalloc_csv(source, max_bytes: int = MAX_CSV_BYTES) -> list[Buffer]:
     if "\0" in text:
         raise PackingInputError(f"{name}: binary data (NUL byte)")
     try:
-        rows = list(csv.reader(io.StringIO(text)))
+        rows = list(csv.reader(io.StringIO(text), strict=True))
     except csv.Error as e:
         raise PackingInputError(f"{name}: malformed CSV: {e}") from None
     rows = [(k + 1, r) for k, r in enumerate(rows) if any(c.strip() for c in r)]
