@@ -112,7 +112,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     try:
         res = search_patches(sm, tg.graph, tg.tensor_index, grids=[g] if g else None,
                              split=split, max_overhead=max_overhead, quantized=quantized,
-                             time_limit=time_limit, n_tensors=len(sg.tensors),
+                             time_limit=0.7 * time_limit, n_tensors=len(sg.tensors),
                              frontier_overhead=None if not (g or split) else float("inf"))
     except Refused as e:
         raise TileError(f"cannot tile {label!r}: {e}") from None

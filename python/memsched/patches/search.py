@@ -35,8 +35,8 @@ from .region import PatchPlan, Refused, Region, grid_macs, plan_patches, regions
 
 REFINE_SECONDS = 0.2  # the scheduler's limit per refined candidate
 REFINE_WINDOW = 1.25  # refine candidates whose heuristic total is within this of the best
-DEFAULT_GRIDS = ((1, 2), (2, 1), (2, 2), (2, 3), (3, 2), (3, 3), (3, 4), (4, 3), (4, 4), (5, 5),
-                 (6, 6), (7, 7), (8, 8))
+DEFAULT_GRIDS = ((1, 2), (2, 1), (1, 3), (3, 1), (2, 2), (1, 4), (4, 1), (2, 3), (3, 2),
+                 (2, 4), (4, 2), (3, 3), (3, 4), (4, 3), (4, 4), (5, 5), (6, 6), (7, 7), (8, 8))
 
 
 @dataclass(frozen=True)
