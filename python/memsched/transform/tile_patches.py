@@ -62,7 +62,8 @@ ELEMENTWISE = {
     "relax.tanh", "relax.exp", "relax.negative", "relax.abs", "relax.nn.silu",
     "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.leakyrelu", "relax.astype", "relax.sqrt",
     "relax.rsqrt", "relax.square", "relax.floor", "relax.round", "relax.hardswish",
-    "relax.nn.prelu",
+    "relax.nn.prelu", "relax.right_shift", "relax.left_shift", "relax.bitwise_and",
+    "relax.bitwise_or", "relax.bitwise_xor",
 }
 WINDOW = ("relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.pad")
 LAYOUTS = {"NCHW": (2, 3, 1), "NHWC": (1, 2, 3)}  # (H axis, W axis, C axis)
@@ -401,7 +402,8 @@ def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
         s = schedule(full, "auto", TVM_MODEL, time_limit=per)
         c.peak = int(s.peak)  # the certified scheduler's peak of the whole patched graph
         c.certified = bool(s.optimal)
-    ok = [c for c in top if c.peak < base.peak]
+    forced = grid is not None or split is not None  # asked for: applied even if no better
+    ok = [c for c in top if c.peak < base.peak or forced]
     choice = min(ok, key=lambda c: (c.peak, c.grid[0] * c.grid[1], c.macs)) if ok else None
     return base, results, choice, why, refused
 

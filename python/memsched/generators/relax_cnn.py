@@ -1,0 +1,156 @@
+"""Relax CNNs built directly with `relax.BlockBuilder` (no frontend, random weights): the
+MobileNetV2 family and small inverted-residual models, float32 or integer (int8 activations,
+int32 accumulation, a shift-and-clip requantization: outputs are bit-exact across schedules).
+
+Used by the TilePatches tests and `benchmarks/patches_tvm.py`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+
+
+def make_divisible(v: float, divisor: int = 8) -> int:
+    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return new + divisor if new < 0.9 * v else new
+
+
+class _Net:
+    """Emit helpers over one BlockBuilder; ``integer``: int8 activations."""
+
+    def __init__(self, bb, rng, layout: str, integer: bool):
+        self.bb, self.rng, self.layout, self.integer = bb, rng, layout, integer
+        self.c_axis = 1 if layout == "NCHW" else 3
+
+    def channels(self, x) -> int:
+        return int(x.ty.shape.values[self.c_axis])
+
+    def const(self, arr):
+        return relax.const(arr)
+
+    def conv(self, x, cout, k=1, stride=1, groups=1, act=True, pad=None):
+        cin = self.channels(x)
+        shape_oihw = (cout, cin // groups, k, k)
+        if self.integer:
+            w = self.rng.integers(-3, 4, shape_oihw).astype("int8")
+        else:
+            fan = k * k * cin // groups
+            w = (self.rng.standard_normal(shape_oihw) * np.sqrt(2.0 / fan)).astype("float32")
+        if self.layout == "NCHW":
+            kl, wt = "OIHW", w
+        else:
+            kl, wt = "HWIO", w.transpose(2, 3, 1, 0)
+            if groups > 1:
+                kl, wt = "HWOI", w.transpose(2, 3, 0, 1)
+        p = k // 2 if pad is None else pad
+        bshape = [1, cout, 1, 1] if self.layout == "NCHW" else [1, 1, 1, cout]
+        if self.integer:
+            y = self.bb.emit(relax.op.nn.conv2d(
+                x, self.const(wt), stride, p,
+                groups=groups, data_layout=self.layout, kernel_layout=kl, out_dtype="int32"))
+            b = self.rng.integers(-8, 9, bshape).astype("int32")
+            y = self.bb.emit(relax.op.add(y, self.const(b)))
+            y = self.bb.emit(relax.op.right_shift(y, self.const(np.array(3, "int32"))))
+            lo = 0 if act else -128
+            y = self.bb.emit(relax.op.clip(y, lo, 127))
+            return self.bb.emit(relax.op.astype(y, "int8"))
+        y = self.bb.emit(relax.op.nn.conv2d(x, self.const(wt), stride, p, groups=groups,
+                                            data_layout=self.layout, kernel_layout=kl))
+        b = (self.rng.standard_normal(bshape) * 0.1).astype("float32")
+        y = self.bb.emit(relax.op.add(y, self.const(b)))  # batch norm folded into the bias
+        return self.bb.emit(relax.op.clip(y, 0.0, 6.0)) if act else y
+
+    def add(self, a, b):
+        return self.bb.emit(relax.op.add(a, b))  # int8: wraps, deterministic
+
+    def inverted_residual(self, x, cout, stride, expand):
+        cin = self.channels(x)
+        hidden = int(round(cin * expand))
+        y = x
+        if expand != 1:
+            y = self.conv(y, hidden, 1)
+        y = self.conv(y, hidden, 3, stride, groups=hidden)
+        y = self.conv(y, cout, 1, act=False)
+        if stride == 1 and cin == cout:
+            y = self.add(x, y)
+        return y
+
+    def head(self, x, classes):
+        axes = [2, 3] if self.layout == "NCHW" else [1, 2]
+        if self.integer:
+            x = self.bb.emit(relax.op.astype(x, "int32"))
+            g = self.bb.emit(relax.op.sum(x, axis=axes))
+            w = self.rng.integers(-3, 4, (self.channels_of(g), classes)).astype("int32")
+        else:
+            g = self.bb.emit(relax.op.mean(x, axis=axes))
+            w = (self.rng.standard_normal((self.channels_of(g), classes)) * 0.05
+                 ).astype("float32")
+        return self.bb.emit_output(relax.op.matmul(g, self.const(w)))
+
+    @staticmethod
+    def channels_of(g) -> int:
+        return int(g.ty.shape.values[-1])
+
+
+def _input(size: int, layout: str, integer: bool, c: int = 3):
+    shape = [1, c, size, size] if layout == "NCHW" else [1, size, size, c]
+    return relax.Var("x", relax.TensorType(shape, "int8" if integer else "float32"))
+
+
+# MobileNetV2: (expansion t, channels c, repeats n, stride s)
+MBV2 = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+        (6, 160, 3, 2), (6, 320, 1, 1))
+
+
+def mobilenet_v2(alpha: float = 1.0, size: int = 96, layout: str = "NCHW",
+                 integer: bool = False, classes: int = 1000, seed: int = 0) -> tvm.IRModule:
+    """MobileNetV2 (Sandler et al. 2018) with width ``alpha`` at ``size`` x ``size`` px, batch
+    norm folded into biases, ReLU6 as clip, random weights."""
+    rng = np.random.default_rng(seed)
+    bb = relax.BlockBuilder()
+    x = _input(size, layout, integer)
+    with bb.function("main", [x], attrs={"num_input": 1}):
+        with bb.dataflow():
+            n = _Net(bb, rng, layout, integer)
+            y = n.conv(x, make_divisible(32 * alpha), 3, 2)
+            for t, c, reps, s in MBV2:
+                for i in range(reps):
+                    y = n.inverted_residual(y, make_divisible(c * alpha), s if i == 0 else 1, t)
+            y = n.conv(y, make_divisible(1280 * max(1.0, alpha)), 1)
+            out = n.head(y, classes)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def small_mobilenet(size: int = 32, c0: int = 8, layout: str = "NCHW", integer: bool = False,
+                    concat: bool = True, seed: int = 0, classes: int = 10) -> tvm.IRModule:
+    """A small MobileNet-like chain: stem conv s2, an inverted residual with its residual add,
+    one with a stride-2 depthwise, a max-pool/avg-pool branch pair joined by a channel concat,
+    then a global pool and a classifier."""
+    rng = np.random.default_rng(seed)
+    bb = relax.BlockBuilder()
+    x = _input(size, layout, integer)
+    with bb.function("main", [x], attrs={"num_input": 1}):
+        with bb.dataflow():
+            n = _Net(bb, rng, layout, integer)
+            y = n.conv(x, c0, 3, 2)
+            y = n.inverted_residual(y, c0, 1, 4)
+            y = n.inverted_residual(y, 2 * c0, 2, 4)
+            if concat:
+                m = bb.emit(relax.op.nn.max_pool2d(y, (3, 3), (1, 1), (1, 1), layout=layout))
+                b = n.conv(y, 2 * c0, 3)
+                y = bb.emit(relax.op.concat([m, b], axis=n.c_axis))
+            y = n.inverted_residual(y, 2 * c0, 2, 2)
+            out = n.head(y, classes)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def random_input(mod: tvm.IRModule, seed: int = 0) -> np.ndarray:
+    ty = mod["main"].params[0].ty
+    shape = [int(d) for d in ty.shape.values]
+    rng = np.random.default_rng(seed)
+    if str(ty.dtype) == "int8":
+        return rng.integers(-128, 128, shape).astype("int8")
+    return rng.standard_normal(shape).astype(str(ty.dtype))
