@@ -112,7 +112,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     try:
         res = search_patches(sm, tg.graph, tg.tensor_index, grids=[g] if g else None,
                              split=split, max_overhead=max_overhead, quantized=quantized,
-                             time_limit=0.7 * time_limit, n_tensors=len(sg.tensors),
+                             time_limit=0.6 * time_limit, n_tensors=len(sg.tensors),
                              frontier_overhead=None if not (g or split) else float("inf"))
     except Refused as e:
         raise TileError(f"cannot tile {label!r}: {e}") from None
@@ -135,7 +135,8 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
         data = pack_model(model)
     left = time_limit - (time.perf_counter() - t0)  # the search had its share
     data, rr = reorder_tflite(data, None, offline_plan=offline_plan,
-                              time_limit=max(1.0, left))
+                              time_limit=max(0.5, left / 2),
+                              arena_time_limit=max(0.5, left / 2))
     out.ops_after = rr.ops
     out.peak, out.lower_bound, out.optimal = rr.peak, rr.lower_bound, rr.optimal
     out.offline_arena = rr.offline_arena

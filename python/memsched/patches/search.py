@@ -209,39 +209,53 @@ def patch_order(graph: OpGraph, plan: PatchPlan | None = None, cut: int | None =
         early = [v for v in nodes if plan.nodes[graph.ops[v].source[1]].kind == "slice"
                  and isinstance(plan.nodes[graph.ops[v].source[1]].inputs[0], tuple)
                  and plan.nodes[graph.ops[v].source[1]].patch >= cut]
-    order = []
-    done = set()
-    pending = [v for v in nodes if graph.ops[v].kind == "concat"]
+    concat = {v for v in nodes if graph.ops[v].kind == "concat"}
+    waiting = {c: len(set(graph.ops[c].preds)) for c in concat}  # preds not yet run
+    succs = graph.succs
+    order: list[int] = []
+    done: set[int] = set()
+
+    def run(v: int) -> None:
+        order.append(v)
+        done.add(v)
+        for c in set(succs[v]):  # a concatenation runs as soon as all its pieces exist
+            if c in waiting:
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    del waiting[c]
+                    run(c)
+
     for v in nodes:
-        if v in done or graph.ops[v].kind == "concat":
+        if v in done or v in concat:
             continue
         if early and plan.nodes[graph.ops[v].source[1]].patch >= cut:
-            order += early
-            done.update(early)
+            for e in early:
+                if e not in done:
+                    run(e)
             early = []
             if v in done:
                 continue
-        order.append(v)
-        done.add(v)
-        for c in list(pending):
-            if all(p in done for p in graph.ops[c].preds):
-                order.append(c)
-                done.add(c)
-                pending.remove(c)
-    order += [v for v in pending]
+        run(v)
+    order += [c for c in concat if c not in done]
     seen = set(order)
     order += [v for v in range(len(graph.ops)) if v not in seen]
     return order
 
 
-def heuristic_peak(graph: OpGraph, plan: PatchPlan, problem: Problem) -> int:
+def heuristic_peak(graph: OpGraph, plan: PatchPlan, problem: Problem,
+                   baselines: bool = True, max_cuts: int = 6) -> int:
     """The best of: patch by patch with the model-input slices of the later patches moved
-    before each patch in turn, and the scheduler package's best heuristic."""
-    from ..schedulers import best_heuristic
-
-    best = best_heuristic(problem)[1]
-    for cut in [None] + list(range(1, plan.patches)):
+    before patch ``cut`` (``max_cuts`` cuts evenly spread over the patches), and, with
+    ``baselines``, the scheduler package's best heuristic."""
+    best = problem.evaluate(patch_order(graph, plan)).peak
+    n = plan.patches
+    cuts = sorted({1 + (k * (n - 1)) // max_cuts for k in range(max_cuts)} - {n}) if n > 1 else []
+    for cut in cuts:
         best = min(best, problem.evaluate(patch_order(graph, plan, cut)).peak)
+    if baselines:
+        from ..schedulers import best_heuristic
+
+        best = min(best, best_heuristic(problem)[1])
     return best
 
 
@@ -258,7 +272,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
     3*max_overhead)``); ``certify``: schedule the frontier with the certified scheduler.
     """
     from ..importers.tflite_reorder import TFLM_MODEL
-    from ..schedulers import schedule
+    from ..schedulers import best_heuristic, schedule
 
     t0 = time.perf_counter()
     grids = list(grids or DEFAULT_GRIDS)
@@ -338,7 +352,10 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
             continue
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
         pp = Problem.from_graph(pg, TFLM_MODEL)
-        peak = max(heuristic_peak(pg, plan, pp), suffix[length])
+        peak = max(heuristic_peak(pg, plan, pp, baselines=False), suffix[length])
+        if best_total is None or peak + persist <= REFINE_WINDOW * best_total:
+            # close to the best: the scheduler package's heuristics may do better
+            peak = max(min(peak, best_heuristic(pp)[1]), suffix[length])
         evaluated += 1
         c = Candidate([sm.tensors[t].name for t in r.split], list(r.split), length, g, peak,
                       persist, macs, macs / total_macs - 1 if total_macs else 0.0,
@@ -351,7 +368,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
     # heuristic orders above can be 20 % off on the peak), best heuristic total first, within
     # half the time limit; skipped: a candidate whose lower bound cannot beat the best refined
     # total, or whose heuristic total is more than REFINE_WINDOW times it
-    refine_until = time.perf_counter() + (time_limit / 2 if certify else 0.0)
+    deadline = t0 + time_limit  # the call's whole budget, candidate building included
+    refine_until = (t0 + time_limit / 2) if certify else 0.0
     best_refined = None
     for c in sorted(results, key=lambda c: (c.total, c.macs)):
         left = refine_until - time.perf_counter()
@@ -371,7 +389,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
             best_refined = c.total
     frontier = pareto(results)
     if certify and frontier:
-        per = max(0.2, time_limit / 2 / max(len(frontier), 1))
+        per = max(0.1, (deadline - time.perf_counter()) / max(len(frontier), 1))
         for c in frontier:
             plan = plans[(c.region_ops, c.grid)]
             full = patched_graph(sm, graph, tensor_index, plan)
