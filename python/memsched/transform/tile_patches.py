@@ -199,6 +199,8 @@ def describe_block(func: relax.Function, block: relax.DataflowBlock) -> BlockMod
 
 
 def _act_paths(value, acts) -> list[tuple]:
+    if isinstance(value, relax.Var):
+        return [()] if value in acts else []
     if not isinstance(value, tvm.ir.Call):
         return [(i,) for i, f in enumerate(getattr(value, "fields", [])) if f in acts] \
             if isinstance(value, relax.Tuple) else []
@@ -212,6 +214,8 @@ def _act_paths(value, acts) -> list[tuple]:
 
 
 def _at(value, path):
+    if not path:
+        return value
     a = value.args[path[0]] if isinstance(value, tvm.ir.Call) else value.fields[path[0]]
     return a.fields[path[1]] if len(path) > 1 else a
 
@@ -221,6 +225,9 @@ def _other(k, ins, out, why, kind="other") -> SOp:
 
 
 def _classify(k, value, ins, out, paths, tensors, layout, acts) -> SOp:
+    if isinstance(value, relax.Var) and value in acts and len(ins) == 1 and \
+            tensors[ins[0]].shape == tensors[out].shape:
+        return SOp(k, "alias", "eltwise", ins, out, macs_per_out=0, cout=tensors[out].channels)
     if not isinstance(value, tvm.ir.Call) or not isinstance(value.op, tvm.ir.Op):
         return _other(k, ins, out, "not an operator call")
     name = value.op.name
@@ -461,7 +468,7 @@ def rewrite_block(bm: BlockModel, plan) -> relax.DataflowBlock:
         else:
             value = bm.bindings[nd.op].value
             op = sm.ops[nd.op]
-            name = value.op.name
+            name = value.op.name if isinstance(value, tvm.ir.Call) else ""
             if op.kind == "PAD":
                 top, bottom, left, right = nd.pads
                 width = [0] * 8
@@ -482,6 +489,8 @@ def rewrite_block(bm: BlockModel, plan) -> relax.DataflowBlock:
                 expr = f(ins[0], tuple(a.pool_size), tuple(a.strides), 0, tuple(a.dilation),
                          False, bool(a.count_include_pad), str(a.layout),
                          None if a.out_layout is None else str(a.out_layout))
+            elif op.kind == "alias":
+                expr = ins[0]
             else:
                 expr = _with_args(value, dict(zip(bm.arg_paths[nd.op], ins)))
         expr = norm.normalize(expr)
@@ -571,7 +580,8 @@ class TilePatches:
                 for c in frontier[:12]),
         }
         if choice is None:
-            msg = "no patch grid lowers the peak within the MAC budget"
+            msg = "no patch grid lowers the peak within the MAC budget" if results else \
+                "no candidate (region, grid) could be patched"
             if refused:
                 msg += f" (refused: {refused[0]})"
             attrs["memsched.patches_skipped"] = msg
