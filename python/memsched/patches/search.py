@@ -261,15 +261,19 @@ def heuristic_peak(graph: OpGraph, plan: PatchPlan, problem: Problem,
 
 # ---------------------------------------------------------------------------- search
 def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *, grids=None,
-           split: str | None = None, max_overhead: float = 0.3, quantized: bool = True,
-           certify: bool = True, time_limit: float = 10.0, frontier_overhead: float | None = None,
-           n_tensors: int | None = None, price: TFLMPersistent = PERSISTENT) -> SearchResult:
+                   split: str | None = None, max_overhead: float = 0.3,
+                   quantized: bool = True, certify: bool = True, time_limit: float = 10.0,
+                   frontier_overhead: float | None = None, n_tensors: int | None = None,
+                   price: TFLMPersistent = PERSISTENT) -> SearchResult:
     """Evaluate candidates (region, grid) and return the frontier and the default choice.
 
     ``graph``: the model's `OpGraph` (op ``v`` = operator ``v``); ``grids``: (rows, cols) to try
     (default `DEFAULT_GRIDS`); ``split``: only regions ending at the tensor of that name;
     ``frontier_overhead``: skip candidates above this MAC overhead (default: ``max(1,
-    3*max_overhead)``); ``certify``: schedule the frontier with the certified scheduler.
+    3*max_overhead)``); ``certify``: refine the promising candidates and schedule the frontier
+    with the certified scheduler; ``time_limit``: seconds for the whole call (roughly: building
+    the candidates is not interrupted); ``n_tensors``: tensors of the subgraph (constants
+    included: TFLM keeps an eval tensor for each).
     """
     from ..importers.tflite_reorder import TFLM_MODEL
     from ..schedulers import best_heuristic, schedule
