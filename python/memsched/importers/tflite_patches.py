@@ -129,7 +129,10 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
         data = tg.data
     else:
         plan = res.plans[(choice.region_ops, choice.grid)]
-        model = rewrite_model(tg, sm, plan)
+        try:
+            model = rewrite_model(tg, sm, plan)
+        except Refused as e:
+            raise TileError(f"cannot tile {label!r}: {e}") from None
         from .tflite_write import pack_model
 
         data = pack_model(model)
@@ -221,12 +224,10 @@ def rewrite_model(tg, sm: SpatialModel, plan: PatchPlan):
             pt = const(name + "/paddings", pads, s.TensorType.INT32)
             if nd.pad_value == PAD_MIN:
                 src = tensors[nd.tensor]
-                if int(src.type) == s.TensorType.INT8:
-                    val = np.array(-128, np.int8)
-                elif int(src.type) == s.TensorType.FLOAT32:
-                    val = np.array(np.finfo(np.float32).min, np.float32)
-                else:
-                    raise Refused(f"MAX_POOL_2D border padding for dtype {int(src.type)}")
+                val = _dtype_min(int(src.type), s)
+                if val is None:
+                    raise Refused(f"MAX_POOL_2D border padding for tensor type "
+                                  f"{int(src.type)} (int8, uint8, int16, float32 only)")
                 vt = const(name + "/value", val, int(src.type), src.quantization)
                 new_ops.append(s.OperatorT(opcodeIndex=opcode("PADV2"),
                                            inputs=[ins[0], pt, vt], outputs=[out],
@@ -268,6 +269,14 @@ def rewrite_model(tg, sm: SpatialModel, plan: PatchPlan):
     model.operatorCodes = codes
     _drop_unused_tensors(model)
     return model
+
+
+def _dtype_min(ttype: int, s):
+    """The smallest value of a tensor type (MAX_POOL_2D's neutral padding), or None."""
+    T = s.TensorType
+    return {T.INT8: np.array(-128, np.int8), T.UINT8: np.array(0, np.uint8),
+            T.INT16: np.array(-32768, np.int16),
+            T.FLOAT32: np.array(np.finfo(np.float32).min, np.float32)}.get(ttype)
 
 
 def _ints(x) -> list[int]:
