@@ -21,9 +21,10 @@ def stacks(draw, max_ops=4):
         if kind == "PAD":
             specs.append(("PAD", draw(st.integers(1, 2)), 1, 1, ""))
             continue
-        k = draw(st.integers(1, 4))
-        s = draw(st.integers(1, 3))
-        d = draw(st.integers(1, 3)) if kind in ("CONV_2D", "DEPTHWISE_CONV_2D") else 1
+        k = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))  # rectangular kernels,
+        s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))  # strides and dilations too
+        d = (draw(st.integers(1, 3)), draw(st.integers(1, 3))) \
+            if kind in ("CONV_2D", "DEPTHWISE_CONV_2D") else 1
         specs.append((kind, k, s, d, draw(st.sampled_from(["SAME", "VALID"]))))
     h = draw(st.integers(3, 20))
     w = draw(st.integers(3, 20))

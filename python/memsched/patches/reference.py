@@ -122,7 +122,8 @@ def random_weights(sm: SpatialModel, rng: np.random.Generator, length: int | Non
 def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
                 concat: bool = False) -> SpatialModel:
     """A chain of window ops on a ``1 x h x w x c`` input: ``specs`` items
-    ``(kind, kernel, stride, dilation, padding)`` with kind one of CONV_2D, DEPTHWISE_CONV_2D,
+    ``(kind, kernel, stride, dilation, padding)`` (kernel, stride, dilation: an int or an
+    (h, w) pair) with kind one of CONV_2D, DEPTHWISE_CONV_2D,
     MAX_POOL_2D, AVERAGE_POOL_2D, PAD (kernel = the padding amount) and padding ``SAME`` /
     ``VALID``. ``residual``: an ADD of the last two same-shape tensors at the end (a DAG).
     Raises ValueError when a spec leaves no output cell."""
@@ -132,6 +133,7 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
     ops = []
     cur = 0
     for n, (kind, k, s, d, padding) in enumerate(specs):
+        (kh, kw), (sh, sw), (dh, dw) = (_pair(k), _pair(s), _pair(d))
         H, W = tensors[cur].hw
         cin = tensors[cur].channels
         if kind == "PAD":
@@ -141,16 +143,16 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
             cout = cin
         else:
             if padding == "SAME":
-                oh, pb, pa = same_padding(H, k, s, d)
-                ow, pbw, paw = same_padding(W, k, s, d)
+                oh, pb, pa = same_padding(H, kh, sh, dh)
+                ow, pbw, paw = same_padding(W, kw, sw, dw)
             else:
-                oh, ow = valid_size(H, k, s, d), valid_size(W, k, s, d)
+                oh, ow = valid_size(H, kh, sh, dh), valid_size(W, kw, sw, dw)
                 pb = pa = pbw = paw = 0
             cout = cin + 1 if kind == "CONV_2D" else cin
             pv = {"MAX_POOL_2D": PAD_MIN, "AVERAGE_POOL_2D": PAD_NONE}.get(kind, PAD_ZERO)
-            op = dict(kernel=(k, k), stride=(s, s), dilation=(d, d), pad=(pb, pbw),
+            op = dict(kernel=(kh, kw), stride=(sh, sw), dilation=(dh, dw), pad=(pb, pbw),
                       pad_after=(pa, paw), pad_value=pv,
-                      macs_per_out=k * k * (cin if kind == "CONV_2D" else 1))
+                      macs_per_out=kh * kw * (cin if kind == "CONV_2D" else 1))
         if oh < 1 or ow < 1:
             raise ValueError("no output cell left")
         t = n + 1
@@ -175,3 +177,7 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
                            macs_per_out=0))
             cur = t
     return SpatialModel(ops, tensors, [0], [cur], name="stack")
+
+
+def _pair(x) -> tuple[int, int]:
+    return (int(x), int(x)) if isinstance(x, int) else (int(x[0]), int(x[1]))
