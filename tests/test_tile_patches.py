@@ -222,3 +222,39 @@ def test_mobilenet_v2_patched(alpha, size, integer):
     mas = memsched.planned_bytes(mod)
     patched = memsched.planned_bytes(mod, tile_patches=True)
     assert patched * 3 <= mas
+
+
+def test_torch_exported_batch_norm_model():
+    # torch.export of conv + batch norm (inference: R.nn.batch_norm tuple + [0]) + ReLU6,
+    # depthwise stride 2, residual add: patched, equal to the unpatched build (measured 0.0)
+    torch = pytest.importorskip("torch")
+    from tvm.relax.frontend.torch import from_exported_program
+
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, 2, 1, bias=False), nn.BatchNorm2d(8),
+                                      nn.ReLU6())
+            self.exp = nn.Sequential(nn.Conv2d(8, 16, 1), nn.ReLU6(),
+                                     nn.Conv2d(16, 16, 3, 1, 1, groups=16), nn.ReLU6(),
+                                     nn.Conv2d(16, 8, 1), nn.BatchNorm2d(8))
+            self.down = nn.Conv2d(8, 8, 3, 2, 1, groups=8)
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x):
+            y = self.stem(x)
+            y = y + self.exp(y)
+            return self.fc(self.down(y).mean((2, 3)))
+
+    torch.manual_seed(0)
+    net = Net().eval()
+    x = torch.randn(1, 3, 32, 32)
+    ep = torch.export.export(net, (x,))
+    mod = from_exported_program(ep, keep_params_as_input=False, unwrap_unit_return_tuple=True)
+    tiled = TilePatches()(mod)
+    a = _attrs(tiled)
+    assert "memsched.patches_grid" in a, a
+    xn = x.numpy()
+    _check_equal(_run(mod, xn), _run(tiled, xn), False)

@@ -177,6 +177,16 @@ def describe_block(func: relax.Function, block: relax.DataflowBlock) -> BlockMod
             continue
         acts.add(bd.var)
         k = len(ops)
+        if _is_bn(bd.value) and isinstance(bd.var.ty, relax.TupleType):
+            # inference batch norm: (y, mean, var); only y (field 0) is a feature map
+            f0 = bd.var.ty.fields[0]
+            index[bd.var] = t = len(var_of)
+            shape = _shape(f0)
+            if shape is not None and len(shape) == 4:
+                shape = (1, shape[ah], shape[aw], shape[ac])
+            tensors[t] = STensor(t, bd.var.name, tuple(shape or ()), _itemsize(f0))
+            var_of[t] = bd.var
+            dtype_of[t] = str(f0.dtype)
         out = tensor(bd.var)
         paths = _act_paths(bd.value, acts)
         ins = tuple(tensor(_at(bd.value, p)) for p in paths)
@@ -189,6 +199,12 @@ def describe_block(func: relax.Function, block: relax.DataflowBlock) -> BlockMod
                    [(bd.var.name, _nbytes(bd.var.ty))], source=("op", k))
         gt[out] = b.ops[vid].outputs[0]
         tensor_index.append(out)
+    # a batch norm whose tuple is read other than by ``[0]`` is not spatially local
+    for k, op in enumerate(ops):
+        if op.kind == "nn.batch_norm" and op.cls == "eltwise" and \
+                any(ops[j].kind != "getitem0" for j in range(k + 1, len(ops))
+                    if op.output in ops[j].inputs):
+            ops[k] = _other(k, op.inputs, op.output, "batch norm statistics are read", op.kind)
     outputs = [index[bd.var] for bd in op_bindings if not isinstance(bd.var, relax.DataflowVar)]
     for t in outputs:
         b.mark_output(gt[t])
@@ -198,9 +214,17 @@ def describe_block(func: relax.Function, block: relax.DataflowBlock) -> BlockMod
                       layout, dtype_of)
 
 
+def _is_bn(value) -> bool:
+    """An inference-mode batch norm (per-channel affine with constant statistics)."""
+    return isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op) and \
+        value.op.name == "relax.nn.batch_norm" and not bool(value.attrs.training)
+
+
 def _act_paths(value, acts) -> list[tuple]:
     if isinstance(value, relax.Var):
         return [()] if value in acts else []
+    if isinstance(value, relax.TupleGetItem):
+        return [("item",)] if value.tuple_value in acts else []
     if not isinstance(value, tvm.ir.Call):
         return [(i,) for i, f in enumerate(getattr(value, "fields", [])) if f in acts] \
             if isinstance(value, relax.Tuple) else []
@@ -216,6 +240,8 @@ def _act_paths(value, acts) -> list[tuple]:
 def _at(value, path):
     if not path:
         return value
+    if path == ("item",):
+        return value.tuple_value
     a = value.args[path[0]] if isinstance(value, tvm.ir.Call) else value.fields[path[0]]
     return a.fields[path[1]] if len(path) > 1 else a
 
@@ -226,8 +252,12 @@ def _other(k, ins, out, why, kind="other") -> SOp:
 
 def _classify(k, value, ins, out, paths, tensors, layout, acts) -> SOp:
     if isinstance(value, relax.Var) and value in acts and len(ins) == 1 and \
-            tensors[ins[0]].shape == tensors[out].shape:
+            tensors[out].spatial and tensors[ins[0]].shape == tensors[out].shape:
         return SOp(k, "alias", "eltwise", ins, out, macs_per_out=0, cout=tensors[out].channels)
+    if isinstance(value, relax.TupleGetItem) and int(value.index) == 0 and len(ins) == 1 and \
+            tensors[out].spatial and tensors[ins[0]].shape == tensors[out].shape:
+        return SOp(k, "getitem0", "eltwise", ins, out, macs_per_out=0,
+                   cout=tensors[out].channels)
     if not isinstance(value, tvm.ir.Call) or not isinstance(value.op, tvm.ir.Op):
         return _other(k, ins, out, "not an operator call")
     name = value.op.name
@@ -281,13 +311,16 @@ def _classify(k, value, ins, out, paths, tensors, layout, acts) -> SOp:
         return SOp(k, "PAD", "window", ins, out, (1, 1), (1, 1), (1, 1),
                    (pw[2 * ah], pw[2 * aw]), (pw[2 * ah + 1], pw[2 * aw + 1]), PAD_ZERO, 0,
                    o.channels)
-    if name in ELEMENTWISE:
+    if name in ELEMENTWISE or _is_bn(value):
+        if _is_bn(value) and (int(value.attrs.axis) % 4 != LAYOUTS[layout][2] or
+                              paths != [(0,)]):
+            return _other(k, ins, out, "batch norm not over channels", kind)
         ah, aw, ac = LAYOUTS[layout]
         for t in ins:
             if tensors[t].shape != o.shape:
                 return _other(k, ins, out, f"{kind} broadcasts an activation", kind)
         for i, a in enumerate(value.args):
-            if (i,) in paths:
+            if (i,) in paths or _is_bn(value):  # batch norm operands are per channel
                 continue
             s = _shape(a.ty) if isinstance(getattr(a, "ty", None), relax.TensorType) else ()
             if s is None:
@@ -347,6 +380,9 @@ def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
     for k in range(len(steps) - 1, -1, -1):
         suffix[k] = max(steps[k], suffix[k + 1])
     regs, why = regions(sm)
+    # a batch norm's tuple cannot be reassembled by concat: its [0] is the split tensor
+    regs = [r for r in regs if all(sm.ops[sm.producer[t]].kind != "nn.batch_norm"
+                                   for t in r.split)]
     if split is not None:
         regs = [r for r in regs if any(sm.tensors[t].name == split for t in r.split)]
         if not regs:
@@ -491,6 +527,8 @@ def rewrite_block(bm: BlockModel, plan) -> relax.DataflowBlock:
                          None if a.out_layout is None else str(a.out_layout))
             elif op.kind == "alias":
                 expr = ins[0]
+            elif op.kind == "getitem0":
+                expr = relax.TupleGetItem(ins[0], 0)
             else:
                 expr = _with_args(value, dict(zip(bm.arg_paths[nd.op], ins)))
         expr = norm.normalize(expr)
@@ -567,6 +605,10 @@ class TilePatches:
                 time_limit=self.time_limit)
         except Refused as e:
             return self._skip(func, name, str(e))
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001 - an unexpected binding: leave it as it was
+            return self._skip(func, name, f"cannot model the block: {type(e).__name__}: {e}")
         frontier = []
         for c in sorted(results, key=lambda c: (c.macs, c.peak)):
             if not frontier or c.peak < frontier[-1].peak:
@@ -587,8 +629,14 @@ class TilePatches:
             attrs["memsched.patches_skipped"] = msg
             attrs["memsched.patches_seconds"] = float(round(time.perf_counter() - t0, 4))
             return func.with_attrs(attrs)
-        blocks[i] = relax.DataflowBlock(rewrite_block(bm, choice.plan), blocks[i].span)
-        new = with_blocks(func, blocks)
+        try:
+            blocks[i] = relax.DataflowBlock(rewrite_block(bm, choice.plan), blocks[i].span)
+            new = with_blocks(func, blocks)
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001 - TVM rejected the rewrite: leave it as it was
+            return self._skip(func, name, f"rewrite failed: {type(e).__name__}: "
+                              f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}")
         attrs.update({
             "memsched.patches_split": ",".join(choice.split),
             "memsched.patches_grid": f"{choice.grid[0]}x{choice.grid[1]}",
