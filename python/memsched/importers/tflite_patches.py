@@ -133,6 +133,11 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
             model = rewrite_model(tg, sm, plan)
         except Refused as e:
             raise TileError(f"cannot tile {label!r}: {e}") from None
+        from .tflite_write import remove_offline_plan
+
+        if remove_offline_plan(model) and not offline_plan:  # its tensor indices are gone
+            out.notes.append("removed the file's offline memory plan (made for the unpatched "
+                             "tensors); offline_plan=True writes one for the patched model")
         from .tflite_write import pack_model
 
         data = pack_model(model)
