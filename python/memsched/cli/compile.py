@@ -339,6 +339,14 @@ def _compile(args, out, names, schedule, arena, others, target, config):
         "schedule_seconds": round(float(attrs["memsched.seconds"]), 4) if sched else None,
         "seconds": round(time.perf_counter() - t_start, 4),
     }
+    if attrs is not None and "memsched.patches_grid" in attrs:  # TilePatches' choice
+        result["patches"] = {"grid": str(attrs["memsched.patches_grid"]),
+                             "split": str(attrs["memsched.patches_split"]),
+                             "mac_overhead": float(attrs["memsched.patches_mac_overhead"])}
+        msg += (f"; patches {result['patches']['grid']} at {result['patches']['split']} "
+                f"(+{100 * result['patches']['mac_overhead']:.1f} % MACs)")
+    elif attrs is not None and "memsched.patches_skipped" in attrs:
+        result["patches"] = {"skipped": str(attrs["memsched.patches_skipped"])}
     if cut:
         msg += cut(planned)
     return msg, result
