@@ -213,7 +213,10 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     assert "STRIDED_SLICE" in kinds and "CONCATENATION" in kinds
     if model == "pools":  # MAX_POOL_2D's border padding: PADV2 with the int8 minimum
         assert "PADV2" in kinds
-    assert res.as_dict()["patched"] is True
+    d = res.as_dict(curves=True)
+    assert d["patched"] is True
+    assert max(d["curves"]["patched"]) == res.peak == d["peak_bytes"]
+    assert len(d["curves"]["original"]) == res.ops_before
     cmp = compare_outputs(str(src), str(dst), count=1, tflm=tflm.available())
     assert cmp["litert_equal"]
     assert cmp["tflm_equal"] in (True, None)

@@ -58,8 +58,13 @@ class TileResult:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     measured: dict = field(default_factory=dict)
+    # {"original": [...], "patched": [...]}: stable footprint (bytes) of each operator in file
+    # order under TFLM's memory model (the plot of the unpatched vs the patched schedule)
+    curves: dict = field(default_factory=dict, repr=False)
 
-    def as_dict(self) -> dict:
+    def as_dict(self, curves: bool = False) -> dict:
+        """JSON-ready summary; ``curves``: also the memory curves (bytes live per step under
+        TFLM's model) of the original file order and of the written patched order."""
         d = {"patched": self.choice is not None,
              "choice": self.choice.as_dict() if self.choice else None,
              "ops_before": self.ops_before, "ops_after": self.ops_after,
@@ -69,6 +74,8 @@ class TileResult:
              "search": self.search.as_dict()}
         if self.measured:
             d["measured"] = self.measured
+        if curves:
+            d["curves"] = self.curves
         return d
 
 
@@ -152,6 +159,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     if choice is not None and not offline_plan:
         out.notes.append("TFLite Micro's own planner may place the patched tensors in more than "
                          "the certified peak; offline_plan=True writes offsets that reach it")
+    out.curves = {"original": _curve(tg.graph), "patched": _curve(read_tflite(data).graph)}
     out.seconds = time.perf_counter() - t0
     if dst is not None:
         from ..fileio import write_atomic
@@ -274,6 +282,14 @@ def rewrite_model(tg, sm: SpatialModel, plan: PatchPlan):
     model.operatorCodes = codes
     _drop_unused_tensors(model)
     return model
+
+
+def _curve(graph) -> list[int]:
+    """Stable footprint of each operator of ``graph`` in file order (TFLM's memory model)."""
+    from ..memory import Problem
+    from .tflite_reorder import TFLM_MODEL
+
+    return Problem.from_graph(graph, TFLM_MODEL).evaluate(list(range(len(graph)))).steps
 
 
 def _dtype_min(ttype: int, s):
