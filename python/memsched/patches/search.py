@@ -56,7 +56,9 @@ class TFLMPersistent:
     eval_tensor: int = 24
     op_data: tuple = (("CONV_2D", 108), ("DEPTHWISE_CONV_2D", 108), ("STRIDED_SLICE", 120),
                       ("PAD", 64), ("PADV2", 64), ("CONCATENATION", 88), ("ADD", 72),
-                      ("MAX_POOL_2D", 72), ("AVERAGE_POOL_2D", 72))
+                      ("MAX_POOL_2D", 72), ("AVERAGE_POOL_2D", 72), ("MUL", 53),
+                      ("HARD_SWISH", 32), ("RELU", 32), ("QUANTIZE", 32), ("LEAKY_RELU", 35),
+                      ("RELU6", 16), ("LOGISTIC", 16), ("TANH", 16))
     default_op_data: int = 48
     per_channel: int = 8
 
