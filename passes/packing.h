@@ -16,7 +16,10 @@
 //   * a buffer that meets no other unplaced buffer ("hatless") is placed at once, no branching;
 //   * equal buffers (same sections and size) are tried once per node;
 //   * failed states (unplaced set + floors of the sections still in use + current offset) are
-//     remembered in a table and never searched twice.
+//     remembered in a table and never searched twice;
+//   * among buffers at the same offset, a static priority (area, size, duration or start, and
+//     optionally "buffers of the fullest sections first") decides; restarts alternate between
+//     these priorities and randomly perturbed ones with growing node budgets (see Portfolio).
 #ifndef MEMSCHED_PASSES_PACKING_H_
 #define MEMSCHED_PASSES_PACKING_H_
 
