@@ -21,6 +21,7 @@ MODELS = {  # name -> (keras.applications constructor, alpha, input size)
     "mbv2_0.35_144": ("MobileNetV2", 0.35, 144),
     "mbv2_1.0_96": ("MobileNetV2", 1.0, 96),
     "mbv1_0.25_128": ("MobileNet", 0.25, 128),
+    "mbv3s_1.0_128": ("MobileNetV3Small", 1.0, 128),
 }
 
 
