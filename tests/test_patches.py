@@ -241,7 +241,8 @@ def test_tile_tflite_errors(tmp_path):
 @pytest.mark.heavy
 def test_mobilenet_v2_tflm_total_arena(tmp_path):
     """Benchmark model (int8 MobileNetV2 0.35 at 96 px): TFLM's minimal total arena shrinks by
-    about 2x within +30 % MACs, the search's estimate is within 1 % of the measurement, and
+    about 2x within +30 % MACs, the persistent estimate plus the offline plan is within 1 % of
+    the measurement, and
     outputs stay bit-equal in LiteRT and TFLM."""
     import importlib.util
     import os
@@ -262,4 +263,8 @@ def test_mobilenet_v2_tflm_total_arena(tmp_path):
     assert m["litert_equal"] and m["tflm_equal"]
     assert res.choice.overhead <= 0.3
     assert m["tflm_arena_ratio"] >= 1.8
-    assert abs(res.choice.total - m["tflm_arena_patched"]) <= 0.01 * m["tflm_arena_patched"]
+    # the persistent estimate + the written offline plan's extent (= the certified peak when
+    # the packer reaches it) is TFLM's measured total within 1 %
+    est = res.choice.persistent + (res.offline_arena or res.choice.peak)
+    assert res.offline_arena is None or res.offline_arena >= res.peak
+    assert abs(est - m["tflm_arena_patched"]) <= 0.01 * m["tflm_arena_patched"]
