@@ -128,7 +128,8 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
         choice = min(res.frontier, key=lambda c: (c.total, c.patches))
     out = TileResult(res, choice, len(sm.ops), len(sm.ops))
     if g and not res.frontier:
-        why = "; ".join(res.refused[:1]) or "no region fits it"
+        why = "; ".join(res.refused[:1]) or (
+            f"no spatial region fits it (the spatial prefix ends at {res.prefix_end})")
         raise TileError(f"cannot tile {label!r} with grid {g[0]}x{g[1]}: {why}")
     if choice is None:
         out.notes.append("no patch grid lowers TFLite Micro's total arena within the MAC budget; "
