@@ -486,8 +486,8 @@ PackResult Pack(const PackProblem& p, int64_t capacity, int64_t lower_bound,
   // instances in <= 5.4 s; 1000 missed one within 15 s)
   int64_t unit = std::max<int64_t>(2500, 5 * n);
   Portfolio port(p, limits, unit);
-  auto take = [&]() {
-    r.offsets = port.offsets();
+  auto take = [&](const Portfolio& from) {
+    r.offsets = from.offsets();
     r.arena = ArenaOf(p, r.offsets);
   };
   if (capacity >= 0) {  // decision
@@ -498,27 +498,43 @@ PackResult Pack(const PackProblem& p, int64_t capacity, int64_t lower_bound,
     }
     for (;;) {
       int k = port.Run(capacity);
-      if (k == 1) { take(); break; }
+      if (k == 1) { take(port); break; }
       if (k == 0) { r.lower_bound = capacity + 1; break; }
       if (k == -2) { r.reason = port.reason(); break; }
     }
     r.nodes = port.nodes();
     return r;
   }
-  // minimise: runs alternate between the lower bound and just below the incumbent
+  // minimise: two streams of runs in turns, each with its own restart schedule: one at the
+  // lower bound (a packing there is optimal; a proof that there is none raises it), one below
+  // the incumbent by a step that halves when a run spends its budget (a proof at the target
+  // raises the bound past it)
+  Portfolio down(p, limits, unit);
+  int64_t step = r.arena < 0 ? 0 : std::max<int64_t>(1, (r.arena - r.lower_bound) / 2);
   while (r.arena < 0 || r.arena > r.lower_bound) {
     int k = port.Run(r.lower_bound);
-    if (k == 1) { take(); break; }
+    if (k == 1) { take(port); break; }
     if (k == 0) { ++r.lower_bound; continue; }
     if (k == -2) { r.reason = port.reason(); break; }
-    if (r.arena >= 0 && r.arena <= r.lower_bound) break;
-    k = port.Run(r.arena < 0 ? (int64_t{1} << 62) : r.arena - 1);
-    if (k == 1) take();
-    else if (k == 0) r.lower_bound = r.arena;
-    else if (k == -2) { r.reason = port.reason(); break; }
+    int64_t target = r.arena < 0 ? (int64_t{1} << 62)
+                                 : std::max(r.lower_bound, r.arena - std::max<int64_t>(1, step));
+    k = down.Run(target);
+    if (k == 1) {
+      take(down);
+      int64_t half = std::max<int64_t>(1, (r.arena - r.lower_bound) / 2);
+      step = step == 0 ? half : std::min(step, half);
+    } else if (k == 0) {
+      r.lower_bound = std::max(r.lower_bound, target + 1);
+    } else if (k == -1) {
+      step = std::max<int64_t>(1, step / 2);
+    } else {
+      r.reason = down.reason();
+      break;
+    }
   }
+  r.lower_bound = std::min(r.lower_bound, r.arena < 0 ? r.lower_bound : r.arena);
+  r.nodes = port.nodes() + down.nodes();
   if (r.arena >= 0 && r.arena <= r.lower_bound) r.reason = PackStop::kDone;
-  r.nodes = port.nodes();
   return r;
 }
 
