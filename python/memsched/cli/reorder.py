@@ -99,25 +99,27 @@ def measure(original: str, written: str) -> dict:
     independent check of the written file's offline plan against the head TFLM reports.
 
     ``equal`` is False if LiteRT or TFLM found any difference or the check failed;
-    ``difference`` is then one line naming the first difference."""
+    ``difference`` is then one line naming the first difference (outputs are compared first:
+    a file that computes something else gets no arena measurement)."""
     from ..importers.tflite_check import check_tflite
     from ..runtime import tflm
 
     if not tflm.available():
         raise RuntimeError("--measure needs the 'tflite-micro' package "
                            "(pip install 'tvm-memsched[tflite]')")
-    out = {}
+    out = tflm.compare_models(original, written)
+    out["difference"] = None
+    if out["first_difference"] is not None:  # no arena worth measuring: stop here
+        out["difference"] = tflm.describe_difference(out["first_difference"])
+        out["equal"] = False
+        return out
     for key, path in (("before", original), ("after", written)):
         size = tflm.min_arena_bytes(path)
         out[f"arena_{key}"] = size
         out[f"head_{key}"] = tflm.arena_sections(path, size).get("head")
-    out.update(tflm.compare_models(original, written))
     check = check_tflite(written, arena=out["head_after"])
     out["check"] = check.as_dict()
-    out["difference"] = None
-    if out["first_difference"] is not None:
-        out["difference"] = tflm.describe_difference(out["first_difference"])
-    elif not check.ok:
+    if not check.ok:
         out["difference"] = f"check: {check.problems[0]}"
     out["equal"] = out["equal"] and check.ok
     return out
