@@ -1,0 +1,181 @@
+"""``memsched tile`` (`memsched.cli`): patch-based execution written as a plain .tflite file.
+
+    memsched tile model.tflite -o out.tflite [--grid RxC] [--split TENSOR] [--max-overhead X]
+        [--offline-plan] [--measure] [--time-limit S] [--plot curves.png] [--json]
+
+Searches the split tensor and patch grid (`memsched.patches.search_patches`: TFLite Micro's
+total arena = certified activation peak + persistent bytes, within ``--max-overhead`` extra
+MACs, default 0.3 = +30 %), rewrites the spatial prefix patch by patch with builtin operators
+only (`memsched.importers.tflite_patches.tile_tflite`), then writes the certified operator
+order and, with ``--offline-plan``, the arena offsets. Prints the frontier (per candidate: split
+tensor, grid, peak, persistent bytes, total, MAC overhead) and the choice; ``--plot`` draws the
+memory curve of the patched schedule next to the unpatched one.
+
+``--measure`` runs the real interpreters before anything is written: TFLite Micro's minimal
+total arena (bisection) of the original and the patched file, and every output compared in
+LiteRT and TFLite Micro. A difference exits 1 with one line and writes nothing; bad input is
+one line, exit 2. The file is written atomically with the umask's permissions.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .common import seconds
+
+
+def _errors():
+    from ..errors import ModelLoadError
+    from ..report import ReportError
+
+    return (ModelLoadError, ReportError, ValueError, OSError, RuntimeError)
+
+
+def cmd_tile(args) -> int:
+    try:
+        return _tile(args)
+    except BrokenPipeError:
+        raise  # a closed stdout: the CLI's runner ends quietly
+    except _errors() as e:
+        msg = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
+        print(f"memsched: error: {msg}", file=sys.stderr)
+        return 2
+
+
+def _tile(args) -> int:
+    import tempfile
+
+    from ..errors import ModelLoadError
+    from ..importers.tflite_patches import measure_tile, tile_tflite
+    from ..importers.tflite_write import write_model
+
+    if not args.model.lower().endswith(".tflite"):
+        raise ModelLoadError(f"cannot tile {args.model!r}: expected a .tflite file")
+    out = args.output or os.path.splitext(args.model)[0] + ".tiled.tflite"
+    out_dir = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
+        raise ValueError(f"cannot write {out!r}: directory {out_dir!r} is missing or not "
+                         "writable")
+    if os.path.abspath(out) == os.path.abspath(args.model):
+        raise ValueError("-o must differ from the input file")
+    if args.max_overhead < 0:
+        raise ValueError(f"bad --max-overhead {args.max_overhead}: must be >= 0")
+    if args.plot:
+        from ..report import _check_path
+
+        _check_path(args.plot, "--plot", (".png", ".svg"))
+    data, res = tile_tflite(args.model, None, grid=args.grid, split=args.split,
+                            max_overhead=args.max_overhead, offline_plan=args.offline_plan,
+                            time_limit=args.time_limit)
+    report = {"model": args.model, "output": out, **res.as_dict(curves=bool(args.plot))}
+    if args.measure:  # before the file exists: a model that computes something else is not
+        with tempfile.TemporaryDirectory(prefix="memsched-tile-") as d:
+            tmp = os.path.join(d, os.path.basename(out))
+            with open(tmp, "wb") as f:
+                f.write(data)
+            m = measure_tile(args.model, tmp)
+        report["measured"] = m
+        if m.get("litert_equal") is False or m.get("tflm_equal") is False:
+            report["written"] = False
+            if args.json:
+                print(json.dumps(report))
+            what = ("LiteRT" if m.get("litert_equal") is False else "TFLM")
+            print(f"memsched: error: the patched model computes something else ({what} outputs "
+                  f"differ, max |diff| {m.get('max_abs_diff', 0):g}"
+                  f"{'; ' + m['tflm_note'] if m.get('tflm_note') else ''}); {out!r} not written",
+                  file=sys.stderr)
+            return 1
+    write_model(out, data)
+    report["written"] = True
+    if args.plot:
+        _plot(report, args.plot)
+    if args.json:
+        report.pop("curves", None)
+        print(json.dumps(report))
+        return 0
+    _print(report, args)
+    return 0
+
+
+def _print(r: dict, args) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    s = r["search"]
+    t = Table(title=f"{os.path.basename(args.model)}: patch candidates (TFLite Micro total = "
+                    "peak + persistent)")
+    for col in ("split tensor", "grid", "peak B", "persistent B", "total B", "MACs +%", ""):
+        t.add_column(col, justify="left" if col == "split tensor" else "right")
+    rows = [("original", s["original"])] + [("", c) for c in s["frontier"]]
+    choice = s.get("choice") or {}
+    for label, c in rows:
+        mark = "chosen" if choice and c["split"] == choice.get("split") and \
+            c["grid"] == choice.get("grid") else label
+        t.add_row(str(c["split"] if label != "original" else "(unpatched)"), c["grid"],
+                  f"{c['peak_bytes']:,}", f"{c['persistent_bytes']:,}", f"{c['total_bytes']:,}",
+                  f"{100 * c['mac_overhead']:+.1f}", mark)
+    console.print(t)
+    for note in r.get("notes", []):
+        console.print(f"note: {note}")
+    for why in s.get("refused", [])[:3]:
+        console.print(f"refused: {why}")
+    status = "optimal" if r.get("optimal") else f"lower bound {r.get('lower_bound') or 0:,} B"
+    console.print(f"{r['output']}: {r['ops_before']} -> {r['ops_after']} operators; certified "
+                  f"order peak {r['peak_bytes']:,} B ({status}); {r['seconds']:.2f} s")
+    if r.get("offline_arena_bytes") is not None:
+        console.print(f"offline plan: arena head {r['offline_arena_bytes']:,} B")
+    m = r.get("measured")
+    if m:
+        if m.get("tflm_arena_original"):
+            console.print(f"TFLM minimal total arena: {m['tflm_arena_original']:,} B -> "
+                          f"{m['tflm_arena_patched']:,} B ({m['tflm_arena_ratio']}x)")
+        console.print(f"outputs equal: LiteRT {m['litert_equal']}, TFLM {m['tflm_equal']}"
+                      + (f" ({m['tflm_note']})" if m.get("tflm_note") else ""))
+
+
+def _plot(r: dict, path: str) -> None:
+    """The memory curve (bytes live per operator, TFLM's model) of the unpatched file order and
+    of the written patched order, each against its own operator count."""
+    from ..report import _matplotlib, human_bytes, save_plot
+
+    _matplotlib()
+    from matplotlib.figure import Figure
+
+    curves = r.get("curves") or {}
+    fig = Figure(figsize=(8, 3.6))
+    ax = fig.add_subplot(1, 1, 1)
+    for key, style, label in (("original", "--", "unpatched (file order)"),
+                              ("patched", "-", "patched (certified order)")):
+        ys = curves.get(key) or []
+        if ys:
+            xs = [i / max(len(ys) - 1, 1) for i in range(len(ys))]
+            ax.step(xs, ys, style, where="post",
+                    label=f"{label}: peak {human_bytes(max(ys))}")
+    ax.set_xlabel("progress through the schedule (operators, normalised)")
+    ax.set_ylabel("live activation bytes")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    save_plot(fig, path)
+
+
+def register(sub) -> None:
+    """Register ``tile`` on the CLI's subparsers."""
+    p = sub.add_parser("tile", help="patch-based execution of a .tflite model (stock TFLM/LiteRT)")
+    p.add_argument("model", help="a .tflite file")
+    p.add_argument("-o", "--output", help="output file (default MODEL.tiled.tflite)")
+    p.add_argument("--grid", help="force the patch grid, ROWSxCOLS (e.g. 2x3)")
+    p.add_argument("--split", help="force the split tensor (its name in the file)")
+    p.add_argument("--max-overhead", type=float, default=0.3,
+                   help="extra MACs allowed for the default choice (default 0.3 = +30 %%)")
+    p.add_argument("--offline-plan", action="store_true",
+                   help="also write the arena offsets (OfflineMemoryAllocation metadata)")
+    p.add_argument("--measure", action="store_true",
+                   help="TFLM minimal arena before/after and outputs compared, before writing")
+    p.add_argument("--time-limit", type=seconds, default=10.0,
+                   help="search + scheduling time limit in seconds (default 10)")
+    p.add_argument("--plot", help="memory curves of the unpatched and patched schedules "
+                                  "(.png or .svg)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(func=cmd_tile)

@@ -1,0 +1,54 @@
+"""``memsched tile``: JSON report with the frontier, measured arena and outputs before writing,
+one-line errors, the plot."""
+import json
+import os
+import stat
+
+import pytest
+
+from memsched.cli import main
+from memsched.generators.tflite_synth import mobilenet_like
+from memsched.importers.tflite_check import check_tflite
+from memsched.runtime import tflm
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    p = tmp_path_factory.mktemp("t") / "mbl.tflite"
+    p.write_bytes(mobilenet_like(blocks=6))
+    return str(p)
+
+
+@pytest.mark.skipif(not tflm.available(), reason="tflite-micro not installed")
+def test_tile_json_measured_and_written(model, tmp_path, capsys):
+    out = str(tmp_path / "t.tflite")
+    assert main(["tile", model, "-o", out, "--offline-plan", "--measure", "--json",
+                 "--plot", str(tmp_path / "c.svg")]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["written"] and r["patched"] and r["choice"]["mac_overhead"] <= 0.3
+    orig = r["search"]["original"]
+    assert r["choice"]["total_bytes"] < orig["total_bytes"]
+    m = r["measured"]
+    assert m["litert_equal"] and m["tflm_equal"] is True
+    assert m["tflm_arena_patched"] < m["tflm_arena_original"]
+    assert check_tflite(out).ok and os.path.getsize(tmp_path / "c.svg") > 0
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    old = os.umask(0)
+    os.umask(old)
+    return old
+
+
+def test_tile_bad_input_is_one_line(model, tmp_path, capsys):
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"\0" * 32)
+    for argv in (["tile", str(bad)], ["tile", model, "--grid", "axb"],
+                 ["tile", model, "--grid", "0x2"], ["tile", model, "--max-overhead", "-1"],
+                 ["tile", model, "-o", model], ["tile", model, "--plot", "x.pdf"],
+                 ["tile", model, "--split", "no-such-tensor"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("memsched: error:"), (argv, err)
+    assert not os.path.exists(os.path.splitext(model)[0] + ".tiled.tflite")
