@@ -51,7 +51,7 @@ from ..graph import GraphBuilder
 from ..memory import MemoryModel, Problem
 from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
 from ..patches.region import Refused, grid_macs, plan_patches, regions
-from ..patches.search import DEFAULT_GRIDS, heuristic_peak, patched_graph
+from ..patches.search import DEFAULT_GRIDS, patch_order, patched_graph
 from .common import map_relax_functions, with_blocks
 
 TVM_MODEL = MemoryModel.get("tvm")
@@ -416,9 +416,11 @@ def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
     best = None
     deadline = t0 + time_limit / 2
     for macs, _, length, g, r, ov in cands:
+        # the last concatenation holds the row pieces and its output: twice the split
+        # tensors (a returned tensor is not planned)
         split_bytes = sum(sm.tensors[t].nbytes for t in r.split
                           if t not in sm.outputs)
-        lb = max(suffix[length], split_bytes)
+        lb = max(suffix[length], 2 * split_bytes if g[0] > 1 and g[1] > 1 else split_bytes)
         if best is not None and lb >= best:
             continue
         if time.perf_counter() > deadline and results:
@@ -430,7 +432,7 @@ def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
             continue
         pg = patched_graph(sm, graph, bm.tensor_index, plan, prefix_only=True)
         pp = Problem.from_graph(pg, TVM_MODEL)
-        peak = max(heuristic_peak(pg, plan, pp), suffix[length])
+        peak = max(_patch_order_peak(pg, plan, pp), suffix[length])
         c = Choice(length, g, [sm.tensors[t].name for t in r.split], peak, macs, ov,
                    plan=plan)
         results.append(c)
@@ -449,6 +451,16 @@ def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
     ok = [c for c in top if c.peak < base.peak or forced]
     choice = min(ok, key=lambda c: (c.peak, c.grid[0] * c.grid[1], c.macs)) if ok else None
     return base, results, choice, why, refused
+
+
+def _patch_order_peak(graph, plan, problem) -> int:
+    """Peak of the patched prefix run patch by patch, the model-input slices of the later
+    patches moved before each patch in turn (`patches.search.patch_order`): the cheap part of
+    `patches.search.heuristic_peak` (the certified scheduler refines the best candidates)."""
+    best = problem.evaluate(patch_order(graph, plan, None)).peak
+    for cut in range(1, plan.patches):
+        best = min(best, problem.evaluate(patch_order(graph, plan, cut)).peak)
+    return best
 
 
 # ---------------------------------------------------------------------------- rewrite
