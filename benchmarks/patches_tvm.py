@@ -25,8 +25,32 @@ MODELS = {
     "mbv2-1.0-144": dict(alpha=1.0, size=144),
     "mbv2-0.35-144-int8": dict(alpha=0.35, size=144, integer=True),
     "mbv2-1.0-96-int8": dict(alpha=1.0, size=96, integer=True),
+    # an int8 .tflite (memsched.generators.tflite_synth.mobilenet_like: MobileNet-v1-like,
+    # 13 blocks, width 32, residual ADDs) through TVM's own TFLite frontend (quantize /
+    # dequantize around float kernels)
+    "tflite-mobilenet_like-int8-96": dict(tflite=dict(quantized=True, size=96)),
 }
 DEFAULT = ["mbv2-0.35-144", "mbv2-1.0-96", "mbv2-0.35-144-int8", "mbv2-1.0-96-int8"]
+
+
+def build(name: str):
+    """(Relax module, integer outputs?) of a benchmark model."""
+    spec = dict(MODELS[name])
+    if "tflite" in spec:
+        import os
+        import tempfile
+
+        from memsched.generators.tflite_synth import mobilenet_like
+        from memsched.importers.load import load_relax
+
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "model.tflite")
+            with open(path, "wb") as f:
+                f.write(mobilenet_like(**spec["tflite"]))
+            return load_relax(path, None), True
+    from memsched.generators.relax_cnn import mobilenet_v2
+
+    return mobilenet_v2(**spec), spec.get("integer", False)
 
 
 def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0) -> dict:
@@ -34,10 +58,10 @@ def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0) ->
     from tvm import relax
 
     import memsched
-    from memsched.generators.relax_cnn import mobilenet_v2, random_input
+    from memsched.generators.relax_cnn import random_input
     from memsched.transform.tile_patches import TilePatches
 
-    mod = mobilenet_v2(**MODELS[name])
+    mod, integer = build(name)
     folded = relax.transform.FoldConstant()(mod)
     ops = len(folded["main"].body.blocks[0].bindings)
     t0 = time.perf_counter()
@@ -64,7 +88,6 @@ def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0) ->
     # (MemoryAwareSchedule + PlanArena): the same as pipeline(tile_patches=...) on ``mod``
     out = run(tiled, memsched.pipeline(time_limit=time_limit))
     diff = float(np.abs(ref.astype("float64") - out.astype("float64")).max())
-    integer = MODELS[name].get("integer", False)
     return {
         "model": name, "ops": ops,
         "plain_tvm_bytes": plain, "mas_arena_bytes": mas, "patched_bytes": patched,

@@ -258,3 +258,20 @@ def test_torch_exported_batch_norm_model():
     assert "memsched.patches_grid" in a, a
     xn = x.numpy()
     _check_equal(_run(mod, xn), _run(tiled, xn), False)
+
+
+def test_int8_tflite_through_tvm_frontend(tmp_path):
+    # an int8 .tflite (MobileNet-v1-like, residual ADDs) imported by TVM's TFLite frontend:
+    # quantize / dequantize around float kernels; the patched build is bit-equal
+    pytest.importorskip("tflite")
+    from memsched.generators.tflite_synth import mobilenet_like
+    from memsched.importers.load import load_relax
+
+    path = tmp_path / "m.tflite"
+    path.write_bytes(mobilenet_like(True, blocks=4, width=8, size=32))
+    mod = relax.transform.FoldConstant()(load_relax(str(path), None))
+    tiled = TilePatches()(mod)
+    a = _attrs(tiled)
+    assert "memsched.patches_grid" in a, a
+    x = random_input(mod, 2)
+    _check_equal(_run(mod, x), _run(tiled, x), True)

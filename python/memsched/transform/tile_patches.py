@@ -63,7 +63,7 @@ ELEMENTWISE = {
     "relax.nn.gelu", "relax.nn.gelu_tanh", "relax.nn.leakyrelu", "relax.astype", "relax.sqrt",
     "relax.rsqrt", "relax.square", "relax.floor", "relax.round", "relax.hardswish",
     "relax.nn.prelu", "relax.right_shift", "relax.left_shift", "relax.bitwise_and",
-    "relax.bitwise_or", "relax.bitwise_xor",
+    "relax.bitwise_or", "relax.bitwise_xor", "relax.quantize", "relax.dequantize",
 }
 WINDOW = ("relax.nn.conv2d", "relax.nn.max_pool2d", "relax.nn.avg_pool2d", "relax.nn.pad")
 LAYOUTS = {"NCHW": (2, 3, 1), "NHWC": (1, 2, 3)}  # (H axis, W axis, C axis)
