@@ -19,8 +19,8 @@ traceback); Ctrl-C prints ``memsched: interrupted``, exit status 130; a closed s
 writes it atomically (temporary file in the same directory, then rename), so a failed or
 interrupted run leaves no partial file.
 
-One module per command (`analyze`, `compile`, `partition`, `reorder`, `tile`, `pipeline`,
-`split`), each
+One module per command (`analyze`, `compile`, `partition`, `reorder`, `tile`, `pack`,
+`pipeline`, `split`), each
 with a ``register(subparsers)`` that adds its subcommands; `common` holds what they share
 (argument types, model loading, status lines, `run`: the error-to-exit mapping). A new command
 is a module with a ``register`` function, named in `COMMANDS`.
@@ -31,13 +31,13 @@ import argparse
 import sys
 
 from .. import __version__
-from . import analyze, compile, partition, pipeline, reorder, split, tile
+from . import analyze, compile, pack, partition, pipeline, reorder, split, tile
 from .common import CLIError, _interrupted, _Parser, run, seconds  # noqa: F401 (public names)
 from .compile import _unschedulable  # noqa: F401 (tests)
 
 # The commands in `memsched --help` order; a new one is a module of this package with a
 # ``register(subparsers)`` function, named here.
-COMMANDS = (analyze, compile, partition, reorder, tile, pipeline, split)
+COMMANDS = (analyze, compile, partition, reorder, tile, pack, pipeline, split)
 
 
 def build_parser() -> argparse.ArgumentParser:
