@@ -22,7 +22,8 @@ ROOT = pathlib.Path(memsched.__file__).parent
 LAYERS = {
     "core": ["memsched", "memsched._native", "memsched.errors", "memsched.limits",
              "memsched.fileio", "memsched.graph", "memsched.memory", "memsched.dominators",
-             "memsched.native", "memsched.arena", "memsched.simplify", "memsched.schedulers"],
+             "memsched.native", "memsched.arena_problem", "memsched.arena_greedy",
+             "memsched.packing", "memsched.arena", "memsched.simplify", "memsched.schedulers"],
     "importers": ["memsched.importers"],
     "generators": ["memsched.generators"],
     "loader": ["memsched.importers.load"],

@@ -20,7 +20,7 @@ Pure Python (OR-Tools only for the exact method); no TVM.
   independent; the arena is the largest part), and parts whose greedy arena is already within
   the global lower bound are not solved. Proves the minimum arena for the given lifetimes when
   it finishes in time.
-* exact (`memsched.packing.plan_exact`, native): a MiniMalloc-class canonical search
+* exact (`plan_exact` over `memsched.packing.pack`, native): a MiniMalloc-class canonical search
   (ASPLOS'23 ideas) that proves the liveness peak where it can be packed, anytime otherwise.
 * `plan`: ``method="greedy" | "exact" | "cpsat" | "auto"`` (exact, cpsat and auto: greedy,
   then the search only when greedy is above the lower bound; auto = exact, or CP-SAT when the
@@ -33,248 +33,18 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Iterable, Sequence
+
+from .arena_greedy import (GREEDY_ORDERS, _breadth_order, _conflicts,  # noqa: F401
+                           _greedy_place, plan_greedy)
+from .arena_problem import ArenaPlan, Lifetime, align_up, max_live, verify  # noqa: F401
+from .arena_problem import check_alignment as _check_alignment
+from .arena_problem import normalise as _normalise
 
 __all__ = ["Lifetime", "ArenaPlan", "plan", "plan_greedy", "plan_cpsat", "max_live",
            "verify", "align_up", "stacked_offsets", "METHODS", "GREEDY_ORDERS"]
 
 METHODS = ("greedy", "exact", "cpsat", "auto")
-
-
-@dataclass(frozen=True)
-class Lifetime:
-    """A tensor of ``size`` bytes, live from step ``start`` to step ``end`` inclusive."""
-
-    size: int
-    start: int
-    end: int
-
-    def overlaps(self, other: "Lifetime") -> bool:
-        return self.start <= other.end and other.start <= self.end
-
-
-@dataclass
-class ArenaPlan:
-    """Offsets (bytes, multiples of ``alignment``) for each lifetime, in input order.
-
-    ``arena`` is the arena size (bytes, a multiple of ``alignment``); ``lower_bound`` a proven
-    lower bound on the minimum arena for these lifetimes and this alignment; ``optimal`` is
-    True when ``arena == lower_bound``. ``live_peak`` is the maximum live bytes without
-    alignment padding (the liveness peak).
-    """
-
-    arena: int
-    offsets: list[int]
-    lower_bound: int
-    optimal: bool
-    method: str
-    alignment: int = 1
-    live_peak: int = 0
-    seconds: float = 0.0
-    stats: dict = field(default_factory=dict)
-
-
-def align_up(x: int, alignment: int) -> int:
-    return -(-int(x) // alignment) * alignment if alignment > 1 else int(x)
-
-
-def _normalise(lifetimes: Iterable) -> list[Lifetime]:
-    out = []
-    for t in lifetimes:
-        lt = t if isinstance(t, Lifetime) else Lifetime(*(int(v) for v in t))
-        if lt.size < 0 or lt.end < lt.start:
-            raise ValueError(f"bad lifetime {lt}: need size >= 0 and start <= end")
-        out.append(lt)
-    return out
-
-
-def max_live(lifetimes: Iterable, alignment: int = 1) -> int:
-    """Maximum over time of the bytes of live tensors (sizes rounded up to ``alignment``):
-    a lower bound on every arena, and the liveness peak when ``alignment == 1``."""
-    events = []
-    for lt in _normalise(lifetimes):
-        s = align_up(lt.size, alignment)
-        if s:
-            events.append((lt.start, s))
-            events.append((lt.end + 1, -s))
-    events.sort(key=lambda e: (e[0], e[1]))  # frees before allocations at the same step
-    best = cur = 0
-    for _, d in events:
-        cur += d
-        best = max(best, cur)
-    return best
-
-
-def verify(lifetimes: Sequence, offsets: Sequence[int], alignment: int = 1,
-           arena: int | None = None) -> None:
-    """Raise ValueError unless the offsets are a valid packing (aligned, non-negative, inside
-    ``arena`` when given, no two time-overlapping tensors overlapping in memory)."""
-    lts = _normalise(lifetimes)
-    if len(offsets) != len(lts):
-        raise ValueError("one offset per lifetime expected")
-    for i, (lt, o) in enumerate(zip(lts, offsets)):
-        if o < 0 or o % alignment:
-            raise ValueError(f"tensor {i}: offset {o} negative or not a multiple of {alignment}")
-        if arena is not None and o + lt.size > arena:
-            raise ValueError(f"tensor {i}: [{o}, {o + lt.size}) exceeds arena {arena}")
-    # sweep over time: compare each tensor with those alive when it starts
-    order = sorted(range(len(lts)), key=lambda i: lts[i].start)
-    active: list[int] = []
-    for i in order:
-        if not lts[i].size:
-            continue
-        active = [j for j in active if lts[j].end >= lts[i].start]
-        for j in active:
-            if offsets[i] < offsets[j] + lts[j].size and offsets[j] < offsets[i] + lts[i].size:
-                raise ValueError(f"tensors {j} and {i} overlap in time and in memory: "
-                                 f"{lts[j]}@{offsets[j]} vs {lts[i]}@{offsets[i]}")
-        active.append(i)
-
-
-# --------------------------------------------------------------------------------------------
-# greedy
-
-
-def _conflicts(lts: list[Lifetime]) -> list[list[int]]:
-    """For each tensor the others whose lifetimes overlap its own (a sweep over starts)."""
-    adj: list[list[int]] = [[] for _ in lts]
-    order = sorted(range(len(lts)), key=lambda i: lts[i].start)
-    active: list[int] = []
-    for i in order:
-        if not lts[i].size:
-            continue
-        start = lts[i].start
-        active = [j for j in active if lts[j].end >= start]
-        for j in active:
-            adj[i].append(j)
-            adj[j].append(i)
-        active.append(i)
-    return adj
-
-
-def _greedy_place(lts: list[Lifetime], sizes: list[int], order: list[int],
-                  adj: list[list[int]], top: bool = False) -> tuple[int, list[int]]:
-    """Place tensors in ``order``; each goes to the best-fitting gap among the placed tensors
-    overlapping it in time (``adj``), at the gap's bottom (or its top with ``top``: flush
-    against the tensor above). ``sizes`` are already aligned; returns (arena, offsets)."""
-    n = len(lts)
-    offsets = [0] * n
-    placed = [False] * n
-    arena = 0
-    for i in order:
-        size = sizes[i]
-        if size == 0:
-            continue
-        busy = sorted((offsets[j], offsets[j] + sizes[j]) for j in adj[i] if placed[j])
-        best_off, best_gap = None, None
-        cursor = 0
-        for lo, hi in busy:
-            gap = lo - cursor
-            if gap >= size and (best_gap is None or gap < best_gap):
-                best_off, best_gap = cursor, gap
-            cursor = max(cursor, hi)
-        if best_off is None:
-            best_off = cursor  # on top of everything live at the same time
-        elif top:
-            best_off += best_gap - size
-        offsets[i] = best_off
-        placed[i] = True
-        arena = max(arena, best_off + size)
-    return arena, offsets
-
-
-_GREEDY_ORDERS = {
-    # largest first (TFLite's "greedy by size"); among equal sizes the latest-ending first
-    # (measured on NAS cells with many equal tensors: 1.00-1.06x the bound vs 1.08-1.20x for
-    # earliest-start first)
-    "size": lambda lt, s: (-s, -lt.end, lt.start),
-    "size_start": lambda lt, s: (-s, lt.start, -(lt.end - lt.start)),
-    "size_duration": lambda lt, s: (-s, -(lt.end - lt.start), lt.start),
-    # biggest rectangles in (time x memory) first
-    "area": lambda lt, s: (-s * (lt.end - lt.start + 1), -s, lt.start),
-    # long-lived first: they constrain everybody
-    "duration": lambda lt, s: (-(lt.end - lt.start), -s, lt.start),
-    # as allocated in time (what an online allocator would see), larger first on ties
-    "start": lambda lt, s: (lt.start, -s, -(lt.end - lt.start)),
-}
-GREEDY_ORDERS = (*_GREEDY_ORDERS, "breadth")
-
-
-def _breadth_order(lts: list[Lifetime], sizes: list[int]) -> list[int]:
-    """Greedy by breadth: visit steps from the most to the least live bytes; at each step take
-    its not yet placed tensors, largest first. Time is compressed to the event points (steps
-    between two of them hold the same tensors), so the cost grows with the number of tensors,
-    not with the time range."""
-    if not lts:
-        return []
-    events = sorted({lt.start for lt in lts} | {lt.end + 1 for lt in lts})
-    pos = {t: k for k, t in enumerate(events)}
-    diff = [0] * len(events)
-    for lt, s in zip(lts, sizes):
-        diff[pos[lt.start]] += s
-        diff[pos[lt.end + 1]] -= s
-    load, cur = [], 0
-    for k in range(len(events) - 1):  # section k: steps [events[k], events[k + 1])
-        cur += diff[k]
-        load.append((-cur, events[k]))
-    load.sort()
-    unseen = sorted(range(len(lts)), key=lambda i: (-sizes[i], -lts[i].end, lts[i].start, i))
-    order: list[int] = []
-    for _, t in load:
-        if not unseen:
-            break
-        rest = []
-        for i in unseen:  # stays sorted largest first
-            (order if lts[i].start <= t <= lts[i].end else rest).append(i)
-        unseen = rest
-    return order + unseen
-
-
-def plan_greedy(lifetimes: Iterable, alignment: int = 64,
-                orders: Sequence[str] = GREEDY_ORDERS, flush_top: bool = True) -> ArenaPlan:
-    """Greedy with best-fit gaps, tried with each ordering in ``orders`` (by size with three
-    tie-breaks, by area, duration, start, and by breadth), placing at the bottom of the gap and
-    then (``flush_top``) at its top, until one reaches the lower bound; best kept.
-
-    Measured on NAS networks (DARTS, NASNet-A, AmoebaNet-A, CIFAR): bottom placement reached
-    the bound in the frontend's order but stayed 13-18% above it in memory-aware orders, where
-    breadth order with top placement reached 1.00-1.10x."""
-    t0 = time.perf_counter()
-    lts = _normalise(lifetimes)
-    _check_alignment(alignment)
-    sizes = [align_up(lt.size, alignment) for lt in lts]
-    lb = max_live(lts, alignment)
-    best = None
-    tried = {}
-    adj = _conflicts(lts)
-    cache: dict[str, list[int]] = {}
-    for top in ((False, True) if flush_top else (False,)):
-        for name in orders:
-            if name not in cache:
-                if name == "breadth":
-                    cache[name] = _breadth_order(lts, sizes)
-                else:
-                    key = _GREEDY_ORDERS[name]
-                    cache[name] = sorted(range(len(lts)),
-                                         key=lambda i: (*key(lts[i], sizes[i]), i))
-            arena, offsets = _greedy_place(lts, sizes, cache[name], adj, top)
-            label = f"{name}/top" if top else name
-            tried[label] = arena
-            if best is None or arena < best[0]:
-                best = (arena, offsets, label)
-            if arena <= lb:
-                break
-        if best is not None and best[0] <= lb:
-            break
-    arena, offsets, name = best if best is not None else (0, [], "size")
-    return ArenaPlan(arena, offsets, lb, arena <= lb, "greedy", alignment, max_live(lts),
-                     time.perf_counter() - t0, {"order": name, "orders": tried})
-
-
-def _check_alignment(alignment: int) -> None:
-    if int(alignment) < 1:
-        raise ValueError(f"alignment must be >= 1, got {alignment}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,11 +163,48 @@ def plan_cpsat(lifetimes: Iterable, alignment: int = 64, time_limit: float = 10.
                      time.perf_counter() - t0, stats)
 
 
+def plan_exact(lifetimes: Iterable, alignment: int = 64, time_limit: float = 10.0,
+               initial=None, max_nodes: int | None = None, workers: int = 1, seed: int = 0):
+    """`memsched.arena` front: lifetimes with inclusive ends -> `memsched.arena.ArenaPlan`
+    (method "exact"). ``initial``: an `ArenaPlan` (default: the greedy plan); the result is
+    never worse than it. Without the native core: CP-SAT (`plan_cpsat`, which alone uses
+    ``workers`` and ``seed``)."""
+    from .packing import native_available, pack
+
+    t0 = time.perf_counter()
+    lts = _normalise(lifetimes)
+    start = initial if initial is not None else plan_greedy(lts, alignment)
+    lb0 = max_live(lts, alignment)
+    if start.arena <= lb0 or not lts:
+        return ArenaPlan(start.arena, list(start.offsets), lb0, True, "exact", alignment,
+                         max_live(lts), time.perf_counter() - t0,
+                         {"greedy": start.arena, "skipped": "greedy optimal"})
+    if not native_available():
+        p = plan_cpsat(lts, alignment, time_limit=time_limit, workers=workers, seed=seed,
+                       initial=start)
+        p.stats["fallback"] = "native packer unavailable: CP-SAT"
+        return p
+    r = pack([(lt.start, lt.end + 1, lt.size) for lt in lts], None, time_limit, alignment,
+             initial=start.offsets, max_nodes=max_nodes)
+    if r.arena < 0 or r.arena > start.arena:  # cannot happen: the search starts from it
+        offsets, arena_b = list(start.offsets), start.arena
+    else:
+        offsets, arena_b = r.offsets, r.arena
+    lower = max(lb0, r.lower_bound)
+    lower = min(lower, arena_b)
+    return ArenaPlan(arena_b, offsets, lower, arena_b <= lower, "exact", alignment,
+                     max_live(lts), time.perf_counter() - t0,
+                     {"greedy": start.arena, "nodes": r.nodes, "stop": r.stop,
+                      "unit": r.stats.get("unit")})
+
+
+
+
 def plan(lifetimes: Iterable, method: str = "greedy", alignment: int = 64,
          time_limit: float = 10.0, **options) -> ArenaPlan:
     """Offsets for ``lifetimes`` (iterable of `Lifetime` or (size, start, end) tuples).
 
-    ``method``: ``"greedy"`` (fast default), ``"exact"`` (`memsched.packing.plan_exact`: the
+    ``method``: ``"greedy"`` (fast default), ``"exact"`` (`plan_exact`: `memsched.packing`'s
     MiniMalloc-class canonical search, anytime under ``time_limit``, greedy warm start),
     ``"cpsat"`` (CP-SAT under ``time_limit``, greedy warm start) or ``"auto"`` (greedy; when
     it is above the lower bound, the exact packer - CP-SAT when the native core is missing).
@@ -409,8 +216,6 @@ def plan(lifetimes: Iterable, method: str = "greedy", alignment: int = 64,
         return plan_greedy(lts, alignment, **options)
     if method == "cpsat":
         return plan_cpsat(lts, alignment, time_limit=time_limit, **options)
-    from .packing import plan_exact
-
     p = plan_exact(lts, alignment, time_limit=time_limit, **options)
     if method == "auto":
         p.stats["method"] = p.method

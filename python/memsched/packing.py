@@ -26,10 +26,10 @@ area) run in turns with doubling node budgets: which one finds a packing fast di
 instances. Deterministic (node budgets, no clocks) unless the time limit cuts the search; anytime
 under a time limit (best packing found + proven lower bound).
 
-API: `pack` (intervals, half-open), `plan_exact` (`memsched.arena` lifetimes, inclusive; what
-``arena.plan(method="exact" | "auto")`` calls), `read_minimalloc_csv`, `pack_csv` and `run_pack`
-(the JSON-ready report of ``memsched pack FILE.csv``). Without the native core, `plan_exact`
-falls back to CP-SAT (`memsched.arena.plan_cpsat`) and `pack` raises `NativeUnavailable`.
+API: `pack` (intervals, half-open), `read_minimalloc_csv`, `pack_csv` and `run_pack` (the
+JSON-ready report of ``memsched pack FILE.csv``). `memsched.arena.plan_exact` puts it behind
+``arena.plan(method="exact" | "auto")`` (lifetimes with inclusive ends) and falls back to CP-SAT
+without the native core, where `pack` raises `NativeUnavailable`.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Sequence
 
-__all__ = ["PackingInputError", "Buffer", "PackResult", "pack", "plan_exact",
+__all__ = ["PackingInputError", "Buffer", "PackResult", "pack",
            "read_minimalloc_csv", "pack_csv", "run_pack", "MAX_CSV_BYTES", "MAX_BUFFERS",
            "STOP_REASONS"]
 
@@ -246,27 +246,28 @@ def pack(buffers: Iterable, capacity: int | None = None, time_limit: float | Non
     g = g or a
     units = [sizes[i] // g for i in idx]
     live = [0] * (len(events) + 1)
-    for l, h, u in zip(lo, hi, units):
-        live[l] += u
-        live[h] -= u
+    for b, e, u in zip(lo, hi, units):
+        live[b] += u
+        live[e] -= u
     peak_u, cur = 0, 0
     for v in live:
         cur += v
         peak_u = max(peak_u, cur)
     raw_live = [0] * (len(events) + 1)
-    for i, l, h in zip(idx, lo, hi):
-        raw_live[l] += bufs[i][2]
-        raw_live[h] -= bufs[i][2]
+    for i, b, e in zip(idx, lo, hi):
+        raw_live[b] += bufs[i][2]
+        raw_live[e] -= bufs[i][2]
     live_peak, cur = 0, 0
     for v in raw_live:
         cur += v
         live_peak = max(live_peak, cur)
     cap_u = -1 if capacity is None else int(capacity) // g
     if initial is None and idx:
-        from . import arena as _arena
+        from .arena_greedy import plan_greedy
+        from .arena_problem import Lifetime
 
-        initial = _arena.plan_greedy(
-            [_arena.Lifetime(sizes[i], bufs[i][0], bufs[i][1] - 1) for i in range(n)], a).offsets
+        initial = plan_greedy(
+            [Lifetime(sizes[i], bufs[i][0], bufs[i][1] - 1) for i in range(n)], a).offsets
     init_u: list[int] = []
     if initial is not None and idx:
         if len(initial) != n:
@@ -311,44 +312,7 @@ def pack(buffers: Iterable, capacity: int | None = None, time_limit: float | Non
                       time.perf_counter() - t0, nodes, stop, "exact", stats)
 
 
-def plan_exact(lifetimes: Iterable, alignment: int = 64, time_limit: float = 10.0,
-               initial=None, max_nodes: int | None = None, workers: int = 1, seed: int = 0):
-    """`memsched.arena` front: lifetimes with inclusive ends -> `memsched.arena.ArenaPlan`
-    (method "exact"). ``initial``: an `ArenaPlan` (default: the greedy plan); the result is
-    never worse than it. Without the native core: CP-SAT (`plan_cpsat`, which alone uses
-    ``workers`` and ``seed``)."""
-    from . import arena as _arena
-
-    t0 = time.perf_counter()
-    lts = _arena._normalise(lifetimes)
-    start = initial if initial is not None else _arena.plan_greedy(lts, alignment)
-    lb0 = _arena.max_live(lts, alignment)
-    if start.arena <= lb0 or not lts:
-        return _arena.ArenaPlan(start.arena, list(start.offsets), lb0, True, "exact", alignment,
-                                _arena.max_live(lts), time.perf_counter() - t0,
-                                {"greedy": start.arena, "skipped": "greedy optimal"})
-    if not native_available():
-        p = _arena.plan_cpsat(lts, alignment, time_limit=time_limit, workers=workers, seed=seed,
-                              initial=start)
-        p.stats["fallback"] = "native packer unavailable: CP-SAT"
-        return p
-    r = pack([(lt.start, lt.end + 1, lt.size) for lt in lts], None, time_limit, alignment,
-             initial=start.offsets, max_nodes=max_nodes)
-    if r.arena < 0 or r.arena > start.arena:  # cannot happen: the search starts from it
-        offsets, arena_b = list(start.offsets), start.arena
-    else:
-        offsets, arena_b = r.offsets, r.arena
-    lower = max(lb0, r.lower_bound)
-    lower = min(lower, arena_b)
-    return _arena.ArenaPlan(arena_b, offsets, lower, arena_b <= lower, "exact", alignment,
-                            _arena.max_live(lts), time.perf_counter() - t0,
-                            {"greedy": start.arena, "nodes": r.nodes, "stop": r.stop,
-                             "unit": r.stats.get("unit")})
-
-
 # ------------------------------------------------------------------------------ CSV front end
-
-
 def pack_csv(path, capacity: int | None = None, time_limit: float | None = 10.0,
              alignment: int = 1) -> tuple[list[Buffer], PackResult]:
     """Read a MiniMalloc CSV and pack it (see `pack`); returns (buffers, result)."""
