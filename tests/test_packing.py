@@ -195,3 +195,16 @@ def test_pack_rejects_bad_buffers():
         packing.pack([(0, 3, -1)])
     with pytest.raises(packing.PackingInputError):
         packing.pack([(0, 3, 1)], alignment=0)
+
+
+def test_too_large_refused_or_left_to_greedy(monkeypatch):
+    bufs = [(0, 10, 4)] * 30
+    assert packing.overlapping_pairs([b[:2] for b in bufs]) == 435
+    assert packing.overlapping_pairs([(0, 2), (2, 4), (1, 3)]) == 2
+    monkeypatch.setattr(packing, "MAX_PAIRS", 100)
+    with pytest.raises(packing.PackingInputError, match="too large"):
+        packing.pack(bufs)
+    lts = [arena.Lifetime(s, lo, hi - 1) for lo, hi, s in bufs] + [arena.Lifetime(3, 0, 0)]
+    p = arena.plan(lts, "exact", alignment=1)
+    arena.verify(lts, p.offsets, 1, p.arena)
+    assert p.stats.get("skipped")  # greedy optimal, or left to greedy as too large

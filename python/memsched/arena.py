@@ -169,7 +169,7 @@ def plan_exact(lifetimes: Iterable, alignment: int = 64, time_limit: float = 10.
     (method "exact"). ``initial``: an `ArenaPlan` (default: the greedy plan); the result is
     never worse than it. Without the native core: CP-SAT (`plan_cpsat`, which alone uses
     ``workers`` and ``seed``)."""
-    from .packing import native_available, pack
+    from .packing import native_available, pack, too_large
 
     t0 = time.perf_counter()
     lts = _normalise(lifetimes)
@@ -179,6 +179,11 @@ def plan_exact(lifetimes: Iterable, alignment: int = 64, time_limit: float = 10.
         return ArenaPlan(start.arena, list(start.offsets), lb0, True, "exact", alignment,
                          max_live(lts), time.perf_counter() - t0,
                          {"greedy": start.arena, "skipped": "greedy optimal"})
+    why = too_large([(lt.start, lt.end + 1) for lt in lts if lt.size])
+    if why is not None:  # left to greedy (the search's memory grows with these)
+        return ArenaPlan(start.arena, list(start.offsets), lb0, False, "exact", alignment,
+                         max_live(lts), time.perf_counter() - t0,
+                         {"greedy": start.arena, "skipped": why})
     if not native_available():
         p = plan_cpsat(lts, alignment, time_limit=time_limit, workers=workers, seed=seed,
                        initial=start)

@@ -44,10 +44,15 @@ from typing import Iterable, NamedTuple, Sequence
 
 __all__ = ["PackingInputError", "Buffer", "PackResult", "pack",
            "read_minimalloc_csv", "pack_csv", "run_pack", "MAX_CSV_BYTES", "MAX_BUFFERS",
-           "STOP_REASONS"]
+           "STOP_REASONS", "MAX_PAIRS", "MAX_EXACT_BUFFERS", "overlapping_pairs", "too_large"]
 
 MAX_CSV_BYTES = 64 << 20  # untrusted files: larger ones are refused before parsing
 MAX_BUFFERS = 1_000_000
+# The search holds the time-overlap lists (one entry per overlapping pair, twice) and, along a
+# path, up to n scopes: larger instances are refused by `pack` (the greedy packer's overlap
+# lists grow the same way) and left to greedy by `memsched.arena.plan_exact`.
+MAX_PAIRS = 2_000_000
+MAX_EXACT_BUFFERS = 10_000
 MAX_VALUE = 1 << 62       # times and sizes must stay well inside int64
 STOP_REASONS = ("done", "time", "nodes", "interrupted")
 COLUMNS = ("id", "lower", "upper", "size")
@@ -191,6 +196,29 @@ def _check_buffers(buffers) -> list[tuple[int, int, int]]:
     return out
 
 
+def overlapping_pairs(intervals: Sequence[tuple[int, int]]) -> int:
+    """Number of pairs of half-open intervals that overlap (O(n log n))."""
+    import bisect
+
+    starts = sorted(lo for lo, _ in intervals)
+    ends = sorted(hi for _, hi in intervals)
+    total = 0
+    for lo, hi in intervals:
+        # others starting before hi, less those that ended at or before lo, less itself
+        total += bisect.bisect_left(starts, hi) - bisect.bisect_right(ends, lo) - 1
+    return total // 2
+
+
+def too_large(intervals: Sequence[tuple[int, int]]) -> str | None:
+    """Why the exact search would not be run on these (non-empty) intervals, or None."""
+    if len(intervals) > MAX_EXACT_BUFFERS:
+        return f"{len(intervals)} buffers (limit {MAX_EXACT_BUFFERS})"
+    pairs = overlapping_pairs(intervals)
+    if pairs > MAX_PAIRS:
+        return f"{pairs} time-overlapping pairs (limit {MAX_PAIRS})"
+    return None
+
+
 # ------------------------------------------------------------------------------------ search
 
 
@@ -235,6 +263,9 @@ def pack(buffers: Iterable, capacity: int | None = None, time_limit: float | Non
     n = len(bufs)
     sizes = [_align_up(s, a) for _, _, s in bufs]
     idx = [i for i in range(n) if sizes[i] > 0]
+    why = too_large([bufs[i][:2] for i in idx])
+    if why is not None:
+        raise PackingInputError(f"instance too large for the exact packer: {why}")
     # time compressed to the event points; sizes and capacity in units of their common divisor
     events = sorted({t for i in idx for t in bufs[i][:2]})
     pos = {t: k for k, t in enumerate(events)}
