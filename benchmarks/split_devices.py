@@ -96,19 +96,41 @@ def main() -> None:
                     default=os.environ.get("MEMSCHED_SPLIT_CACHE", "/tmp/memsched_split"),
                     help="directory for measured operator times (reused across runs)")
     ap.add_argument("--json", help="write all results to this file")
+    ap.add_argument("--compete", type=int, default=0,
+                    help="run N CPU-bound busy loops meanwhile (how calibration and prediction "
+                         "degrade under load)")
     args = ap.parse_args()
 
     import memsched  # noqa: F401
-    from memsched.runtime.rpc_servers import ServerPool
-    from memsched.runtime.rpc_split import build_device_libs, run_split
-    from memsched.runtime.split_profile import profile_devices
-    from memsched.split import CostModel, Device, Encoding, compare, evaluate, from_relax
-    from memsched.transform.split_across_devices import split_module
 
     os.makedirs(args.cache, exist_ok=True)
     devices_list = [int(v) for v in args.devices.split(",")]
     fractions = [float(v) for v in args.fractions.split(",")]
     rows, results = [], []
+    import subprocess
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(args.compete)]
+    try:
+        _run(args, devices_list, fractions, rows, results)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "models": results, "compete": args.compete}, f, indent=1)
+
+
+def _run(args, devices_list, fractions, rows, results) -> None:
+    from memsched.runtime.rpc_servers import ServerPool
+    from memsched.runtime.rpc_split import build_device_libs, run_split
+    from memsched.runtime.split_profile import (prediction_spread, profile_devices,
+                                                with_link_spread, with_prediction_spread)
+    from memsched.split import CostModel, Device, Encoding, compare, evaluate, from_relax
+    from memsched.transform.split_across_devices import split_module
+
     with ServerPool(local=2) as pool:
         sessions = pool.sessions()
         devs, link, extra = profile_devices(sessions)
@@ -124,6 +146,8 @@ def main() -> None:
             log(f"{label}: {prob.n} operators, imported and scheduled in "
                 f"{time.perf_counter() - t0:.0f} s")
             times = op_times(mod, prob, sessions[0], os.path.join(args.cache, f"{key}.json"))
+            if getattr(times, "calibration", None):
+                times.calibration = with_link_spread(times.calibration, extra["link_spread"])
             one = CostModel([Device(None, 1.0)], link, times,
                             copy_bandwidth=extra["copy_bandwidth"])
             enc1 = Encoding(prob, 1)
@@ -143,7 +167,12 @@ def main() -> None:
                                   patience=40)
                     lat = {m: (r.latency if r.feasible else None) for m, r in res.items()}
                     ga = res["ga"]
+                    cal = getattr(times, "calibration", None) or {}
+                    if cal and ga.feasible:
+                        cal = with_prediction_spread(cal, prediction_spread(ga, cost,
+                                                                            extra["links"]))
                     row = {"model": label, "key": key, "devices": n, "fraction": frac,
+                           "calibration": cal,
                            "memory_bytes": mem, "peak1_bytes": peak1, "single_nomem_s": lat1,
                            "latency_s": lat,
                            "latency_any_s": {m: r.latency for m, r in res.items()},
@@ -174,11 +203,8 @@ def main() -> None:
                             f"equal {row['rpc']['outputs_equal']}")
                     rows.append(row)
             results.append({"model": label, "ops": prob.n, "peak1_bytes": peak1,
-                            "single_nomem_s": lat1, "linearity": times.linearity})
-    print_table(rows)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"link": link.__dict__, "models": results, "rows": rows}, f, indent=1)
+                            "single_nomem_s": lat1, "linearity": times.linearity,
+                            "link": link.__dict__})
 
 
 def print_table(rows) -> None:
@@ -186,8 +212,9 @@ def print_table(rows) -> None:
         return "-" if v is None else f"{v * 1e3:.1f}"
 
     print("| model | n | mem/dev | single | uniform | greedy | GA | GA vs best single | "
-          "GA s | RPC measured (pred. err) | equal |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "GA s | RPC measured (pred. err) | calibration spread: kernels (time-weighted) / "
+          "prediction between link calibrations | equal |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         lat = r["latency_s"]
         ga = lat["ga"]
@@ -199,7 +226,17 @@ def print_table(rows) -> None:
         eq = ("yes" if rpc["outputs_equal"] else "NO") if rpc else "-"
         print(f"| {r['model']} | {r['devices']} | {r['fraction']:g} x peak | "
               f"{ms(lat['single'])} | {ms(lat['uniform'])} | {ms(lat['greedy'])} | {ms(ga)} | "
-              f"{gain} | {r['ga_seconds']:.0f} | {meas} | {eq} |")
+              f"{gain} | {r['ga_seconds']:.0f} | {meas} | {_spread(r)} | {eq} |")
+
+
+def _spread(r) -> str:
+    cal = r.get("calibration") or {}
+    if cal.get("spread_weighted") is None:
+        return "cached"
+    pred = cal.get("prediction_spread")
+    return (f"{100 * cal['spread_weighted']:.0f} % / "
+            f"{'-' if pred is None else f'{100 * pred:.0f} %'}"
+            f"{'' if cal['trusted'] else ' (not trusted)'}")
 
 
 if __name__ == "__main__":

@@ -124,10 +124,12 @@ def cmd_split(args) -> int:
     speeds = [s * ref_gflops for s in speeds]
     pool = None
     report_rpc = None
+    links = None
     try:
         if args.run_rpc:
             from ..runtime.rpc_servers import ServerPool
-            from ..runtime.split_profile import measure_op_times, profile_devices
+            from ..runtime.split_profile import (measure_op_times, profile_devices,
+                                                 with_link_spread)
 
             servers = args.servers
             pool = ServerPool(local=0 if servers else n, servers=servers).start()
@@ -140,6 +142,8 @@ def cmd_split(args) -> int:
                 speeds = [d.speed for d in devs]
                 copy_bw = extra["copy_bandwidth"]
                 times = measure_op_times(mod, prob, sessions[0])
+                times.calibration = with_link_spread(times.calibration, extra["link_spread"])
+                links = extra["links"]
         cost = CostModel([Device(memory[k], speeds[k]) for k in range(n)], link, times,
                          copy_bandwidth=copy_bw)
         update, stop = _progress(not args.json)
@@ -149,6 +153,11 @@ def cmd_split(args) -> int:
         finally:
             stop()
         chosen = require_feasible(res[args.method], cost)  # nothing illegal runs or prints
+        if links is not None:  # calibrated here: how far link noise moves this prediction
+            from ..runtime.split_profile import prediction_spread, with_prediction_spread
+
+            times.calibration = with_prediction_spread(
+                times.calibration, prediction_spread(chosen, cost, links))
         if args.run_rpc:
             report_rpc = _run_rpc(mod, prob, chosen, cost, sessions, args)
     finally:
@@ -237,9 +246,12 @@ def _print(out, res, args) -> None:
         verdict = ("repeatable" if cal["trusted"] else
                    "NOT repeatable: the machine is busy, predictions may miss by far more "
                    "than 20 %")
-        console.print(f"calibration: repeats of one kernel differ by {cal['spread_median']:.0%} "
-                      f"(median) / {cal['spread_p90']:.0%} (90th percentile) over "
-                      f"{cal['kernels']} kernels: {verdict}")
+        link = "" if cal.get("prediction_spread") is None else \
+            (f"; the prediction moves by {cal['prediction_spread']:.0%} between two link "
+             "calibrations")
+        console.print(f"calibration: repeats of one kernel differ by {cal['spread_weighted']:.0%} "
+                      f"(weighted by kernel time; median {cal['spread_median']:.0%}, "
+                      f"{cal['kernels']} kernels){link}: {verdict}")
     if "rpc" in out:
         r = out["rpc"]
         console.print(f"RPC run on {out['devices']} devices: measured {r['measured_s'] * 1e3:.2f} "

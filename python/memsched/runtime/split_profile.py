@@ -20,6 +20,7 @@ file; operator times are per model (`OpTimes.to_json`).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Sequence
 
@@ -30,9 +31,10 @@ from ..split.encoding import needed
 from ..split.problem import SplitProblem, relax_block
 
 
-# A calibration whose repeats of one kernel differ by more than this (90th percentile over the
-# kernels, (max - min) / median) comes from a machine busy with other work: its predictions
-# then miss by more than the ~20 % an idle machine gives (see docs/multi-device.md).
+# A calibration is trusted when the repeats of its kernels agree (their spread, (max - min) /
+# median, weighted by kernel time: long kernels dominate a prediction) and the split's
+# predicted latency moves by at most this fraction between two independent link calibrations
+# (`prediction_spread`). A heuristic, measured in docs/multi-device.md.
 TRUSTED_SPREAD = 0.25
 
 
@@ -44,16 +46,51 @@ def spread(times) -> float:
     return float((ts.max() - ts.min()) / np.median(ts))
 
 
-def calibration_summary(spreads) -> dict:
-    """How repeatable a calibration was: the spread of repeated timings over every kernel, and
-    whether predictions built on it can be trusted (`TRUSTED_SPREAD`)."""
+def calibration_summary(spreads, weights=None, link_spread: float | None = None) -> dict:
+    """How repeatable a calibration was: the spread of repeated timings over every kernel
+    (median, 90th percentile, and weighted by ``weights``, the kernels' times), the link's
+    run-to-run spread, and whether predictions built on it can be trusted (`TRUSTED_SPREAD`)."""
     sp = np.asarray(list(spreads), dtype=float)
-    if sp.size == 0:
-        return {"kernels": 0, "spread_median": None, "spread_p90": None, "trusted": None}
-    p90 = float(np.percentile(sp, 90))
-    return {"kernels": int(sp.size), "spread_median": round(float(np.median(sp)), 4),
-            "spread_p90": round(p90, 4), "spread_max": round(float(sp.max()), 4),
-            "trusted": bool(p90 <= TRUSTED_SPREAD)}
+    out = {"kernels": int(sp.size), "spread_median": None, "spread_p90": None,
+           "spread_weighted": None, "link_spread": None if link_spread is None
+           else round(float(link_spread), 4), "trusted": None}
+    if sp.size:
+        w = np.ones_like(sp) if weights is None else np.asarray(list(weights), dtype=float)
+        weighted = float((sp * w).sum() / w.sum()) if w.sum() > 0 else float(np.median(sp))
+        out.update(spread_median=round(float(np.median(sp)), 4),
+                   spread_p90=round(float(np.percentile(sp, 90)), 4),
+                   spread_max=round(float(sp.max()), 4), spread_weighted=round(weighted, 4))
+    if out["spread_weighted"] is not None:
+        out["trusted"] = bool(out["spread_weighted"] <= TRUSTED_SPREAD)
+    return out
+
+
+def prediction_spread(result, cost, links) -> float:
+    """How far the predicted latency of ``result``'s split moves between independent link
+    calibrations (``links``): (max - min) / min over them. Sub-millisecond link figures (message
+    latency, tuple access) scatter several-fold between calibrations of an idle machine; what
+    matters is how much of that reaches this split's prediction."""
+    from ..split import evaluate
+
+    lat = [float(evaluate(result.encoding, dataclasses.replace(cost, link=link),
+                          result.X[None]).latency[0]) for link in links]
+    return (max(lat) - min(lat)) / max(min(lat), 1e-12)
+
+
+def with_prediction_spread(summary: dict, spread_: float) -> dict:
+    """``summary`` with the prediction's sensitivity to the link calibration added
+    (`prediction_spread`) and the verdict re-taken: trusted when the time-weighted kernel spread
+    and the prediction spread are both within `TRUSTED_SPREAD`."""
+    out = dict(summary, prediction_spread=round(float(spread_), 4))
+    figures = [v for v in (out.get("spread_weighted"), out["prediction_spread"]) if v is not None]
+    out["trusted"] = bool(max(figures) <= TRUSTED_SPREAD) if figures else None
+    return out
+
+
+def with_link_spread(summary: dict, link_spread: float) -> dict:
+    """``summary`` (`calibration_summary` of the kernels) with the link's spread added and the
+    verdict re-taken."""
+    return dict(summary, link_spread=round(float(link_spread), 4))
 
 
 def _median(fn, reps: int = 7) -> float:
@@ -288,6 +325,7 @@ def measure_op_times(mod, problem: SplitProblem, session, func_name: str = "main
     rng = np.random.default_rng(0)
     measured: dict = {}
     spreads: list = []
+    weights: list = []
     for q, (sig, (name, shapes)) in enumerate(funcs.items()):
         args = [tvm.runtime.tensor(rng.standard_normal(s).astype(dt), device=dev)
                 for s, dt in shapes]
@@ -295,6 +333,7 @@ def measure_op_times(mod, problem: SplitProblem, session, func_name: str = "main
         r = ev(*args)
         measured[sig] = float(r.median)
         spreads.append(spread(r.results))
+        weights.append(float(r.median))
         if progress and q % 25 == 0:
             progress(f"timed {q + 1}/{len(funcs)} kernels")
     full = {}
@@ -345,7 +384,7 @@ def measure_op_times(mod, problem: SplitProblem, session, func_name: str = "main
         fixed[dim], slope[dim] = f, m
     times = OpTimes(fixed, slope, "measured", linearity)
     times.kernels = len(funcs)
-    times.calibration = calibration_summary(spreads)
+    times.calibration = calibration_summary(spreads, weights)
     return times
 
 
@@ -355,11 +394,18 @@ def profile_devices(sessions: Sequence, memory_bytes: Sequence | None = None,
     import tvm
 
     lib = tvm.compile(_trivial_module(), target="llvm")
-    link = measure_link(sessions[0], lib)
+    # twice, independently: how far two calibrations of the same link disagree is the figure
+    # that says whether the machine is quiet enough to predict from (`calibration_summary`)
+    a, b = measure_link(sessions[0], lib), measure_link(sessions[0], lib)
+    fields = ("latency", "bandwidth", "bandwidth_down", "call_overhead", "item_overhead")
+    link_spread = max(abs(getattr(a, f) - getattr(b, f)) / max(min(getattr(a, f), getattr(b, f)),
+                                                              1e-12) for f in fields)
+    link = dataclasses.replace(a, **{f: (getattr(a, f) + getattr(b, f)) / 2 for f in fields})
     speeds, ref = measure_speeds(sessions, lib)
     copy_bw = measure_copy_bandwidth(sessions[0], lib)
     mem = list(memory_bytes or [None] * len(sessions))
     devices = [Device(mem[k] if k < len(mem) else None, float(speeds[k]), f"dev{k}",
                       addresses[k] if k < len(addresses) else "")
                for k in range(len(sessions))]
-    return devices, link, {"reference_conv_s": ref, "copy_bandwidth": copy_bw}
+    return devices, link, {"reference_conv_s": ref, "copy_bandwidth": copy_bw,
+                           "link_spread": link_spread, "links": (a, b)}
