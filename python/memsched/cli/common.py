@@ -254,3 +254,20 @@ def run(prog: str, parser: argparse.ArgumentParser, argv=None) -> int:
               "traceback)", file=sys.stderr)
         return 1
 
+
+def tflite_output(model: str, output: str | None, verb: str, suffix: str) -> str:
+    """The ``-o`` file of a command rewriting ``model`` (a .tflite file): checked before any
+    work (input kind, a writable directory, not the input itself); default
+    ``MODEL<suffix>``."""
+    from ..errors import ModelLoadError
+
+    if not model.lower().endswith(".tflite"):
+        raise ModelLoadError(f"cannot {verb} {model!r}: expected a .tflite file")
+    out = output or os.path.splitext(model)[0] + suffix
+    out_dir = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
+        raise ValueError(f"cannot write {out!r}: directory {out_dir!r} is missing or not "
+                         "writable")
+    if os.path.abspath(out) == os.path.abspath(model):
+        raise ValueError("-o must differ from the input file")
+    return out

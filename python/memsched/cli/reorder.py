@@ -21,6 +21,8 @@ import math
 import os
 import sys
 
+from .common import tflite_output
+
 
 def _time_limit(text: str) -> float:
     try:
@@ -37,22 +39,13 @@ class OutputsDiffer(RuntimeError):
 
 
 def cmd_reorder(args) -> int:
-    from ..errors import ModelLoadError
     from ..importers.tflite_reorder import reorder_tflite
     from ..importers.tflite_write import write_model
 
     report = None
     try:
         limit = _time_limit(args.time_limit)
-        if not args.model.lower().endswith(".tflite"):
-            raise ModelLoadError(f"cannot reorder {args.model!r}: expected a .tflite file")
-        out = args.output or os.path.splitext(args.model)[0] + ".memsched.tflite"
-        out_dir = os.path.dirname(os.path.abspath(out))
-        if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
-            raise ValueError(f"cannot write {out!r}: directory {out_dir!r} is missing or not "
-                             "writable")
-        if os.path.abspath(out) == os.path.abspath(args.model):
-            raise ValueError("-o must differ from the input file")
+        out = tflite_output(args.model, args.output, "reorder", ".memsched.tflite")
         data, res = reorder_tflite(args.model, None, offline_plan=args.offline_plan,
                                    time_limit=limit)
         report = {"model": args.model, "output": out, "offline_plan": args.offline_plan,

@@ -22,7 +22,7 @@ import json
 import os
 import sys
 
-from .common import seconds
+from .common import seconds, tflite_output
 
 
 def _errors():
@@ -46,19 +46,10 @@ def cmd_tile(args) -> int:
 def _tile(args) -> int:
     import tempfile
 
-    from ..errors import ModelLoadError
     from ..importers.tflite_patches import measure_tile, tile_tflite
     from ..importers.tflite_write import write_model
 
-    if not args.model.lower().endswith(".tflite"):
-        raise ModelLoadError(f"cannot tile {args.model!r}: expected a .tflite file")
-    out = args.output or os.path.splitext(args.model)[0] + ".tiled.tflite"
-    out_dir = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):
-        raise ValueError(f"cannot write {out!r}: directory {out_dir!r} is missing or not "
-                         "writable")
-    if os.path.abspath(out) == os.path.abspath(args.model):
-        raise ValueError("-o must differ from the input file")
+    out = tflite_output(args.model, args.output, "tile", ".tiled.tflite")
     if args.max_overhead < 0:
         raise ValueError(f"bad --max-overhead {args.max_overhead}: must be >= 0")
     if args.plot:
