@@ -7,11 +7,20 @@ greedy packer's arena (``memsched.arena.plan_greedy``, alignment 1) for comparis
 ``--minimise`` also the smallest arena found without a capacity, and its proven bound.
 
     .venv/bin/python benchmarks/packing.py [--time-limit 15] [--minimise] [--json out.json]
+
+Robustness (``--shuffles N``): instead of the table, pack N copies of every instance with its rows
+shuffled (seeds ``--seed``, ``--seed + 1``, ...), optionally with ``--drop K`` random buffers
+removed (a packing of the whole fits the rest, so every copy still fits the capacity) and/or all
+sizes and times multiplied by ``--scale F``; prints every run, then the fit rate and the
+percentiles of the seconds.
+
+    .venv/bin/python benchmarks/packing.py --shuffles 3 --seed 1 [--drop 3] [--scale 3]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import time
@@ -33,6 +42,13 @@ def main(argv=None) -> int:
                     help="also minimise the arena without a capacity")
     ap.add_argument("--only", default="", help="comma-separated instance letters")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--shuffles", type=int, default=0,
+                    help="robustness: pack N row-shuffled copies of every instance")
+    ap.add_argument("--seed", type=int, default=1, help="first shuffle seed")
+    ap.add_argument("--drop", type=int, default=0,
+                    help="with --shuffles: remove this many random buffers from every copy")
+    ap.add_argument("--scale", type=int, default=1,
+                    help="with --shuffles: multiply sizes, times and capacity by this")
     args = ap.parse_args(argv)
     files = sorted(args.dir.glob("*.csv"))
     if args.only:
@@ -45,6 +61,8 @@ def main(argv=None) -> int:
     t = time.perf_counter()
     packing._native_pack()
     print(f"library load {time.perf_counter() - t:.2f} s (not counted below)\n")
+    if args.shuffles > 0:
+        return robustness(files, args)
     rows = []
     hdr = ("| instance | buffers | liveness peak | capacity | arena | fits | optimal | seconds "
            "| nodes | greedy arena (s) |")
@@ -90,6 +108,54 @@ def main(argv=None) -> int:
           + (f"; median {statistics.median(r['seconds'] for r in fit):.2f}" if fit else ""))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def robustness(files, args) -> int:
+    """Row-shuffled (optionally thinned / scaled) copies of every instance at its capacity."""
+    runs = []
+    print("| instance | seed | buffers | arena | fits | seconds | nodes | stop |")
+    print("|---|---|---|---|---|---|---|---|")
+    for f in files:
+        name = f.name.split(".")[0]
+        capacity = int(f.name.split(".")[1]) * args.scale
+        base = packing.read_minimalloc_csv(f)
+        for k in range(args.shuffles):
+            seed = args.seed + k
+            rng = random.Random(f"{name}:{seed}")
+            bufs = list(base)
+            rng.shuffle(bufs)
+            for _ in range(min(args.drop, len(bufs) - 1)):
+                bufs.pop(rng.randrange(len(bufs)))
+            bufs = [(b.lower * args.scale, b.upper * args.scale, b.size * args.scale)
+                    for b in bufs]
+            t = time.perf_counter()
+            r = packing.pack(bufs, capacity=capacity, time_limit=args.time_limit)
+            sec = time.perf_counter() - t
+            if r.fits:
+                arena.verify([arena.Lifetime(s, lo, hi - 1) for lo, hi, s in bufs], r.offsets,
+                             1, capacity)
+            runs.append({"instance": name, "seed": seed, "buffers": len(bufs),
+                         "arena": r.arena, "fits": bool(r.fits), "seconds": round(sec, 2),
+                         "nodes": r.nodes, "stop": r.stop})
+            print(f"| {name} | {seed} | {len(bufs)} | {r.arena:,} | "
+                  f"{'yes' if r.fits else 'no'} | {sec:.2f} | {r.nodes:,} | {r.stop} |",
+                  flush=True)
+    secs = [r["seconds"] for r in runs]
+    fit = sum(r["fits"] for r in runs)
+    print(f"\nfit: {fit}/{len(runs)} (shuffles {args.shuffles}, seed {args.seed}, drop "
+          f"{args.drop}, scale {args.scale}, limit {args.time_limit:g} s); seconds p50 "
+          f"{percentile(secs, 0.5):.2f}, p90 {percentile(secs, 0.9):.2f}, max {max(secs):.2f}")
+    missed = [f"{r['instance']}/{r['seed']}" for r in runs if not r["fits"]]
+    if missed:
+        print("missed: " + ", ".join(missed))
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=1) + "\n")
     return 0
 
 

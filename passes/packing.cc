@@ -316,6 +316,22 @@ class Searcher {
     std::sort(pool_.begin() + cb, pool_.begin() + ce, [&](int a, int b) {
       return minoff_[a] != minoff_[b] ? minoff_[a] < minoff_[b] : a < b;
     });
+    // dominance: placing b at x while another unplaced buffer c would end at or below x at its
+    // lowest offset (minoff_c + size_c <= x) leaves a gap under b that c fits in. Every packing
+    // below such a node has c at >= x; moving c down into the gap keeps it valid (the placed
+    // buffers of c's sections end at or below minoff_c, all later ones start at or above x;
+    // buffers of other groups of a decomposition are disjoint from c in time) with a smaller
+    // sum of offsets. The least-offset-sum packing within the capacity is therefore never cut
+    // (its path is what makes the search complete), and only buffers with
+    // x < min over the others of (minoff_c + size_c) branch.
+    int64_t top1 = int64_t{1} << 62, top2 = top1;
+    int arg1 = -1;
+    for (size_t k = sb; k < se; ++k) {
+      int c = pool_[k];
+      int64_t t = minoff_[c] + size_[c];
+      if (t < top1) top2 = top1, top1 = t, arg1 = c;
+      else if (t < top2) top2 = t;
+    }
     int64_t cur0 = cur_;
     int last0 = last_;
     int prev_cls = -1;
@@ -323,6 +339,10 @@ class Searcher {
     bool ok = false;
     for (size_t k = cb; k < ce && !ok; ++k) {
       int b = pool_[k];
+      if (minoff_[b] >= (b == arg1 ? top2 : top1)) {
+        if (minoff_[b] >= top2) break;  // sorted by offset: all later ones are dominated too
+        continue;
+      }
       if (cls_[b] == prev_cls && minoff_[b] == prev_off) continue;  // an equal buffer failed
       prev_cls = cls_[b], prev_off = minoff_[b];
       // equal buffers: only the first unplaced one of its class may go (tie rule symmetry)
@@ -505,35 +525,56 @@ PackResult Pack(const PackProblem& p, int64_t capacity, int64_t lower_bound,
     r.nodes = port.nodes();
     return r;
   }
-  // minimise: two streams of runs in turns, each with its own restart schedule: one at the
-  // lower bound (a packing there is optimal; a proof that there is none raises it), one below
-  // the incumbent by a step that halves when a run spends its budget (a proof at the target
-  // raises the bound past it)
-  Portfolio down(p, limits, unit);
-  int64_t step = r.arena < 0 ? 0 : std::max<int64_t>(1, (r.arena - r.lower_bound) / 2);
-  while (r.arena < 0 || r.arena > r.lower_bound) {
+  // minimise: runs at the lower bound (a packing there is optimal; a proof that there is none
+  // raises the bound by one unit) take turns with probes below the best arena, each stream
+  // with its own restart schedule (so they get about the same nodes). The probes alternate
+  // between two targets: a bisection target (halfway between the bound and the best arena
+  // after every packing found; rising halfway towards the arena when a run spends its budget)
+  // and a near target `step` below the arena (the step doubles after every packing it finds,
+  // up to half the gap, and halves when a run spends its budget): large strides where
+  // improvement is easy, small ones close to a hard region. A proof that a target cannot be
+  // packed raises the bound past it.
+  Portfolio mid_runs(p, limits, unit), near_runs(p, limits, unit);
+  auto half_gap = [&]() { return std::max<int64_t>(1, (r.arena - r.lower_bound) / 2); };
+  auto midpoint = [&]() { return r.lower_bound + (r.arena - r.lower_bound) / 2; };
+  int64_t mid = r.arena < 0 ? (int64_t{1} << 62) : midpoint();
+  int64_t step = r.arena < 0 ? 1 : std::max<int64_t>(1, (r.arena - r.lower_bound) / 16);
+  for (int64_t turn = 0; r.arena < 0 || r.arena > r.lower_bound; ++turn) {
     int k = port.Run(r.lower_bound);
     if (k == 1) { take(port); break; }
     if (k == 0) { ++r.lower_bound; continue; }
     if (k == -2) { r.reason = port.reason(); break; }
-    int64_t target = r.arena < 0 ? (int64_t{1} << 62)
-                                 : std::max(r.lower_bound, r.arena - std::max<int64_t>(1, step));
-    k = down.Run(target);
+    bool near = r.arena >= 0 && turn % 2 == 1;
+    int64_t target;
+    if (r.arena < 0) {
+      target = mid;
+    } else if (near) {
+      step = std::min(step, half_gap());
+      target = r.arena - step;
+    } else {
+      if (mid >= r.arena || mid < r.lower_bound) mid = midpoint();
+      target = mid;
+    }
+    if (r.arena >= 0 && target <= r.lower_bound) continue;  // the bound's own stream does it
+    Portfolio& runs = near ? near_runs : mid_runs;
+    k = runs.Run(target);
     if (k == 1) {
-      take(down);
-      int64_t half = std::max<int64_t>(1, (r.arena - r.lower_bound) / 2);
-      step = step == 0 ? half : std::min(step, half);
+      take(runs);
+      if (near) step = std::min(step * 2, half_gap());
+      mid = midpoint();
     } else if (k == 0) {
       r.lower_bound = std::max(r.lower_bound, target + 1);
+      if (r.arena >= 0) mid = midpoint();
     } else if (k == -1) {
-      step = std::max<int64_t>(1, step / 2);
+      if (near) step = std::max<int64_t>(1, step / 2);
+      else if (r.arena >= 0) mid += std::max<int64_t>(1, (r.arena - mid) / 2);
     } else {
-      r.reason = down.reason();
+      r.reason = runs.reason();
       break;
     }
   }
   r.lower_bound = std::min(r.lower_bound, r.arena < 0 ? r.lower_bound : r.arena);
-  r.nodes = port.nodes() + down.nodes();
+  r.nodes = port.nodes() + mid_runs.nodes() + near_runs.nodes();
   if (r.arena >= 0 && r.arena <= r.lower_bound) r.reason = PackStop::kDone;
   return r;
 }

@@ -208,3 +208,38 @@ def test_too_large_refused_or_left_to_greedy(monkeypatch):
     p = arena.plan(lts, "exact", alignment=1)
     arena.verify(lts, p.offsets, 1, p.arena)
     assert p.stats.get("skipped")  # greedy optimal, or left to greedy as too large
+
+
+@needs_native
+@settings(max_examples=40, deadline=None)
+@given(st.lists(buffer, min_size=1, max_size=14), st.randoms(use_true_random=False),
+       st.sampled_from([None, 60]))
+def test_row_order_does_not_matter(bufs, rnd, capacity):
+    """Ties are broken by the buffers' content, never by their input position: any order of
+    the rows gives the same arena, bound, node count and the same offset per buffer."""
+    a = packing.pack(bufs, capacity=capacity, time_limit=None, max_nodes=3000)
+    perm = list(range(len(bufs)))
+    rnd.shuffle(perm)
+    b = packing.pack([bufs[i] for i in perm], capacity=capacity, time_limit=None,
+                     max_nodes=3000)
+    assert (a.arena, a.lower_bound, a.nodes, a.fits) == (b.arena, b.lower_bound, b.nodes, b.fits)
+    assert sorted(zip(bufs, a.offsets)) == sorted(zip([bufs[i] for i in perm], b.offsets))
+    overlaps_ok([bufs[i] for i in perm], b.offsets)
+
+
+@needs_native
+def test_row_order_does_not_matter_medium():
+    """A 120-buffer instance cut by a node budget: the same (partial) search in every order."""
+    r = __import__("random").Random(11)
+    bufs = []
+    for _ in range(120):
+        lo = r.randrange(200)
+        bufs.append((lo, lo + r.randint(1, 40), r.choice([16, 32, 48, 64, 96, 128])))
+    ref = packing.pack(bufs, time_limit=None, max_nodes=20000)
+    for seed in range(3):
+        perm = list(range(len(bufs)))
+        __import__("random").Random(seed).shuffle(perm)
+        got = packing.pack([bufs[i] for i in perm], time_limit=None, max_nodes=20000)
+        assert (got.arena, got.lower_bound, got.nodes) == (ref.arena, ref.lower_bound,
+                                                          ref.nodes)
+        assert sorted(zip([bufs[i] for i in perm], got.offsets)) == sorted(zip(bufs, ref.offsets))

@@ -255,6 +255,15 @@ def pack(buffers: Iterable, capacity: int | None = None, time_limit: float | Non
     none); the result then carries the best packing and the proven bound."""
     t0 = time.perf_counter()
     bufs = _check_buffers(buffers)
+    # Row order must not matter: the search (its tie rules, the greedy warm start) works on the
+    # buffers sorted by their content (lower, upper, size); identical buffers are
+    # interchangeable, so the result is the same for every order of the input rows.
+    order = sorted(range(len(bufs)), key=lambda i: bufs[i])
+    bufs = [bufs[i] for i in order]
+    if initial is not None:
+        if len(initial) != len(bufs):
+            raise PackingInputError("initial needs one offset per buffer")
+        initial = [initial[i] for i in order]
     a = int(alignment)
     if a < 1:
         raise PackingInputError(f"alignment must be >= 1, got {alignment}")
@@ -335,6 +344,11 @@ def pack(buffers: Iterable, capacity: int | None = None, time_limit: float | Non
         else:
             arena_b, offsets = -1, []
         lb_b = lb_u * g
+    if offsets:
+        unsorted = [0] * n
+        for k, i in enumerate(order):
+            unsorted[i] = offsets[k]
+        offsets = unsorted
     if arena_b >= 0:
         lb_b = min(lb_b, arena_b)
     fits = None if capacity is None else (0 <= arena_b <= int(capacity))
