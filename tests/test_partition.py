@@ -158,7 +158,10 @@ def test_solvers_return_valid_cuts(n, seed, k):
     p = random_problem(n, seed)
     if k > n:
         return
-    for method in ("param-balanced", "exact"):
+    from memsched.partition.param_balanced import linear_cut
+
+    evaluate(p, linear_cut(p, k), 200, k)  # raises unless valid
+    for method in ("param-balanced", "exact", "auto"):
         r = solve(p, k, sram_bytes=200, method=method, time_limit=5)
         evaluate(p, r.assignment, 200, k)  # raises unless valid
         assert all(r.lower_bounds[x] <= v for x, v in zip("POC", r.key))
@@ -240,3 +243,65 @@ def test_libcoral_rule_as_published():
         libcoral_cut(p, 2)
     s = param_balanced_cut(p, 2)  # the baseline repairs it: every stage non-empty
     assert sorted(set(s)) == [0, 1]
+
+
+def monotone_cuts(p, k):
+    """Every monotone assignment (empty stages allowed: the bounds do not use non-emptiness)
+    with its per-stage parameter bytes and per-boundary activation bytes, computed directly."""
+    for s in itertools.product(range(k), repeat=p.n):
+        if any(s[u] > s[v] for v in range(p.n) for u in p.preds[v]):
+            continue
+        m = [sum(p.param_bytes[b] for b in {b for v in range(p.n) if s[v] == j
+                                              for b in p.op_params[v]}) for j in range(k)]
+        c = [sum(t.nbytes for t in p.tensors
+                 if (t.producer < 0 or s[t.producer] <= j)
+                 and (t.is_output or any(s[r] > j for r in t.consumers)))
+             for j in range(k - 1)]
+        yield s, m, c
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(2, 7), seed=st.integers(0, 10_000), k=st.integers(2, 4),
+       shared=st.sampled_from([0.0, 0.3, 0.8]), slack=st.integers(-60, 120))
+def test_combinatorial_bounds_match_brute_force(n, seed, k, shared, slack):
+    """Stage windows, the P bound and the boundary-cut bound never exclude a cut they must
+    keep (every monotone cut with P <= Pmax lies in the windows and crosses at least the
+    cut bound's bytes at every boundary)."""
+    from memsched.partition.bounds import StageWindows, comm_lower_bound
+
+    p = random_problem(n, seed, shared)
+    cuts = list(monotone_cuts(p, k))
+    best_p = min(max(m) for _, m, _ in cuts)
+    sw = StageWindows(p)
+    pmax = max(0, best_p + slack)
+    w = sw.tighten(k, pmax)
+    inside = [(s, c) for s, m, c in cuts if max(m) <= pmax]
+    if w is None:
+        assert not inside
+    else:
+        lo, hi = w
+        for s, c in inside:
+            assert all(a <= x <= b for a, x, b in zip(lo, s, hi))
+        cb = comm_lower_bound(p, k, lo, hi)
+        for j in range(k - 1):
+            assert all(c[j] >= cb[j] for _, c in inside)
+        # with empty stages allowed and no effective P cap the min cut is exact
+        if pmax >= sw.total:
+            for j in range(k - 1):
+                assert min(c[j] for _, _, c in cuts) == cb[j]
+    lb = sw.p_lower_bound(k, 0, max(1, sw.total))
+    assert lb <= best_p
+    # the prefix chain keeps every cut with P <= Pmax inside its windows and weight limits
+    from memsched.partition.bounds import prefix_chain
+
+    if w is not None:
+        pc = prefix_chain(sw, k, pmax, *w)
+        if pc is None:
+            assert not inside
+        else:
+            lo, hi, R, L = pc
+            for s, _ in inside:
+                assert all(a <= x <= b for a, x, b in zip(lo, s, hi))
+                for j in range(k - 1):
+                    d = sum(int(sw.own[v]) for v in range(p.n) if s[v] <= j)
+                    assert L[j] <= d <= R[j]

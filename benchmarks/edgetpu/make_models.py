@@ -5,7 +5,7 @@ repository root (`.tfvenv/` is git-ignored; the published results used tensorflo
 
     python3 -m venv .tfvenv && .tfvenv/bin/pip install tensorflow
     .tfvenv/bin/python benchmarks/edgetpu/make_models.py [--out benchmarks/edgetpu/models]
-        [--only ResNet50,DenseNet121] [--samples 8]
+        [--only ResNet50,DenseNet121] [--samples 8] [--large]
 
 Models are built with ``weights=None`` (no download; random weights, which do not change the
 graph or the parameter bytes), frozen (variables -> constants: calibrating a model with
@@ -13,6 +13,9 @@ resource variables fails on READ_VARIABLE ops), and converted with full-integer 
 quantization (int8 inputs/outputs, as the Edge TPU compiler requires) from random
 calibration images. Each model also gets ``<name>.json`` with its Keras layer count (the
 paper's |V|) and the .tflite operator count. The files are large and not in git.
+
+``--large`` builds the 750+-operator irregular networks instead (`LARGE`: NASNet-A Large at
+its full 331 px and EfficientNet-B7), the certification stress test of the partition solvers.
 """
 from __future__ import annotations
 
@@ -32,6 +35,11 @@ MODELS = {  # name -> (keras.applications constructor, input size)
     "DenseNet169": ("DenseNet169", 224),
     "DenseNet201": ("DenseNet201", 224),
     "InceptionResNetV2": ("InceptionResNetV2", 299),
+}
+# 750+ .tflite operators, irregular (NAS cells; squeeze-excite branches): --large
+LARGE = {
+    "NASNetLarge": ("NASNetLarge", 331),
+    "EfficientNetB7": ("EfficientNetB7", 600),
 }
 
 
@@ -53,7 +61,7 @@ def convert(name: str, out_dir: str, samples: int) -> dict:
     import numpy as np
     import tensorflow as tf
 
-    ctor, size = MODELS[name]
+    ctor, size = {**MODELS, **LARGE}[name]
     model, frozen = frozen_keras(ctor, size)
     rng = np.random.default_rng(0)
 
@@ -85,12 +93,15 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated model names")
     ap.add_argument("--samples", type=int, default=8, help="calibration images (default 8)")
     ap.add_argument("--force", action="store_true", help="rebuild existing files")
+    ap.add_argument("--large", action="store_true",
+                    help=f"build the 750+-operator networks ({', '.join(LARGE)}) instead")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    names = args.only.split(",") if args.only else list(MODELS)
+    known = {**MODELS, **LARGE}
+    names = args.only.split(",") if args.only else list(LARGE if args.large else MODELS)
     for name in names:
-        if name not in MODELS:
-            raise SystemExit(f"unknown model {name!r}; choose from {', '.join(MODELS)}")
+        if name not in known:
+            raise SystemExit(f"unknown model {name!r}; choose from {', '.join(known)}")
         if os.path.exists(os.path.join(args.out, f"{name}.tflite")) and not args.force:
             print(f"{name}: exists, skipped")
             continue

@@ -1,6 +1,7 @@
 """Edge TPU pipeline cuts on the Inc-ILP paper's ten Keras models: table for k = 4, 5, 6.
 
     .venv/bin/python benchmarks/edgetpu/run.py [--models DIR] [--stages 4,5,6] [--only NAMES]
+        [--large]
         [--sram BYTES] [--check-segments] [--json out.json]
 
 Models come from ``make_models.py`` (int8 .tflite, not in git). For every (model, k): the
@@ -26,6 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = ["Xception", "ResNet50", "ResNet101", "ResNet152", "ResNet101V2", "ResNet152V2",
           "DenseNet121", "DenseNet169", "DenseNet201", "InceptionResNetV2"]
+LARGE = ["NASNetLarge", "EfficientNetB7"]  # 750+ ops: make_models.py --large; run.py --large
 PAPER_GAP = {4: 1.88, 5: 1.12, 6: 4.50}  # learned cut's P gap to optimum, % (paper, Fig. 8)
 
 
@@ -38,6 +40,8 @@ def main() -> None:
     ap.add_argument("--models", default=os.path.join(HERE, "models"))
     ap.add_argument("--stages", default="4,5,6")
     ap.add_argument("--only", help="comma-separated model names")
+    ap.add_argument("--large", action="store_true",
+                    help=f"the 750+-operator models instead ({', '.join(LARGE)})")
     ap.add_argument("--sram", type=int, default=8 << 20)
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--repeat", type=int, default=3, help="timing: best of N solves")
@@ -54,7 +58,7 @@ def main() -> None:
     have_learned = "learned" in available()
     cm = EdgeTPUCostModel(sram_bytes=args.sram)
     stages = [int(x) for x in args.stages.split(",")]
-    names = args.only.split(",") if args.only else MODELS
+    names = args.only.split(",") if args.only else (LARGE if args.large else MODELS)
     rows, results = [], []
 
     def timed(problem, k, method, **kw):

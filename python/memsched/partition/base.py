@@ -51,6 +51,7 @@ class PartitionResult:
             "method": self.method,
             "seconds": round(self.seconds, 4),
             "baseline": self.baseline.to_dict(),
+            "closed_by": dict(self.stats.get("closed_by", {})) if self.stats else {},
         }
 
 

@@ -89,7 +89,8 @@ class CutModel:
     def __init__(self, problem: PartitionProblem, k: int, sram: int, lo: Sequence[int],
                  hi: Sequence[int], objective: str, p_max: int | None = None,
                  o_max: int | None = None, c_max: int | None = None, p_min: int = 0,
-                 stage_time: dict | None = None):
+                 stage_time: dict | None = None, c_min: int = 0,
+                 prefix: tuple[Sequence[int], Sequence[int]] | None = None):
         from ortools.sat.python import cp_model
 
         self.p, self.k, self.sram = problem, k, sram
@@ -129,6 +130,12 @@ class CutModel:
                 own[us[0]] += problem.param_bytes[b]
             else:
                 shared.append((b, us))
+        if prefix is not None:  # L_j <= own(D_j) <= R_j (`bounds.prefix_chain`)
+            R, L = prefix
+            for j in range(k - 1):
+                e = sum(own[v] * self._lin(self.Y(v, j)) for v in range(n) if own[v])
+                self._add(e <= R[j])
+                self._add(e >= L[j])
         self.m_expr = []
         for j in range(k):
             expr = 0
@@ -167,6 +174,8 @@ class CutModel:
         self.C = None
         if objective in ("C", "T") or c_max is not None:
             self._build_comm()
+            if c_min > 0:  # a proven bound (`bounds.comm_lower_bound`)
+                m.add(self.C >= c_min)
             if c_max is not None:
                 m.add(self.C <= c_max)
         self.T = None

@@ -11,6 +11,19 @@ Bounds when a time limit stops a solve: the bound of solve 1 bounds ``P*``; the 
 bounds the lexicographic optimum's ``O`` (that optimum satisfies ``P <= P_found``); the bound of
 solve 3 is valid only when ``P`` was proven (then the optimum also satisfies ``O <= O_found``),
 else ``C`` gets no bound beyond 0. ``O`` is 0 without a solve when ``P* <= SRAM``.
+
+Before each CP-SAT solve the combinatorial bounds of `memsched.partition.bounds` get the first
+turn: the tightened stage windows (head / tail / interval tests) and the prefix chain
+(`bounds.prefix_chain`) often refute ``P <= P_best - 1`` outright, and otherwise narrow the
+CP-SAT model and add the prefix weight limits to it;
+``O >= (P* - SRAM)^+ + (S - P* - (k-1) SRAM)^+``
+where ``S <= sum_j m_j`` counts every shared buffer once per stage its users' windows force
+(the stage at ``P*`` overflows by ``P* - SRAM``, the other ``k-1`` stages hold at least
+``S - P*`` bytes); and the minimum downset cut of every boundary inside the windows of
+``P <= P*`` bounds ``C``. A bound that meets the incumbent proves it without a solve;
+otherwise it is the solve's starting bound.
+``stats["closed_by"]`` names what proved each component (``"incumbent"``: the trivial bound,
+``"windows"``, ``"prefix chain"``, ``"O bound"``, ``"cut bound"``, ``"cpsat"``).
 """
 from __future__ import annotations
 
@@ -18,13 +31,25 @@ import time
 from typing import Sequence
 
 from .base import register, trivial_bounds
-from .cpsat import CutModel, Infeasible, closure_param_bytes, stage_domains
+import numpy as np
+
+from .bounds import StageWindows, comm_lower_bound, prefix_chain, stab_count
+from .cpsat import CutModel, Infeasible
 from .param_balanced import param_balanced_cut
 from .problem import PartitionProblem, evaluate
 
 
 def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.perf_counter())
+
+
+def stage_windows(problem: PartitionProblem) -> StageWindows:
+    """The problem's `StageWindows` (built once, kept on the problem)."""
+    sw = problem.__dict__.get("_stage_windows")
+    if sw is None:
+        sw = StageWindows(problem)
+        problem.__dict__["_stage_windows"] = sw
+    return sw
 
 
 def lexicographic(problem: PartitionProblem, k: int, sram: int, hint: Sequence[int],
@@ -39,7 +64,6 @@ def lexicographic(problem: PartitionProblem, k: int, sram: int, hint: Sequence[i
     Returns ``(assignment, lower_bounds, optimal, stats)``.
     """
     deadline = None if time_limit is None else time.perf_counter() + time_limit
-    closure = closure if closure is not None else closure_param_bytes(problem)
     best = list(hint)
     cost = evaluate(problem, best, sram, k)
     triv = trivial_bounds(problem, k, sram)
@@ -47,15 +71,27 @@ def lexicographic(problem: PartitionProblem, k: int, sram: int, hint: Sequence[i
     lbs = {"P": triv["P"], "O": triv["O"], "C": 0}
     proven = {"P": False, "O": False, "C": False}
 
+    sw = stage_windows(problem)
+    cache: dict = {}
+    refuted: dict = {}  # p_max -> the bound that refuted it (when cache[p_max] is None)
+    closed: dict = {}
+    stats["closed_by"] = closed
+
     def domains(p_max):
-        d = stage_domains(problem, k, p_max, closure)
-        if d is None:
+        if p_max not in cache:
+            t0 = time.perf_counter()
+            wlo, whi = window if window is not None else (None, None)
+            w = sw.tighten(k, p_max, wlo, whi)
+            if w is None:
+                cache[p_max], refuted[p_max] = None, "windows"
+            else:
+                cache[p_max] = prefix_chain(sw, k, p_max, *w)
+                refuted[p_max] = "prefix chain"
+            stats.setdefault("window_seconds", 0.0)
+            stats["window_seconds"] = round(stats["window_seconds"] + time.perf_counter() - t0, 4)
+        if cache[p_max] is None:
             raise Infeasible
-        lo, hi = d
-        if window is not None:
-            lo = [max(a, b) for a, b in zip(lo, window[0])]
-            hi = [min(a, b) for a, b in zip(hi, window[1])]
-        return lo, hi
+        return cache[p_max]
 
     def run(objective, **caps):
         """Minimise ``objective`` among cuts strictly better than ``best`` on it (the caps
@@ -65,8 +101,14 @@ def lexicographic(problem: PartitionProblem, k: int, sram: int, hint: Sequence[i
         status, bound = "INFEASIBLE", None
         nvars = 0
         try:
-            lo, hi = domains(caps.get("p_max"))
-            model = CutModel(problem, k, sram, lo, hi, objective, p_min=triv["P"], **caps)
+            lo, hi, R, L = domains(caps.get("p_max"))
+        except Infeasible:
+            stats["solves"].append({"objective": objective, "status": "WINDOWS", "vars": 0,
+                                    "seconds": round(time.perf_counter() - t0, 4)})
+            return True, None, refuted[caps.get("p_max")]
+        try:
+            model = CutModel(problem, k, sram, lo, hi, objective, p_min=triv["P"],
+                             prefix=(R, L), **caps)
             nvars = sum(len(y) for y in model.y)
             opt, s, val, bound = model.solve(_remaining(deadline), best, workers, seed)
             status = model.status
@@ -78,25 +120,39 @@ def lexicographic(problem: PartitionProblem, k: int, sram: int, hint: Sequence[i
                 best, cost = s, new
         stats["solves"].append({"objective": objective, "status": status, "vars": nvars,
                                 "seconds": round(time.perf_counter() - t0, 4)})
-        return opt, bound
+        return opt, bound, "cpsat"
 
     # 1. P
     if cost.P <= lbs["P"]:
-        proven["P"] = True
+        proven["P"], closed["P"] = True, "incumbent"
     else:
-        opt, bound = run("P", p_max=cost.P - 1)
+        opt, bound, closed["P"] = run("P", p_max=cost.P - 1)
         proven["P"] = opt
         if bound is not None:
             lbs["P"] = max(lbs["P"], min(bound, cost.P))
     if proven["P"]:
         lbs["P"] = cost.P
+        # the stage at P* overflows by P* - SRAM; the other k-1 hold >= total - P* bytes
+        # sum_j m_j >= own bytes + every shared buffer times the fewest stages its users'
+        # windows can meet in (interval stabbing)
+        try:
+            lo, hi, _, _ = domains(cost.P)
+            cached = int(sw.own.sum()) + sum(int(sw.sh_bytes[i]) * stab_count(
+                [(lo[v], hi[v]) for v in np.flatnonzero(sw.sh_use[:, i])])
+                for i in range(len(sw.sh_bytes)))
+        except Infeasible:  # cannot happen: the incumbent satisfies P <= P*
+            cached = sw.total
+        o_lb = max(0, cost.P - sram) + max(0, cached - cost.P - (k - 1) * sram)
+        if window is None and o_lb > lbs["O"]:
+            lbs["O"], closed["O"] = o_lb, "O bound"
     if "O" not in objectives:
         return best, lbs, proven["P"], stats
     # 2. O (zero whenever every stage fits the SRAM)
     if cost.O <= lbs["O"]:
         proven["O"] = True
+        closed.setdefault("O", "incumbent")
     elif _remaining(deadline) != 0.0:
-        opt, bound = run("O", p_max=cost.P, o_max=cost.O - 1)
+        opt, bound, closed["O"] = run("O", p_max=cost.P, o_max=cost.O - 1)
         proven["O"] = opt
         if bound is not None:
             lbs["O"] = max(lbs["O"], min(bound, cost.O))
@@ -105,10 +161,21 @@ def lexicographic(problem: PartitionProblem, k: int, sram: int, hint: Sequence[i
     if "C" not in objectives:
         return best, lbs, proven["P"] and proven["O"], stats
     # 3. C
-    if cost.C <= 0:
+    if cost.C > 0 and proven["P"]:
+        try:
+            t0 = time.perf_counter()
+            lo, hi, _, _ = domains(cost.P)
+            cuts = comm_lower_bound(problem, k, lo, hi)
+            stats["cut_bound"] = {"c": cuts, "seconds": round(time.perf_counter() - t0, 4)}
+            lbs["C"] = max(lbs["C"], min(max(cuts, default=0), cost.C))
+        except Infeasible:  # cannot happen: the incumbent satisfies P <= P*
+            pass
+    if cost.C <= lbs["C"]:
         proven["C"] = True
+        closed["C"] = "incumbent" if cost.C <= 0 else "cut bound"
     elif _remaining(deadline) != 0.0:
-        opt, bound = run("C", p_max=cost.P, o_max=cost.O, c_max=cost.C - 1)
+        opt, bound, closed["C"] = run("C", p_max=cost.P, o_max=cost.O, c_max=cost.C - 1,
+                                      c_min=lbs["C"])
         proven["C"] = opt
         if bound is not None and proven["P"]:
             lbs["C"] = max(lbs["C"], min(bound, cost.C))

@@ -119,7 +119,10 @@ def inc_ilp(problem: PartitionProblem, stages: int, sram_bytes: int,
         stats["rounds"].append({"gamma": g, "free_ops": free,
                                 "window_seconds": round(t1 - t0, 4),
                                 "certify_seconds": round(time.perf_counter() - t1, 4),
-                                "certified": optimal})
+                                "certified": optimal, "window_solves": wst["solves"],
+                                "certify_solves": cst["solves"],
+                                "bound_seconds": cst.get("window_seconds", 0.0)})
+        stats["closed_by"] = cst.get("closed_by", {})
         if optimal or whole or remaining() == 0.0:
             return s, lbs, optimal, stats
         g, box = 2 * g, 2 * box

@@ -137,3 +137,48 @@ def param_balanced(problem: PartitionProblem, stages: int, sram_bytes: int,
         except PartitionError as e:
             stats["libcoral"] = str(e)  # libcoral aborts here; the repaired cut is returned
     return param_balanced_cut(problem, stages, order), {}, False, stats
+
+
+def linear_cut(problem: PartitionProblem, stages: int, order: list[int] | None = None) -> list[int]:
+    """The cut of one topological order into ``stages`` contiguous runs with the smallest
+    ``P`` (binary search on ``P``; for a cap, filling each stage greedily is optimal because a
+    stage's parameter bytes only grow with its ops), every stage non-empty. A starting cut."""
+    order = problem.topological_order() if order is None else order
+    n, k = problem.n, stages
+    pb = problem.param_bytes
+
+    def fill(cap):
+        """Stage of each position, or None when ``k`` stages of <= cap do not suffice."""
+        st, j, used, load = [0] * n, 0, set(), 0
+        for i, v in enumerate(order):
+            new = [b for b in problem.op_params[v] if b not in used]
+            add = sum(pb[b] for b in new)
+            # open a new stage when v does not fit, or when the ops left are needed one per stage
+            if i > 0 and (load + add > cap or n - i <= k - 1 - j) and j < k - 1 \
+                    and (load + add > cap or n - i == k - 1 - j):
+                j, used, load = j + 1, set(), 0
+                new = list(problem.op_params[v])
+                add = sum(pb[b] for b in set(new))
+            if load + add > cap:
+                return None
+            used.update(new)
+            load += add
+            st[i] = j
+        return st if j == k - 1 else None
+
+    lo = max([problem.op_param_bytes(v) for v in range(n)] + [0])
+    hi = max(lo, sum(pb))
+    best = fill(hi)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        st = fill(mid)
+        if st is None:
+            lo = mid + 1
+        else:
+            hi, best = mid, st
+    if best is None:
+        best = fill(hi)
+    s = [0] * n
+    for i, v in enumerate(order):
+        s[v] = best[i]
+    return s
