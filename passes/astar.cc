@@ -165,14 +165,82 @@ class OpenList {
 
 }  // namespace
 
-SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t ub, int64_t target,
-                   const SearchLimits& limits) {
-  const int n = p.n;
+// The search's state lives in the object so that Run can stop at a limit and later go on
+// where it stopped (memsched's `auto` interleaves it with CP-SAT in growing turns).
+struct AstarSearch::Impl {
+  struct Kid {
+    int op;
+    int64_t g, live, f;
+    uint64_t hash;
+  };
+  Impl(const Problem& p0, const std::vector<int>& ub_order, int64_t ub0, int64_t target0)
+      : p(p0), n(p0.n), W((p0.n + 63) / 64), st(W), heap(p0.n), full(p0.n), mask(p0.n),
+        child(p0.n), ub(ub0), target(target0) {
+    res.order = ub_order;
+    res.peak = ub;
+    if (ub <= target || n == 0) {
+      res.lower_bound = std::max(ub, target);
+      finished = true;
+      return;
+    }
+    stat.resize(n);
+    for (int v = 0; v < n; ++v) stat[v] = p.static_bound(v);
+    by_static.resize(n);
+    for (int v = 0; v < n; ++v) by_static[v] = v;
+    std::stable_sort(by_static.begin(), by_static.end(),
+                     [&](int a, int b) { return stat[a] > stat[b]; });
+    for (int v = 0; v < n; ++v) full.set(v);
+    st.insert(mask.words().data(), 0, p.initial_live(), -1, -1);
+    lower = std::max(h(mask), target);
+    heap.push({lower, 0, 0, 0});
+  }
+
+  int64_t h(const Bits& m) const {
+    for (int v : by_static)
+      if (!m.test(v)) return stat[v];
+    return 0;
+  }
+  bool is_full(const Bits& m) const { return m.words() == full.words(); }
+  void load(int s, Bits* m) const {
+    const uint64_t* k = st.key(s);
+    std::copy(k, k + W, m->words().begin());
+  }
+
+  // A better order or a proven bound found elsewhere (only ever tightens).
+  void Tighten(int64_t target2, const std::vector<int>* order, int64_t ub2) {
+    if (finished) return;
+    target = std::max(target, target2);
+    if (order != nullptr && ub2 < ub) {
+      ub = ub2;
+      res.order = *order;
+      res.peak = ub2;
+    }
+    if (ub <= target) {
+      res.lower_bound = ub;
+      finished = true;
+    }
+  }
+
+  SearchResult Run(const SearchLimits& limits);
+
+  const Problem& p;
+  const int n, W;
+  StateTable st;
+  OpenList heap;
+  Bits full, mask, child;
+  std::vector<int64_t> stat;
+  std::vector<int> by_static;
+  std::vector<Kid> kids;
+  std::vector<uint64_t> kid_keys;
+  int64_t ub, target, lower = 0, states = 0;
+  bool finished = false;
   SearchResult res;
-  res.order = ub_order;
-  res.peak = ub;
-  if (ub <= target || n == 0) {
-    res.lower_bound = std::max(ub, target);
+};
+
+SearchResult AstarSearch::Impl::Run(const SearchLimits& limits) {
+  if (finished) {
+    res.states = states;
+    res.reason = StopReason::kDone;
     return res;
   }
   using Clock = std::chrono::steady_clock;
@@ -180,54 +248,19 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
   const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                       std::chrono::duration<double>(
                                           timed ? std::min(limits.time_limit_s, 1e9) : 0.0));
-
-  std::vector<int64_t> stat(n);
-  for (int v = 0; v < n; ++v) stat[v] = p.static_bound(v);
-  std::vector<int> by_static(n);
-  for (int v = 0; v < n; ++v) by_static[v] = v;
-  std::stable_sort(by_static.begin(), by_static.end(),
-                   [&](int a, int b) { return stat[a] > stat[b]; });
-  auto h = [&](const Bits& m) -> int64_t {
-    for (int v : by_static)
-      if (!m.test(v)) return stat[v];
-    return 0;
-  };
-
-  const int W = (n + 63) / 64;
-  StateTable st(W);
-  Bits full(n);
-  for (int v = 0; v < n; ++v) full.set(v);
-  auto is_full = [&](const Bits& m) { return m.words() == full.words(); };
-
-  Bits mask(n), child(n);
-  struct Kid {
-    int op;
-    int64_t g, live, f;
-    uint64_t hash;
-  };
-  std::vector<Kid> kids;
-  std::vector<uint64_t> kid_keys;
-  st.insert(mask.words().data(), 0, p.initial_live(), -1, -1);
-  OpenList heap(n);
-  int64_t lower = std::max(h(mask), target);
-  heap.push({lower, 0, 0, 0});
-  int64_t states = 0;
   bool exhausted = true;
-
-  auto load = [&](int s, Bits* m) {
-    const uint64_t* k = st.key(s);
-    std::copy(k, k + W, m->words().begin());
-  };
+  const int64_t states0 = states;
+  res.reason = StopReason::kDone;
   // Limits are polled every 1024 expansions, and on large problems also every kPollWork op
   // visits (an expansion visits all n ops: on a 20k-op segment 1024 expansions took 8 s, past
   // the deadline): deterministic for states and memory (capacities grow identically on every
-  // run), a clock read and a flag load for time and Ctrl-C.
+  // run), a clock read and a flag load for time and Ctrl-C. max_states counts this run only.
   constexpr int64_t kPollWork = int64_t(1) << 18;
   int64_t work = 0;
   auto stop_reason = [&]() -> StopReason {
     if (limits.stop_flag != nullptr && __atomic_load_n(limits.stop_flag, __ATOMIC_RELAXED) != 0)
       return StopReason::kInterrupted;
-    if (limits.max_states >= 0 && states >= limits.max_states) return StopReason::kStates;
+    if (limits.max_states >= 0 && states - states0 >= limits.max_states) return StopReason::kStates;
     if (limits.memory_limit >= 0 &&
         static_cast<int64_t>(st.bytes() + heap.bytes()) >= limits.memory_limit)
       return StopReason::kMemory;
@@ -240,9 +273,9 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
     int s = e.state;
     int64_t g = e.g;
     if (st.g[s] < g) continue;  // stale
+    e.f = std::max(e.f, target);  // the target may have been raised between runs
     if (e.f >= ub) {
       lower = ub;
-      exhausted = false;
       break;
     }
     lower = e.f;
@@ -256,15 +289,19 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
       res.lower_bound = e.f;
       res.states = states;
       res.memory_bytes = static_cast<int64_t>(st.bytes() + heap.bytes());
+      finished = true;
       return res;
     }
     ++states;
     work += n;
-    if ((states & 1023) == 0 || work >= kPollWork) {
+    // (never before the run's first expansion: a resumed run must make progress)
+    if (((states & 1023) == 0 || work >= kPollWork) && states > states0 + 1) {
       work = 0;
       StopReason why = stop_reason();
       if (why != StopReason::kDone) {
         res.reason = why;
+        heap.push(e);  // not expanded: the next run starts with it
+        --states;
         exhausted = false;
         break;
       }
@@ -359,11 +396,28 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
     }
     if (deferred < ub) heap.push({deferred, depth, g, s});
   }
-  if (exhausted) lower = ub;  // nothing below ub: the heuristic order is optimal
-  res.lower_bound = std::min(lower, ub);
+  if (exhausted) lower = ub;  // nothing below ub (or the queue reached it): ub is optimal
+  if (exhausted) finished = true;
+  res.lower_bound = std::min(std::max(lower, target), ub);
   res.states = states;
   res.memory_bytes = static_cast<int64_t>(st.bytes() + heap.bytes());
   return res;
+}
+
+AstarSearch::AstarSearch(const Problem& p, const std::vector<int>& ub_order, int64_t ub,
+                         int64_t target)
+    : impl_(new Impl(p, ub_order, ub, target)) {}
+AstarSearch::~AstarSearch() = default;
+SearchResult AstarSearch::Run(const SearchLimits& limits) { return impl_->Run(limits); }
+void AstarSearch::Tighten(int64_t target, const std::vector<int>* order, int64_t ub) {
+  impl_->Tighten(target, order, ub);
+}
+bool AstarSearch::finished() const { return impl_->finished; }
+
+SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t ub, int64_t target,
+                   const SearchLimits& limits) {
+  AstarSearch search(p, ub_order, ub, target);
+  return search.Run(limits);
 }
 
 Footprint Evaluate(const Problem& p, const std::vector<int>& order) {

@@ -14,6 +14,7 @@
 #define MEMSCHED_PASSES_ASTAR_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "problem.h"
@@ -47,6 +48,22 @@ struct SearchLimits {
 
 SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t ub, int64_t target,
                    const SearchLimits& limits);
+
+// The same search, resumable: each Run goes on from where the previous one stopped (its limits
+// apply to that run: max_states counts the run's expansions, time its own clock). `p` must
+// outlive the object. Tighten passes in a bound proven or an order found elsewhere.
+class AstarSearch {
+ public:
+  AstarSearch(const Problem& p, const std::vector<int>& ub_order, int64_t ub, int64_t target);
+  ~AstarSearch();
+  SearchResult Run(const SearchLimits& limits);
+  void Tighten(int64_t target, const std::vector<int>* order, int64_t ub);
+  bool finished() const;  // proven: further runs return the same result
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 struct Footprint {
   std::vector<int64_t> steps;  // stable footprint of each step

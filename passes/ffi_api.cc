@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -76,6 +78,77 @@ ffi::Array<int64_t> AstarFn(ffi::Array<int64_t> problem, ffi::Array<int64_t> ub_
                               r.memory_bytes};
   out.insert(out.end(), r.order.begin(), r.order.end());
   return ffi::Array<int64_t>(out.begin(), out.end());
+}
+
+// Resumable searches (AstarSearch) by handle: open, run (again and again), close. A handle
+// owns its problem and its tables (possibly GiBs) until closed.
+struct Session {
+  Problem p;
+  std::unique_ptr<AstarSearch> search;
+  std::mutex mu;  // one run at a time per session
+};
+std::mutex g_sessions_mu;
+std::map<int64_t, std::shared_ptr<Session>> g_sessions;
+int64_t g_next_session = 1;
+
+std::shared_ptr<Session> FindSession(int64_t handle) {
+  std::lock_guard<std::mutex> lock(g_sessions_mu);
+  auto it = g_sessions.find(handle);
+  if (it == g_sessions.end()) TVM_FFI_THROW(ValueError) << "no open search " << handle;
+  return it->second;
+}
+
+ffi::Array<int64_t> ResultArray(const SearchResult& r) {
+  std::vector<int64_t> out = {r.peak, r.lower_bound, r.states, static_cast<int64_t>(r.reason),
+                              r.memory_bytes};
+  out.insert(out.end(), r.order.begin(), r.order.end());
+  return ffi::Array<int64_t>(out.begin(), out.end());
+}
+
+int64_t AstarOpenFn(ffi::Array<int64_t> problem, ffi::Array<int64_t> ub_order, int64_t ub,
+                    int64_t target) {
+  auto s = std::make_shared<Session>();
+  s->p = UnpackOrThrow(problem);
+  std::vector<int> order = ToOrder(ub_order);
+  if (static_cast<int>(order.size()) != s->p.n)
+    TVM_FFI_THROW(ValueError) << "upper-bound order has " << order.size() << " ops, problem has "
+                              << s->p.n;
+  s->search.reset(new AstarSearch(s->p, order, ub, target));
+  std::lock_guard<std::mutex> lock(g_sessions_mu);
+  int64_t h = g_next_session++;
+  g_sessions[h] = s;
+  return h;
+}
+
+ffi::Array<int64_t> AstarRunFn(int64_t handle, int64_t target, ffi::Array<int64_t> ub_order,
+                               int64_t ub, double time_limit_s, int64_t max_states,
+                               int64_t memory_limit, int64_t stop_flag_address) {
+  std::shared_ptr<Session> s = FindSession(handle);
+  std::lock_guard<std::mutex> lock(s->mu);
+  std::vector<int> order = ToOrder(ub_order);
+  if (!order.empty() && static_cast<int>(order.size()) != s->p.n)
+    TVM_FFI_THROW(ValueError) << "upper-bound order has " << order.size() << " ops, problem has "
+                              << s->p.n;
+  s->search->Tighten(target, order.empty() ? nullptr : &order, ub);
+  SearchLimits limits;
+  limits.time_limit_s = time_limit_s;
+  limits.max_states = max_states;
+  limits.memory_limit = memory_limit;
+  limits.stop_flag = reinterpret_cast<const int32_t*>(static_cast<intptr_t>(stop_flag_address));
+  return ResultArray(s->search->Run(limits));
+}
+
+bool AstarCloseFn(int64_t handle) {
+  std::shared_ptr<Session> s;
+  {
+    std::lock_guard<std::mutex> lock(g_sessions_mu);
+    auto it = g_sessions.find(handle);
+    if (it == g_sessions.end()) return false;
+    s = it->second;
+    g_sessions.erase(it);
+  }
+  std::lock_guard<std::mutex> lock(s->mu);  // a run still going finishes first
+  return true;
 }
 
 ffi::Array<int64_t> EvaluateFn(ffi::Array<int64_t> problem, ffi::Array<int64_t> order) {
@@ -169,11 +242,18 @@ TVM_FFI_STATIC_INIT_BLOCK() {
       .def("memsched.native.astar", memsched::AstarFn,
            "Exact min-peak search on one (sub-)problem: [peak, lower_bound, states, stop_reason, "
            "memory_bytes, order...]")
+      .def("memsched.native.astar_open", memsched::AstarOpenFn,
+           "Open a resumable search: a handle for astar_run / astar_close")
+      .def("memsched.native.astar_run", memsched::AstarRunFn,
+           "Go on with an open search (target, better order or [] and its peak, limits): the "
+           "result array of memsched.native.astar")
+      .def("memsched.native.astar_close", memsched::AstarCloseFn,
+           "Free an open search's tables; false if the handle was not open")
       .def("memsched.native.evaluate", memsched::EvaluateFn,
            "Footprint of an order: [peak, steps..., lives...]")
       .def("memsched.native.register_pass_config", memsched::RegisterPassConfig,
            "Register the memsched.* PassContext config keys (needs TVM loaded); idempotent")
-      .def("memsched.native.version", []() { return tvm::ffi::String("memsched-native 0.2.0"); });
+      .def("memsched.native.version", []() { return tvm::ffi::String("memsched-native 0.3.0"); });
   // If TVM is already loaded (the normal case: memsched.native imports tvm first), the config
   // keys exist as soon as the library is loaded.
   memsched::RegisterPassConfig();

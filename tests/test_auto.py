@@ -83,3 +83,37 @@ def test_auto_proves_zoo_networks(name):
     s = schedule(g, "auto", "paper", time_limit=120)
     assert s.optimal, s.stats
     assert s.stats["fused_ops"] < len(g) / 2
+
+
+@pytest.mark.parametrize("slow", ["none", "astar"])
+@settings(max_examples=8, deadline=None)
+@given(n=st.integers(30, 60), seed=st.integers(0, 10_000), m=st.sampled_from(MODELS))
+def test_interleaved_astar_and_cpsat_prove_the_optimum(slow, n, seed, m):
+    """The interleaved proof (resumed C++ A* and CP-SAT in growing turns) on segments the
+    quick stages leave open: the optimum of one uninterrupted C++ search, proven. ``none``:
+    A*'s turns are cut at once (1,024 expansions each), so it proves across many resumptions;
+    ``astar``: A* expands one state per turn, so CP-SAT's growing turns must prove it."""
+    from memsched import native
+    from memsched.schedulers import auto as auto_mod
+
+    if not native.available():
+        pytest.skip("native core not built")
+    g = random_dag(n, seed, window=8)
+    ref = schedule(g, "exact_native", m, time_limit=None)
+    saved = (auto_mod.QUICK_ASTAR_STATES, auto_mod.TURN_SECONDS,
+             auto_mod.CPSAT_BUILD_SECONDS_PER_VAR, native.AstarSession.run)
+    auto_mod.QUICK_ASTAR_STATES, auto_mod.CPSAT_BUILD_SECONDS_PER_VAR = 0, 0.0
+    auto_mod.TURN_SECONDS = 0.0 if slow == "none" else 0.01
+    if slow == "astar":
+        run = native.AstarSession.run
+        native.AstarSession.run = lambda self, **kw: run(self, **{**kw, "max_states": 1})
+    try:
+        s = schedule(g, "auto", m, time_limit=None, native=True, hmcos=False,
+                     strong_bounds=False, branch_share=0.0)
+    finally:
+        (auto_mod.QUICK_ASTAR_STATES, auto_mod.TURN_SECONDS,
+         auto_mod.CPSAT_BUILD_SECONDS_PER_VAR, native.AstarSession.run) = saved
+    assert g.is_topological(s.order)
+    assert s.peak == ref.peak and s.optimal and s.lower_bound == s.peak
+    if slow == "astar" and s.stats["turns"]:
+        assert s.stats["proof"] in ("cpsat", "bound", "ancestry", "astar")

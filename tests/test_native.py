@@ -201,3 +201,41 @@ def test_add_subdirectory_from_parent_project(tmp_path):
                          "MEMSCHED_NATIVE_LIB": str(lib)}, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     assert out.stdout.strip().endswith("True"), out.stdout[-3000:]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(8, 40), chunk=st.integers(1, 200))
+def test_resumed_search_equals_one_run(seed, n, chunk):
+    """A search stopped every ``chunk`` expansions and resumed ends exactly where one
+    uninterrupted run does: same order, peak, bound and expansions."""
+    p = Problem.from_graph(random_dag(n, seed=seed, window=6))
+    order, peak, _ = best_heuristic(p)
+    whole = native.astar_full(p, (order, peak), 0)
+    with native.AstarSession(p, (order, peak), 0) as s:
+        for _ in range(10_000):
+            r = s.run(max_states=chunk)
+            assert r.lower_bound <= r.peak
+            if r.reason == "done":
+                break
+        again = s.run(max_states=1)  # a finished search keeps its answer
+    assert r.reason == "done" and again.reason == "done"
+    assert (r.order, r.peak, r.lower_bound, r.states) == \
+        (whole.order, whole.peak, whole.lower_bound, whole.states)
+    assert (again.order, again.peak, again.lower_bound) == (r.order, r.peak, r.lower_bound)
+
+
+def test_resumed_search_takes_bounds_from_outside():
+    """A bound proven elsewhere (target) or a better order passed to a running search only
+    tightens it, and a closed handle is an error."""
+    p = Problem.from_graph(random_dag(60, seed=3, window=8))
+    order, peak, _ = best_heuristic(p)
+    best = native.astar_full(p, (order, peak), 0)
+    assert best.reason == "done"
+    s = native.AstarSession(p, (order, peak), 0)
+    r = s.run(max_states=1)
+    r = s.run(max_states=1, target=best.peak, upper=(best.order, best.peak))
+    assert (r.peak, r.lower_bound) == (best.peak, best.peak)
+    s.close()
+    s.close()  # idempotent
+    with pytest.raises(ValueError):
+        s.run(max_states=1)

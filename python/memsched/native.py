@@ -29,7 +29,7 @@ from .limits import run_interruptible
 from .memory import Problem
 
 LIB_NAME = "libmemsched_native.so"
-VERSION = "memsched-native 0.2.0"  # the library built from these sources (astar ABI)
+VERSION = "memsched-native 0.3.0"  # the library built from these sources (astar ABI)
 CONFIG_KEYS = ("memsched.algorithm", "memsched.time_limit_s", "memsched.memory_model",
                "memsched.memory_limit")
 STOP_REASONS = ("done", "time", "states", "memory", "interrupted")
@@ -78,6 +78,9 @@ def load():
 
         class _Funcs:
             astar = tvm_ffi.get_global_func("memsched.native.astar")
+            astar_open = tvm_ffi.get_global_func("memsched.native.astar_open")
+            astar_run = tvm_ffi.get_global_func("memsched.native.astar_run")
+            astar_close = tvm_ffi.get_global_func("memsched.native.astar_close")
             evaluate = tvm_ffi.get_global_func("memsched.native.evaluate")
             register_pass_config = tvm_ffi.get_global_func("memsched.native.register_pass_config")
             version = tvm_ffi.get_global_func("memsched.native.version")
@@ -175,6 +178,59 @@ def astar(p: Problem, upper: tuple[list[int], int], target: int,
     ``(order, peak, lower_bound, states)``."""
     r = astar_full(p, upper, target, time_limit, max_states, memory_limit, packed)
     return r.order, r.peak, r.lower_bound, r.states
+
+
+class AstarSession:
+    """A resumable C++ A* on one (sub-)problem: every `run` goes on where the previous one
+    stopped, so a caller can interleave it with other techniques in growing turns without
+    repeating work. Holds the search tables (possibly GiBs) until `close` (or ``with``)."""
+
+    def __init__(self, p: Problem, upper: tuple[list[int], int], target: int, packed=None):
+        self._f = load()
+        ub_order, ub = upper
+        self._h = int(self._f.astar_open(packed if packed is not None else pack(p),
+                                         list(ub_order), int(ub), int(target)))
+        self.states = 0
+
+    def run(self, time_limit: float | None = None, max_states: int | None = None,
+            memory_limit: int | None = None, target: int = 0,
+            upper: tuple[list[int], int] | None = None, deadline=None) -> NativeResult:
+        """Go on for at most ``time_limit`` s / ``max_states`` expansions (this run's). A
+        ``target`` (a bound proven elsewhere) or a better ``upper`` order tightens the search
+        first. ``states`` in the result counts every run so far."""
+        if self._h is None:
+            raise ValueError("the search is closed")
+        order, ub = upper if upper is not None else ([], 1 << 62)
+        flag = ctypes.c_int32(0)
+        args = (self._h, int(target), list(order), int(ub),
+                -1.0 if time_limit is None else float(max(0.0, time_limit)),
+                -1 if max_states is None else int(max_states),
+                -1 if memory_limit is None else int(memory_limit), ctypes.addressof(flag))
+
+        def stop():
+            flag.value = 1
+
+        res = run_interruptible(lambda: list(self._f.astar_run(*args)), stop, deadline)
+        self.states = int(res[2])
+        return NativeResult([int(v) for v in res[5:]], int(res[0]), int(res[1]), int(res[2]),
+                            STOP_REASONS[int(res[3])], int(res[4]))
+
+    def close(self) -> None:
+        if self._h is not None:
+            self._f.astar_close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
 
 
 def evaluate(p: Problem, order: Sequence[int]) -> tuple[int, list[int], list[int]]:

@@ -329,6 +329,56 @@ def solve_problem(p: Problem, upper: tuple[list[int], int] | None = None, lower:
     return best_o, best, min(max(lb, lower), best), stats
 
 
+class CpsatTurns:
+    """CP-SAT on one (sub-)problem in turns of growing length, for callers that interleave it
+    with another technique (`memsched.schedulers.auto`). The model is built once, by the first
+    turn (its build counts as that turn's time); CP-SAT cannot resume a search, so every turn
+    solves again from the hint with its own clock. `turn` returns what `solve_problem` does."""
+
+    def __init__(self, p: Problem, upper: tuple[list[int], int], lower: int = 0, **solver_opts):
+        self.p, self.upper, self.solver_opts = p, upper, solver_opts
+        self.lower = max(lower, trivial_bound(p))
+        self.model = None
+        self.build_seconds = 0.0
+        self.variables = 0
+
+    def turn(self, deadline: Deadline):
+        from ..limits import Expired
+
+        t0 = time.perf_counter()
+        ub_order, ub = self.upper
+        stats: dict = {"ops": self.p.n}
+        if self.p.n == 0 or ub <= self.lower:
+            stats.update(variables=0, status="trivial", seconds=0.0)
+            return ub_order, ub, ub, stats
+        if self.model is None:
+            try:
+                deadline.check_import("ortools.sat.python.cp_model", CPSAT_IMPORT_SECONDS)
+                model = Model(self.p, upper=ub, lower=self.lower, prune=True, deadline=deadline)
+                model.hint(ub_order, deadline)
+            except Expired:
+                stats.update(variables=0, status="expired",
+                             seconds=round(time.perf_counter() - t0, 3))
+                return ub_order, ub, min(ub, self.lower), stats
+            self.model = model
+            self.variables = model.n_bool
+            self.build_seconds = time.perf_counter() - t0
+        # see solve_problem for the reserve
+        order, lb, optimal, status = self.model.solve(None, deadline=deadline,
+                                                      reserve=0.8 * self.build_seconds,
+                                                      **self.solver_opts)
+        stats.update(variables=self.variables, status=status,
+                     seconds=round(time.perf_counter() - t0, 3))
+        best_o, best = ub_order, ub
+        if order is not None:
+            pk = self.p.evaluate(order).peak
+            if pk < best:
+                best_o, best = order, pk
+                self.upper = (best_o, best)
+        self.lower = max(self.lower, min(lb, best))
+        return best_o, best, min(max(lb, self.lower), best), stats
+
+
 def count_variables(p: Problem, prune: bool = True) -> int:
     """The paper's variable count (Table IV's "V"): ``O[i,j]`` over each op's step window and
     ``T[t,j]`` over each tensor's (every step without pruning). The CP-SAT model creates fewer

@@ -6,7 +6,8 @@ share one freed big token and a big tensor never spans two freed small ones, so 
 storage ends up 1.0-2.6x the liveness peak on real networks. `PlanArena` keeps TVM's plan of
 *which* tensors are planned (and their lifetimes in binding order) but replaces the tokens by a
 single ``R.memory.alloc_storage`` per (device, storage scope) holding every tensor at a
-computed offset (`memsched.arena`: greedy by size with best-fit gaps, or exact CP-SAT).
+computed offset (`memsched.arena`: greedy, then the exact packer when greedy is above the
+liveness peak; or CP-SAT).
 
 Place it right after ``relax.transform.StaticPlanBlockMemory()`` in a custom pipeline, or in
 place of it (it then runs StaticPlanBlockMemory itself first, to reuse TVM's decision of which
@@ -132,14 +133,15 @@ class PlanArena:
     Parameters
     ----------
     method : str
-        ``"greedy"`` (default; greedy by size with best-fit gaps, a few orderings), ``"exact"``
-        (`memsched.packing`: MiniMalloc-class canonical search under ``time_limit``, greedy
-        warm start), ``"cpsat"`` (CP-SAT packing under ``time_limit``) or ``"auto"`` (greedy;
-        the exact packer only when greedy is above the max-live lower bound).
+        ``"auto"`` (default: greedy, then the exact packer only when greedy is above the
+        max-live lower bound), ``"greedy"`` (greedy by size with best-fit gaps, a few
+        orderings), ``"exact"`` (`memsched.packing`: MiniMalloc-class canonical search under
+        ``time_limit``, greedy warm start) or ``"cpsat"`` (CP-SAT packing under
+        ``time_limit``).
     alignment : int
         Byte alignment of every offset (64: below it the VM copies tensors).
     time_limit : float
-        Seconds per function for CP-SAT.
+        Seconds per function for the exact packer (or CP-SAT).
     static_plan : bool or None
         Run StaticPlanBlockMemory first. None (default): only when the module has no
         ``relax.memory.alloc_storage`` yet (PlanArena used in place of it).
@@ -150,7 +152,7 @@ class PlanArena:
         smaller (default True, so the pass never increases planned bytes).
     """
 
-    def __init__(self, method: str = "greedy", alignment: int = 64, time_limit: float = 10.0,
+    def __init__(self, method: str = "auto", alignment: int = 64, time_limit: float = 10.0,
                  static_plan: bool | None = None, functions=None, workers: int = 1,
                  keep_if_worse: bool = True):
         if method not in _arena.METHODS:
