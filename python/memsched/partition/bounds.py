@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .problem import PartitionProblem
+from .problem import PartitionProblem, split_params
 
 
 class StageWindows:
@@ -53,24 +53,13 @@ class StageWindows:
                 anc[v] |= anc[u]
         self.anc = anc
         self.desc = anc.T.copy()  # desc[v, u]: u is v or a descendant of v
-        users: dict[int, list[int]] = {}
-        for v, ps in enumerate(problem.op_params):
-            for b in ps:
-                users.setdefault(b, []).append(v)
-        own = np.zeros(n, dtype=np.int64)
-        shared = []
-        for b, us in users.items():
-            if problem.param_bytes[b] == 0:
-                continue
-            if len(us) == 1:
-                own[us[0]] += problem.param_bytes[b]
-            else:
-                shared.append(b)
+        own_l, shared = split_params(problem)
+        own = np.array(own_l, dtype=np.int64)
         self.own = own
-        self.sh_bytes = np.array([problem.param_bytes[b] for b in shared], dtype=np.int64)
+        self.sh_bytes = np.array([problem.param_bytes[b] for b, _ in shared], dtype=np.int64)
         self.sh_use = np.zeros((n, len(shared)), dtype=bool)
-        for i, b in enumerate(shared):
-            self.sh_use[users[b], i] = True
+        for i, (_, us) in enumerate(shared):
+            self.sh_use[us, i] = True
         self.total = int(own.sum() + self.sh_bytes.sum())
         # float64 matmuls are exact below 2**53 bytes
         self._anc_f = anc.astype(np.float64)

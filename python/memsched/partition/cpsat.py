@@ -28,7 +28,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .problem import PartitionProblem
+from .problem import PartitionProblem, split_params
 
 
 def closure_param_bytes(problem: PartitionProblem) -> tuple[np.ndarray, np.ndarray]:
@@ -117,19 +117,7 @@ class CutModel:
                 sum(self._lin(self.Y(v, j - 1)) for v in range(n))
             self._add(expr >= 1)
         # parameter bytes per stage
-        users: dict[int, list[int]] = {}
-        for v, ps in enumerate(problem.op_params):
-            for b in ps:
-                users.setdefault(b, []).append(v)
-        own = [0] * n
-        shared = []
-        for b, us in users.items():
-            if problem.param_bytes[b] == 0:
-                continue
-            if len(us) == 1:
-                own[us[0]] += problem.param_bytes[b]
-            else:
-                shared.append((b, us))
+        own, shared = split_params(problem)
         if prefix is not None:  # L_j <= own(D_j) <= R_j (`bounds.prefix_chain`)
             R, L = prefix
             for j in range(k - 1):
@@ -155,7 +143,7 @@ class CutModel:
                     self._clause([self._neg(self.Y(v, j)), self.Y(v, j - 1), w])
                 expr += problem.param_bytes[b] * w
             self.m_expr.append(expr)
-        total = sum(problem.param_bytes[b] for b in users)
+        total = sum(own) + sum(problem.param_bytes[b] for b, _ in shared)
         ub = max(total, 1)
         self.P = m.new_int_var(max(0, p_min), ub if p_max is None else min(ub, p_max), "P")
         for e in self.m_expr:

@@ -153,6 +153,26 @@ class Cost:
         return {"P": self.P, "O": self.O, "C": self.C, "m": list(self.m), "c": list(self.c)}
 
 
+def split_params(problem: PartitionProblem) -> tuple[list[int], list[tuple[int, list[int]]]]:
+    """Parameter bytes each op alone uses (``own[v]``), and the buffers several ops share as
+    ``(buffer, its ops)``: a shared buffer counts once in every stage using it. Empty buffers
+    are left out."""
+    users: dict[int, list[int]] = {}
+    for v, ps in enumerate(problem.op_params):
+        for b in ps:
+            users.setdefault(b, []).append(v)
+    own = [0] * len(problem.op_params)
+    shared = []
+    for b, us in users.items():
+        if problem.param_bytes[b] == 0:
+            continue
+        if len(us) == 1:
+            own[us[0]] += problem.param_bytes[b]
+        else:
+            shared.append((b, us))
+    return own, shared
+
+
 def check_assignment(problem: PartitionProblem, assignment: Sequence[int],
                      stages: int | None = None) -> list[int]:
     """The assignment as a list of ints; `PartitionError` unless it is valid."""
