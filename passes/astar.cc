@@ -173,9 +173,10 @@ struct AstarSearch::Impl {
     int64_t g, live, f;
     uint64_t hash;
   };
-  Impl(const Problem& p0, const std::vector<int>& ub_order, int64_t ub0, int64_t target0)
-      : p(p0), n(p0.n), W((p0.n + 63) / 64), st(W), heap(p0.n), full(p0.n), mask(p0.n),
-        child(p0.n), ub(ub0), target(target0) {
+  Impl(const Problem& p0, const std::vector<int>& ub_order, int64_t ub0, int64_t target0,
+       bool backward0)
+      : p(p0), n(p0.n), W((p0.n + 63) / 64), backward(backward0), st(W), heap(p0.n),
+        full(p0.n), mask(p0.n), child(p0.n), ub(ub0), target(target0) {
     res.order = ub_order;
     res.peak = ub;
     if (ub <= target || n == 0) {
@@ -190,9 +191,29 @@ struct AstarSearch::Impl {
     std::stable_sort(by_static.begin(), by_static.end(),
                      [&](int a, int b) { return stat[a] > stat[b]; });
     for (int v = 0; v < n; ++v) full.set(v);
-    st.insert(mask.words().data(), 0, p.initial_live(), -1, -1);
+    int64_t live0 = p.initial_live();
+    if (backward) {
+      succ_rows.assign(static_cast<size_t>(n) * W, 0);
+      for (int v = 0; v < n; ++v)
+        for (int u : p.preds[v]) succ_rows[static_cast<size_t>(u) * W + (v >> 6)] |= uint64_t(1) << (v & 63);
+      live0 = p.final_live();
+    }
+    st.insert(mask.words().data(), 0, live0, -1, -1);
     lower = std::max(h(mask), target);
     heap.push({lower, 0, 0, 0});
+  }
+
+  // Forward, a state is the set of ops run; backward (time reversed: from the end of the
+  // schedule towards its start) the set of ops *not yet* run, i.e. un-run from the end. The
+  // peak of an order is the same read either way, so both directions prove the same bound,
+  // but their state spaces differ: a graph whose start is tight (a large input alive until
+  // its last reader) is often far smaller to enumerate from its end.
+  bool ready(int v, const Bits& m) const {
+    return backward ? !m.test(v) && p.row_in(succ_rows, v, m) : p.ready(v, m);
+  }
+  // the step taking state m (without v) to m | {v}: footprint, and live bytes after it
+  int64_t step(const Bits& m, const Bits& m_with_v, int64_t live, int v, int64_t* after) const {
+    return backward ? p.unstep(m, live, v, after) : p.step(m_with_v, live, v, after);
   }
 
   int64_t h(const Bits& m) const {
@@ -225,6 +246,8 @@ struct AstarSearch::Impl {
 
   const Problem& p;
   const int n, W;
+  const bool backward;
+  std::vector<uint64_t> succ_rows;  // backward only: n x W successor bits
   StateTable st;
   OpenList heap;
   Bits full, mask, child;
@@ -283,7 +306,7 @@ SearchResult AstarSearch::Impl::Run(const SearchLimits& limits) {
     if (is_full(mask)) {
       std::vector<int> order;
       for (int x = s; st.parent[x] >= 0; x = st.parent[x]) order.push_back(st.via[x]);
-      std::reverse(order.begin(), order.end());
+      if (!backward) std::reverse(order.begin(), order.end());  // backward: un-run last first
       res.order = std::move(order);
       res.peak = g;
       res.lower_bound = e.f;
@@ -314,11 +337,11 @@ SearchResult AstarSearch::Impl::Run(const SearchLimits& limits) {
     while (forced && !is_full(mask)) {
       forced = false;
       for (int v = 0; v < n; ++v) {
-        if (!p.ready(v, mask)) continue;
+        if (!ready(v, mask)) continue;
         child = mask;
         child.set(v);
         int64_t after;
-        int64_t foot = p.step(child, live, v, &after);
+        int64_t foot = step(mask, child, live, v, &after);
         if (after <= live && foot <= limit) {
           g = std::max(g, foot);
           int c = st.find(child.words().data());
@@ -360,11 +383,11 @@ SearchResult AstarSearch::Impl::Run(const SearchLimits& limits) {
     const int depth = mask.count();
     kids.clear();
     for (int v = 0; v < n; ++v) {
-      if (!p.ready(v, mask)) continue;
+      if (!ready(v, mask)) continue;
       child = mask;
       child.set(v);
       int64_t after;
-      int64_t foot = p.step(child, live, v, &after);
+      int64_t foot = step(mask, child, live, v, &after);
       int64_t g2 = std::max(foot, g);
       if (g2 >= ub) continue;
       int64_t f2 = std::max(std::max(g2, h(child)), target);
@@ -405,8 +428,8 @@ SearchResult AstarSearch::Impl::Run(const SearchLimits& limits) {
 }
 
 AstarSearch::AstarSearch(const Problem& p, const std::vector<int>& ub_order, int64_t ub,
-                         int64_t target)
-    : impl_(new Impl(p, ub_order, ub, target)) {}
+                         int64_t target, bool backward)
+    : impl_(new Impl(p, ub_order, ub, target, backward)) {}
 AstarSearch::~AstarSearch() = default;
 SearchResult AstarSearch::Run(const SearchLimits& limits) { return impl_->Run(limits); }
 void AstarSearch::Tighten(int64_t target, const std::vector<int>* order, int64_t ub) {

@@ -54,7 +54,9 @@ SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t u
 // outlive the object. Tighten passes in a bound proven or an order found elsewhere.
 class AstarSearch {
  public:
-  AstarSearch(const Problem& p, const std::vector<int>& ub_order, int64_t ub, int64_t target);
+  // backward: search from the end of the schedule (states = ops not yet run); same results.
+  AstarSearch(const Problem& p, const std::vector<int>& ub_order, int64_t ub, int64_t target,
+              bool backward = false);
   ~AstarSearch();
   SearchResult Run(const SearchLimits& limits);
   void Tighten(int64_t target, const std::vector<int>* order, int64_t ub);

@@ -1,7 +1,7 @@
 // tvm-ffi entry points of libmemsched_native and memsched's PassContext config keys.
 //
 //   memsched.native.astar(problem, ub_order, ub, target, time_limit_s, max_states,
-//                         memory_limit, stop_flag_address)
+//                         memory_limit, stop_flag_address, backward)
 //       -> [peak, lower_bound, states, stop_reason, memory_bytes, order...]
 //       (negative limits: none; stop_flag_address: address of an int32 polled every 1024
 //        expansions, 0 for none; stop_reason: see StopReason in astar.h)
@@ -62,7 +62,7 @@ Problem UnpackOrThrow(const ffi::Array<int64_t>& a) {
 
 ffi::Array<int64_t> AstarFn(ffi::Array<int64_t> problem, ffi::Array<int64_t> ub_order, int64_t ub,
                             int64_t target, double time_limit_s, int64_t max_states,
-                            int64_t memory_limit, int64_t stop_flag_address) {
+                            int64_t memory_limit, int64_t stop_flag_address, bool backward) {
   Problem p = UnpackOrThrow(problem);
   std::vector<int> order = ToOrder(ub_order);
   if (static_cast<int>(order.size()) != p.n)
@@ -73,7 +73,7 @@ ffi::Array<int64_t> AstarFn(ffi::Array<int64_t> problem, ffi::Array<int64_t> ub_
   limits.max_states = max_states;
   limits.memory_limit = memory_limit;
   limits.stop_flag = reinterpret_cast<const int32_t*>(static_cast<intptr_t>(stop_flag_address));
-  SearchResult r = Astar(p, order, ub, target, limits);
+  SearchResult r = AstarSearch(p, order, ub, target, backward).Run(limits);
   std::vector<int64_t> out = {r.peak, r.lower_bound, r.states, static_cast<int64_t>(r.reason),
                               r.memory_bytes};
   out.insert(out.end(), r.order.begin(), r.order.end());
@@ -106,14 +106,14 @@ ffi::Array<int64_t> ResultArray(const SearchResult& r) {
 }
 
 int64_t AstarOpenFn(ffi::Array<int64_t> problem, ffi::Array<int64_t> ub_order, int64_t ub,
-                    int64_t target) {
+                    int64_t target, bool backward) {
   auto s = std::make_shared<Session>();
   s->p = UnpackOrThrow(problem);
   std::vector<int> order = ToOrder(ub_order);
   if (static_cast<int>(order.size()) != s->p.n)
     TVM_FFI_THROW(ValueError) << "upper-bound order has " << order.size() << " ops, problem has "
                               << s->p.n;
-  s->search.reset(new AstarSearch(s->p, order, ub, target));
+  s->search.reset(new AstarSearch(s->p, order, ub, target, backward));
   std::lock_guard<std::mutex> lock(g_sessions_mu);
   int64_t h = g_next_session++;
   g_sessions[h] = s;
@@ -243,7 +243,8 @@ TVM_FFI_STATIC_INIT_BLOCK() {
            "Exact min-peak search on one (sub-)problem: [peak, lower_bound, states, stop_reason, "
            "memory_bytes, order...]")
       .def("memsched.native.astar_open", memsched::AstarOpenFn,
-           "Open a resumable search: a handle for astar_run / astar_close")
+           "Open a resumable search (problem, order, its peak, target, backward): a handle for "
+           "astar_run / astar_close")
       .def("memsched.native.astar_run", memsched::AstarRunFn,
            "Go on with an open search (target, better order or [] and its peak, limits): the "
            "result array of memsched.native.astar")
@@ -253,7 +254,7 @@ TVM_FFI_STATIC_INIT_BLOCK() {
            "Footprint of an order: [peak, steps..., lives...]")
       .def("memsched.native.register_pass_config", memsched::RegisterPassConfig,
            "Register the memsched.* PassContext config keys (needs TVM loaded); idempotent")
-      .def("memsched.native.version", []() { return tvm::ffi::String("memsched-native 0.3.0"); });
+      .def("memsched.native.version", []() { return tvm::ffi::String("memsched-native 0.4.0"); });
   // If TVM is already loaded (the normal case: memsched.native imports tvm first), the config
   // keys exist as soon as the library is loaded.
   memsched::RegisterPassConfig();

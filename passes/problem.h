@@ -154,6 +154,47 @@ struct Problem {
     return foot;
   }
 
+  // live bytes once every op has run: base and the pinned tensors
+  int64_t final_live() const {
+    int64_t live = base;
+    for (int t = 0; t < T; ++t)
+      if (pinned[t]) live += size[t];
+    return live;
+  }
+
+  // `step` read backwards: `not_run` is the set of ops still to run at the end of the schedule
+  // (v not in it), `live` the bytes live once v has run; returns v's footprint and sets *before
+  // to the bytes live before v ran.
+  int64_t unstep(const Bits& not_run, int64_t live, int v, int64_t* before) const {
+    int64_t created = 0, freed = 0;
+    for (int t : creates[v]) {
+      created += size[t];
+      if (!pinned[t] && consumers[t].empty()) freed += size[t];
+    }
+    // t dies at v iff every consumer has run once v has: none is in not_run
+    auto dies = [&](int t) { return !pinned[t] && disjoint(cons_rows, t, not_run); };
+    for (int t : reads[v])
+      if (dies(t)) freed += size[t];
+    *before = live - created + freed;
+    int64_t foot = *before + created + workspace[v];
+    for (int t : inplace[v]) {
+      if (dies(t)) {
+        foot -= std::min(size[t], created);
+        break;
+      }
+    }
+    return foot;
+  }
+
+  // row (W words) shares no bit with mask
+  bool disjoint(const std::vector<uint64_t>& rows, int i, const Bits& mask) const {
+    const uint64_t* r = rows.data() + static_cast<size_t>(i) * W;
+    const uint64_t* m = mask.words().data();
+    for (int k = 0; k < W; ++k)
+      if (r[k] & m[k]) return false;
+    return true;
+  }
+
   int64_t static_bound(int v) const {
     int64_t created = 0, reads_b = 0, credit = 0;
     for (int t : creates[v]) created += size[t];

@@ -69,6 +69,37 @@ def test_astar_matches_python(n, seed, model, inplace):
     assert nlb == plb  # both optimal: lower bound = max(optimum, target)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 22), seed=st.integers(0, 10**6),
+       model=st.sampled_from(["paper", "tvm"]), inplace=st.booleans(),
+       workspace=st.booleans(), base=st.integers(0, 3))
+def test_backward_search_matches_forward(n, seed, model, inplace, workspace, base):
+    """The search from the schedule's end proves the same optimum as the forward one and the
+    Python reference, and its order is valid with exactly that peak (in-place ops, pinned
+    outputs, workspaces and a constant base included)."""
+    import dataclasses
+
+    g = random_dag(n, seed=seed, inputs=1 + seed % 2)
+    mm = memsched.MemoryModel.get(model)
+    if inplace:
+        mm = memsched.MemoryModel(mm.count_inputs, mm.count_outputs, True, True, "inplace")
+    p = Problem.from_graph(g, mm)
+    rng = random.Random(seed)
+    p = dataclasses.replace(
+        p, base=base * 1000,
+        workspace=[rng.choice([0, 0, 512, 4096]) if workspace else 0 for _ in range(p.n)])
+    order, peak, _ = best_heuristic(p)
+    target = 0 if seed % 3 else py_exact.trivial_bound(p)
+    _, ppk, plb, _ = py_exact.astar(p, (order, peak), target, py_exact._Deadline(None))
+    fwd = native.astar_full(p, (order, peak), target)
+    bwd = native.astar_full(p, (order, peak), target, backward=True)
+    check_topological(p, bwd.order)
+    assert bwd.reason == "done"
+    assert bwd.peak == fwd.peak == ppk
+    assert p.evaluate(bwd.order).peak == bwd.peak
+    assert bwd.lower_bound == fwd.lower_bound == plb
+
+
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(0, 30), seed=st.integers(0, 10**6), inplace=st.booleans())
 def test_evaluate_matches_python(n, seed, inplace):

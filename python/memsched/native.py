@@ -29,7 +29,7 @@ from .limits import run_interruptible
 from .memory import Problem
 
 LIB_NAME = "libmemsched_native.so"
-VERSION = "memsched-native 0.3.0"  # the library built from these sources (astar ABI)
+VERSION = "memsched-native 0.4.0"  # the library built from these sources (astar ABI)
 CONFIG_KEYS = ("memsched.algorithm", "memsched.time_limit_s", "memsched.memory_model",
                "memsched.memory_limit")
 STOP_REASONS = ("done", "time", "states", "memory", "interrupted")
@@ -150,10 +150,13 @@ class NativeResult(NamedTuple):
 
 def astar_full(p: Problem, upper: tuple[list[int], int], target: int,
                time_limit: float | None = None, max_states: int | None = None,
-               memory_limit: int | None = None, packed=None, deadline=None) -> NativeResult:
+               memory_limit: int | None = None, packed=None, deadline=None,
+               backward: bool = False) -> NativeResult:
     """The C++ A* on one (sub-)problem, interruptible by Ctrl-C (see module docstring).
     ``memory_limit``: bytes the search may hold (None: no cap). ``deadline``: a
-    `memsched.limits.Deadline` also enforced from Python (the C++ loop gets ``time_limit``)."""
+    `memsched.limits.Deadline` also enforced from Python (the C++ loop gets ``time_limit``).
+    ``backward``: search from the end of the schedule (same optimum and bounds, a different
+    state space: see passes/astar.cc)."""
     f = load()
     ub_order, ub = upper
     args = (packed if packed is not None else pack(p), list(ub_order), int(ub), int(target),
@@ -165,18 +168,19 @@ def astar_full(p: Problem, upper: tuple[list[int], int], target: int,
     def stop():
         flag.value = 1
 
-    res = run_interruptible(lambda: list(f.astar(*args, ctypes.addressof(flag))), stop,
-                            deadline)
+    res = run_interruptible(lambda: list(f.astar(*args, ctypes.addressof(flag), bool(backward))),
+                            stop, deadline)
     return NativeResult([int(v) for v in res[5:]], int(res[0]), int(res[1]), int(res[2]),
                         STOP_REASONS[int(res[3])], int(res[4]))
 
 
 def astar(p: Problem, upper: tuple[list[int], int], target: int,
           time_limit: float | None = None, max_states: int | None = None, packed=None,
-          memory_limit: int | None = None):
+          memory_limit: int | None = None, backward: bool = False):
     """Native `memsched.schedulers.exact.astar` (same contract): returns
     ``(order, peak, lower_bound, states)``."""
-    r = astar_full(p, upper, target, time_limit, max_states, memory_limit, packed)
+    r = astar_full(p, upper, target, time_limit, max_states, memory_limit, packed,
+                   backward=backward)
     return r.order, r.peak, r.lower_bound, r.states
 
 
@@ -185,11 +189,12 @@ class AstarSession:
     stopped, so a caller can interleave it with other techniques in growing turns without
     repeating work. Holds the search tables (possibly GiBs) until `close` (or ``with``)."""
 
-    def __init__(self, p: Problem, upper: tuple[list[int], int], target: int, packed=None):
+    def __init__(self, p: Problem, upper: tuple[list[int], int], target: int, packed=None,
+                 backward: bool = False):
         self._f = load()
         ub_order, ub = upper
         self._h = int(self._f.astar_open(packed if packed is not None else pack(p),
-                                         list(ub_order), int(ub), int(target)))
+                                         list(ub_order), int(ub), int(target), bool(backward)))
         self.states = 0
 
     def run(self, time_limit: float | None = None, max_states: int | None = None,

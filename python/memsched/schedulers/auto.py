@@ -8,20 +8,20 @@ Pipeline (each stage optional, for ablations):
    each segment is an independent sub-problem; the largest trivial bound over segments is a
    global lower bound (the *target*): a segment whose order stays at or below it is done.
 3. per segment, hardest first, until its peak meets the target or its own proven bound:
-   a **quick A\\*** (``QUICK_ASTAR_STATES`` states with the C++ kernel,
-   ``QUICK_ASTAR_PY_STATES`` with Python; the C++ kernel is loaded for it when that is cheap,
-   `memsched.native.cheap_to_load`) on the open segments, which proves NAS cells and
-   RandWire-WS-2/3's random stages before the min-cut bound or HMCOS would have started (run
-   again after the min-cut bound where that raised a segment's bound); the best baseline order,
-   of the segment and of the whole original problem (mapped into the
-   fused problem by `Simplified.canonicalize`); **HMCOS** on the original problem and on
-   large segments for better upper bounds; then the proof: with the C++ kernel (loaded when
-   TVM is, or when at least ``NATIVE_LOAD_MIN_LIMIT`` s are left) the best-first **A\\***
-   search, resumed turn after turn, and **CP-SAT** (`ilp`) in alternating turns that double
-   (`_interleave`: the time to a proof depends on the segment, not on the time limit); with
-   the Python kernel (`exact.astar`), or ``interleave=False`` (ablation), A* for
-   ``astar_share`` of the segment's time, then CP-SAT for the rest. Every proven segment bound
-   raises the target for the others.
+   a **quick A\\*** (``QUICK_ASTAR_STATES`` states with the C++ kernel, forward and then
+   backward from the schedule's end; ``QUICK_ASTAR_PY_STATES`` with Python, forward; the C++
+   kernel is loaded for it when that is cheap, `memsched.native.cheap_to_load`) on the open
+   segments, which proves NAS cells and RandWire-WS-1/2/3's random stages before the min-cut
+   bound or HMCOS would have started (run again after the min-cut bound where that raised a
+   segment's bound); the best baseline order, of the segment and of the whole original
+   problem (mapped into the fused problem by `Simplified.canonicalize`); **HMCOS** on the
+   original problem and on large segments for better upper bounds; then the proof: with the
+   C++ kernel (loaded when TVM is, or when at least ``NATIVE_LOAD_MIN_LIMIT`` s are left) the
+   best-first **A\\*** searches from both ends, resumed turn after turn, and **CP-SAT**
+   (`ilp`) in alternating turns that double (`_interleave`: the time to a proof depends on the
+   segment, not on the time limit); with the Python kernel (`exact.astar`), or
+   ``interleave=False`` (ablation), A* for ``astar_share`` of the segment's time, then CP-SAT
+   for the rest. Every proven segment bound raises the target for the others.
 4. the order is expanded back to the original ops and compared with the baselines on the
    original problem (which see orders the fused problem cannot express).
 
@@ -201,40 +201,54 @@ def _native_session(kernel: _Kernel) -> bool:
 
 def _interleave(s: dict, sub: Problem, target: int, deadline: Deadline, memory_limit,
                 cp_opts: dict) -> dict:
-    """Prove segment ``s``: the C++ A* (resumed, never restarted) and CP-SAT in alternating
-    turns. A*'s turn is ``TURN_SECONDS``, doubling every round; CP-SAT (which restarts each
-    turn from the best order) gets a turn of ``CPSAT_TURN_SHARE`` of A*'s whenever its time so
-    far, its model's build (estimated before it exists) and that turn fit in that share of
-    A*'s time so far: a large model is not built before A* has had several times its cost.
-    So whichever technique proves the segment does so after a time that depends on the
-    segment, not on the time limit (about (1 + share) x A*'s own time, or a small multiple of
-    CP-SAT's): with the earlier fixed split a larger limit gave A* a larger first share, and
-    an Inception-style graph took 44.6 s at a 60 s limit for a proof CP-SAT finds in 1.7 s.
-    A* leaves the rotation when it stops for memory; each result tightens the other (bound
-    as A*'s target, order as its upper bound and CP-SAT's hint). Returns the time spent."""
+    """Prove segment ``s``: the C++ A* from both ends of the schedule (two resumable searches,
+    never restarted: forward over the sets of ops run, backward over the sets not yet run) and
+    CP-SAT, in alternating turns. Each A* direction's turn is ``TURN_SECONDS``, doubling every
+    round; CP-SAT (which restarts each turn from the best order) gets a turn of
+    ``CPSAT_TURN_SHARE`` of one A* turn whenever its time so far, its model's build (estimated
+    before it exists) and that turn fit in that share of A*'s time so far: a large model is not
+    built before A* has had several times its cost. So whichever technique proves the segment
+    does so after a time that depends on the segment, not on the time limit: with the earlier
+    fixed split a larger limit gave A* a larger first share, and an Inception-style graph took
+    44.6 s at a 60 s limit for a proof CP-SAT finds in 1.7 s. The two directions' state spaces
+    can differ by orders of magnitude (RandWire-WS-1's first stage: 22.8M states forward, 132k
+    backward), and which is smaller is not known in advance. An A* direction leaves the
+    rotation when it stops for memory (each gets half of ``memory_limit``); each result
+    tightens the others (bound as target, order as upper bound and CP-SAT's hint). Returns the
+    time spent."""
     from .. import native
     from .ilp import CpsatTurns
 
     took = {"astar": 0.0, "cpsat": 0.0, "states": 0, "variables": 0, "turns": 0}
     cp = CpsatTurns(sub, (s["order"], s["peak"]), max(target, s["lb"]), **cp_opts)
     build_guess = CPSAT_BUILD_SECONDS_PER_VAR * _estimate_vars(sub)
-    astar_on, turn = True, TURN_SECONDS
-    with native.AstarSession(sub, (s["order"], s["peak"]), target) as search:
+    turn = TURN_SECONDS
+    half = None if memory_limit is None else memory_limit // 2
+    upper = (s["order"], s["peak"])
+    with native.AstarSession(sub, upper, target) as fwd, \
+            native.AstarSession(sub, upper, target, backward=True) as bwd:
+        searches = [fwd, bwd]
+        states = [0, 0]
         while s["by"] is None and not deadline.expired():
             took["turns"] += 1
-            if astar_on:
+            for i, search in enumerate(searches):
+                if search is None or s["by"] is not None or deadline.expired():
+                    continue
                 t = time.perf_counter()
                 left = deadline.remaining()
                 r = search.run(time_limit=turn if left is None else min(turn, left),
-                               memory_limit=memory_limit,
+                               memory_limit=half,
                                target=max(target, min(s["lb"], s["peak"])),
                                upper=(s["order"], s["peak"]), deadline=deadline)
                 took["astar"] += time.perf_counter() - t
-                took["states"] = r.states
+                states[i] = r.states
                 _record(s, r.order, r.peak, r.lower_bound, "astar")
-                astar_on = r.reason == "time"
-                if s["by"] is not None or deadline.expired():
-                    break
+                if r.reason != "time":
+                    searches[i] = None
+            took["states"] = sum(states)
+            if s["by"] is not None or deadline.expired():
+                break
+            astar_on = any(x is not None for x in searches)
             cp_turn = turn * CPSAT_TURN_SHARE
             cost = cp_turn + (build_guess if cp.model is None else 0.0)
             if astar_on and took["cpsat"] + cost > CPSAT_TURN_SHARE * took["astar"]:
@@ -417,11 +431,17 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                             break
                     fn = kernel.fast or astar
                     cap = QUICK_ASTAR_STATES if kernel.fast else QUICK_ASTAR_PY_STATES
-                    o, pk, lb, st = fn(s["sub"], (s["order"], s["peak"]),
-                                       max(target, min(s["lb"], s["peak"])),
-                                       deadline.share(0.25), None, cap, memory_limit)
-                    quick["states"] += st
-                    _record(s, o, pk, lb, "astar")
+                    # the C++ kernel also searches from the schedule's end: RandWire-WS-1's
+                    # first stage takes 22.8M states forward, 132k backward
+                    for backward in (False, True) if kernel.fast else (False,):
+                        if s["by"] is not None:
+                            break
+                        kw = {"backward": True} if backward else {}
+                        o, pk, lb, st = fn(s["sub"], (s["order"], s["peak"]),
+                                           max(target, min(s["lb"], s["peak"])),
+                                           deadline.share(0.25), None, cap, memory_limit, **kw)
+                        quick["states"] += st
+                        _record(s, o, pk, lb, "astar")
                 if min(s["lb"], s["peak"]) > target:
                     target, target_by = min(s["lb"], s["peak"]), s["by"] or s["lb_by"]
         quick["seconds"] += time.perf_counter() - t

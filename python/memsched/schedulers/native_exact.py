@@ -25,15 +25,15 @@ def available() -> bool:
 
 def astar(p: Problem, upper: tuple[list[int], int], target: int, deadline=None,
           on_progress=None, max_states: int | None = None, memory_limit: int | None = None,
-          info: dict | None = None):
+          info: dict | None = None, backward: bool = False):
     """Drop-in for `memsched.schedulers.exact.astar` (``deadline``: a
     `memsched.limits.Deadline` or None). ``on_progress`` is not called (the kernel does not call
     back into Python). Returns ``(order, peak, lower_bound, states)``; ``info["stopped"]`` says
-    why it stopped."""
+    why it stopped. ``backward``: search from the schedule's end (`native.astar_full`)."""
     d = deadline if isinstance(deadline, Deadline) else Deadline(end=getattr(deadline, "end",
                                                                              None))
     r = native.astar_full(p, upper, target, d.remaining(), max_states, memory_limit,
-                          deadline=d)
+                          deadline=d, backward=backward)
     if info is not None:
         info["stopped"] = r.reason
         info["memory_bytes"] = r.memory_bytes
