@@ -61,10 +61,11 @@ class StageWindows:
         for i, (_, us) in enumerate(shared):
             self.sh_use[us, i] = True
         self.total = int(own.sum() + self.sh_bytes.sum())
-        # float64 matmuls are exact below 2**53 bytes
-        self._anc_f = anc.astype(np.float64)
-        self._desc_f = self.desc.astype(np.float64)
-        self._sh_f = self.sh_use.astype(np.float64)
+        # int64 products: exact, and numpy does them without BLAS (whose threads spin on a
+        # busy machine: 6x slower float64 matvecs measured with a second process running)
+        self._anc_i = anc.astype(np.int64)
+        self._desc_i = self.desc.astype(np.int64)
+        self._sh_i = self.sh_use.astype(np.int64)
         A = self.set_bytes_rows(anc)
         D = self.set_bytes_rows(self.desc)
         self.A, self.D = A, D
@@ -79,23 +80,24 @@ class StageWindows:
 
     def set_bytes_rows(self, rows: np.ndarray) -> np.ndarray:
         """``B`` of every row of a boolean matrix (one set per row)."""
-        out = rows.astype(np.float64) @ self.own.astype(np.float64)
+        r = rows.astype(np.int64)
+        out = r @ self.own
         if len(self.sh_bytes):
-            hit = (rows.astype(np.float64) @ self._sh_f) > 0
-            out = out + hit.astype(np.float64) @ self.sh_bytes.astype(np.float64)
-        return np.rint(out).astype(np.int64)
+            hit = (r @ self._sh_i) > 0
+            out = out + hit.astype(np.int64) @ self.sh_bytes
+        return out
 
-    def _rows_bytes(self, closure_f: np.ndarray, inner: np.ndarray,
+    def _rows_bytes(self, closure: np.ndarray, inner: np.ndarray,
                     extra: np.ndarray) -> np.ndarray:
         """For every op v: a lower bound on ``B((closure(v) & inner) | extra)`` (closure
         includes v): its own bytes plus the shared buffers of ``extra`` (the per-row shared
         part costs a matrix product per buffer column and is small; a lower bound keeps every
         test valid)."""
         keep = inner & ~extra
-        own = closure_f @ (self.own * keep).astype(np.float64) + float(self.own[extra].sum())
+        own = closure @ (self.own * keep) + int(self.own[extra].sum())
         if len(self.sh_bytes):
-            own = own + float(self.sh_bytes[self.sh_use[extra].any(axis=0)].sum())
-        return np.rint(own).astype(np.int64)
+            own = own + int(self.sh_bytes[self.sh_use[extra].any(axis=0)].sum())
+        return own
 
     # ------------------------------------------------------------------ windows
     def closure_windows(self, k: int, p_max: int):
@@ -124,7 +126,7 @@ class StageWindows:
                 fixed_hi = hi <= x
                 for a in range(x + 1):
                     inner = lo >= a
-                    b = self._rows_bytes(self._anc_f, inner, inner & fixed_hi)
+                    b = self._rows_bytes(self._anc_i, inner, inner & fixed_hi)
                     nlo[cand & (b > (x - a + 1) * p_max)] = x + 1
             for y in range(k):
                 cand = hi == y
@@ -133,7 +135,7 @@ class StageWindows:
                 fixed_lo = lo >= y
                 for b_ in range(y, k):
                     inner = hi <= b_
-                    b = self._rows_bytes(self._desc_f, inner, inner & fixed_lo)
+                    b = self._rows_bytes(self._desc_i, inner, inner & fixed_lo)
                     nhi[cand & (b > (b_ - y + 1) * p_max)] = y - 1
             if (nlo == lo).all() and (nhi == hi).all():
                 return lo.tolist(), hi.tolist()
@@ -253,7 +255,7 @@ def _downset_extreme(sw: StageWindows, lo, hi, j: int, cap: int, maximize: bool,
         m.minimize(e)
     s = cp_model.CpSolver()
     s.parameters.num_workers = 1
-    s.parameters.max_time_in_seconds = time_limit
+    s.parameters.max_deterministic_time = time_limit  # deterministic, unlike wall time
     st = s.solve(m)
     if st == cp_model.INFEASIBLE:
         return None
@@ -279,7 +281,6 @@ def prefix_chain(sw: StageWindows, k: int, p_max: int, lo, hi, rounds: int = 3):
     Returns ``(lo, hi, R, L)``.
     """
     lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
-    own_f = sw.own.astype(np.float64)
     tot = int(sw.own.sum())
     R = L = None
     for _ in range(rounds):
@@ -301,12 +302,12 @@ def prefix_chain(sw: StageWindows, k: int, p_max: int, lo, hi, rounds: int = 3):
         nlo, nhi = lo.copy(), hi.copy()
         for j in range(k - 1):
             forced = hi <= j
-            heavy = sw._anc_f @ (own_f * ~forced) + float(sw.own[forced].sum())
-            nlo[(lo <= j) & (np.rint(heavy) > R[j])] = j + 1
+            heavy = sw._anc_i @ (sw.own * ~forced) + int(sw.own[forced].sum())
+            nlo[(lo <= j) & (heavy > R[j])] = j + 1
             out = lo > j
             # own(V - desc(v) - out): what D_j can hold without v
-            light = tot - (sw._desc_f @ (own_f * ~out)) - float(sw.own[out].sum())
-            nhi[(hi > j) & (np.rint(light) < L[j])] = j
+            light = tot - (sw._desc_i @ (sw.own * ~out)) - int(sw.own[out].sum())
+            nhi[(hi > j) & (light < L[j])] = j
         if (nlo == lo).all() and (nhi == hi).all():
             break
         w = sw.tighten(k, p_max, nlo, nhi)

@@ -267,8 +267,11 @@ class CutModel:
 
     # ---------------------------------------------------------------- solving
     def solve(self, time_limit: float | None, hint: Sequence[int] | None = None,
-              workers: int = 1, seed: int = 0):
-        """-> (proven_optimal, assignment or None, objective value, proven lower bound)."""
+              workers: int = 1, seed: int = 0, det_limit: float | None = None):
+        """-> (proven_optimal, assignment or None, objective value, proven lower bound).
+
+        ``det_limit``: CP-SAT's deterministic time budget (same answer on every run with one
+        worker); a solve it stops returns ``(False, best or None, ...)`` like a time limit."""
         from ortools.sat.python import cp_model
 
         if hint is not None:
@@ -281,6 +284,8 @@ class CutModel:
         prm.random_seed = seed
         if time_limit is not None:
             prm.max_time_in_seconds = max(0.01, float(time_limit))
+        if det_limit is not None:
+            prm.max_deterministic_time = float(det_limit)
         t0 = time.perf_counter()
         status = solver.solve(self.model)
         self.seconds = time.perf_counter() - t0
