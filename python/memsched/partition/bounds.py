@@ -265,6 +265,15 @@ def _downset_extreme(sw: StageWindows, lo, hi, j: int, cap: int, maximize: bool,
     return base + (int(np.floor(b + 1e-6)) if maximize else int(np.ceil(b - 1e-6)))
 
 
+def forced_shared(sw: StageWindows, lo, hi, j: int) -> int:
+    """Bytes of the shared buffers stage ``j`` caches in every cut inside the windows: those
+    with a user whose window is ``{j}``."""
+    if not len(sw.sh_bytes):
+        return 0
+    fixed = (np.asarray(lo) == j) & (np.asarray(hi) == j)
+    return int(sw.sh_bytes[sw.sh_use[fixed].any(axis=0)].sum())
+
+
 def prefix_chain(sw: StageWindows, k: int, p_max: int, lo, hi, rounds: int = 3):
     """Refine windows by the weights the boundary downsets can take, or None (refuted).
 
@@ -274,28 +283,33 @@ def prefix_chain(sw: StageWindows, k: int, p_max: int, lo, hi, rounds: int = 3):
     leaves only the weights: ``R_j`` = the largest weight of a downset inside boundary ``j``'s
     windows that is ``<= R_{j-1} + Pmax`` bounds ``own(D_j)`` from above (induction on ``j``),
     ``L_j`` = the smallest one ``>= L_{j+1} - Pmax`` from below (``R_{-1} = 0``,
-    ``L_{k-1} = own(V)``); ``L_j > R_j`` refutes. Then an op ``v`` whose ancestors with the ops
-    forced into ``D_j`` weigh more than ``R_j`` is not in ``D_j`` (``lo(v) > j``), and one whose
-    exclusion (with its descendants) leaves less than ``L_j`` is in it (``hi(v) <= j``); the
-    windows go back through `StageWindows.tighten` and the loop repeats.
+    ``L_{k-1} = own(V)``); ``L_j > R_j`` refutes. Stage ``j`` also caches every shared buffer
+    one of whose users has the window ``{j}`` (``F_j`` bytes, outside ``own``), so ``Pmax`` is
+    ``Pmax - F_j`` for stage ``j`` in these steps (on NASNetLarge k = 6 this 2,688-byte
+    difference in the last stage is what refutes ``P <= P* - 1``). Then an op ``v`` whose
+    ancestors with the ops forced into ``D_j`` weigh more than ``R_j`` is not in ``D_j``
+    (``lo(v) > j``), and one whose exclusion (with its descendants) leaves less than ``L_j``
+    is in it (``hi(v) <= j``); the windows go back through `StageWindows.tighten` and the
+    loop repeats.
     Returns ``(lo, hi, R, L)``.
     """
     lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
     tot = int(sw.own.sum())
     R = L = None
     for _ in range(rounds):
+        cap = [p_max - forced_shared(sw, lo, hi, j) for j in range(k)]
         R, prev = [], 0
         for j in range(k - 1):
-            r = _downset_extreme(sw, lo, hi, j, prev + p_max, True)
+            r = _downset_extreme(sw, lo, hi, j, prev + cap[j], True)
             if r is None:
                 return None
             R.append(r)
             prev = r
-        if tot - prev > p_max:
+        if tot - prev > cap[k - 1]:
             return None
         L, nxt = [0] * (k - 1), tot
         for j in reversed(range(k - 1)):
-            lj = _downset_extreme(sw, lo, hi, j, nxt - p_max, False)
+            lj = _downset_extreme(sw, lo, hi, j, nxt - cap[j + 1], False)
             if lj is None or lj > R[j]:
                 return None
             L[j] = nxt = lj
