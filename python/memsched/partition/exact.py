@@ -7,6 +7,13 @@ objective: the cap ``P <= P_best - 1`` narrows every op's stage window further t
 incumbent's own value would, and INFEASIBLE (often found by the windows alone, before any
 search) proves the incumbent optimal.
 
+The ``P`` solve runs as descending decisions: CP-SAT gets a deterministic budget
+(`P_DET_BUDGET`, doubled every turn); a better cut it finds lowers the cap to ``P_best - 1``
+and the next turn re-tightens the windows and the prefix chain for that cap (warm-started
+from the previous windows) before CP-SAT sees it. The loop ends only with a proof (a refuting
+bound, INFEASIBLE or OPTIMAL) or at the caller's time limit; the budget only decides when to
+re-tighten, and deterministic time keeps the run reproducible.
+
 Bounds when a time limit stops a solve: the bound of solve 1 bounds ``P*``; the bound of solve 2
 bounds the lexicographic optimum's ``O`` (that optimum satisfies ``P <= P_found``); the bound of
 solve 3 is valid only when ``P`` was proven (then the optimum also satisfies ``O <= O_found``),
