@@ -438,8 +438,8 @@ void AstarSearch::Tighten(int64_t target, const std::vector<int>* order, int64_t
 bool AstarSearch::finished() const { return impl_->finished; }
 
 SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t ub, int64_t target,
-                   const SearchLimits& limits) {
-  AstarSearch search(p, ub_order, ub, target);
+                   const SearchLimits& limits, bool backward) {
+  AstarSearch search(p, ub_order, ub, target, backward);
   return search.Run(limits);
 }
 

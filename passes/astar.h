@@ -46,8 +46,9 @@ struct SearchLimits {
   const int32_t* stop_flag = nullptr;  // polled every 1024 expansions; non-zero: stop
 };
 
+// One search to the end or a limit (backward: from the schedule's end, see AstarSearch).
 SearchResult Astar(const Problem& p, const std::vector<int>& ub_order, int64_t ub, int64_t target,
-                   const SearchLimits& limits);
+                   const SearchLimits& limits, bool backward = false);
 
 // The same search, resumable: each Run goes on from where the previous one stopped (its limits
 // apply to that run: max_states counts the run's expansions, time its own clock). `p` must

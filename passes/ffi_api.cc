@@ -73,7 +73,7 @@ ffi::Array<int64_t> AstarFn(ffi::Array<int64_t> problem, ffi::Array<int64_t> ub_
   limits.max_states = max_states;
   limits.memory_limit = memory_limit;
   limits.stop_flag = reinterpret_cast<const int32_t*>(static_cast<intptr_t>(stop_flag_address));
-  SearchResult r = AstarSearch(p, order, ub, target, backward).Run(limits);
+  SearchResult r = Astar(p, order, ub, target, limits, backward);
   std::vector<int64_t> out = {r.peak, r.lower_bound, r.states, static_cast<int64_t>(r.reason),
                               r.memory_bytes};
   out.insert(out.end(), r.order.begin(), r.order.end());

@@ -133,27 +133,6 @@ struct Problem {
     return live;
   }
 
-  // Problem.step: run v from `mask` (v not in mask) with `live` bytes live.
-  // `mask_with_v` must be mask | {v}. Returns footprint; sets *after.
-  int64_t step(const Bits& mask_with_v, int64_t live, int v, int64_t* after) const {
-    int64_t created = 0, freed = 0;
-    for (int t : creates[v]) {
-      created += size[t];
-      if (!pinned[t] && consumers[t].empty()) freed += size[t];
-    }
-    for (int t : reads[v])
-      if (!pinned[t] && all_consumed(t, mask_with_v)) freed += size[t];
-    int64_t foot = live + created + workspace[v];
-    for (int t : inplace[v]) {
-      if (!pinned[t] && all_consumed(t, mask_with_v)) {
-        foot -= std::min(size[t], created);
-        break;
-      }
-    }
-    *after = live + created - freed;
-    return foot;
-  }
-
   // live bytes once every op has run: base and the pinned tensors
   int64_t final_live() const {
     int64_t live = base;
@@ -162,28 +141,45 @@ struct Problem {
     return live;
   }
 
+  // Problem.step: run v from `mask` (v not in mask) with `live` bytes live.
+  // `mask_with_v` must be mask | {v}. Returns footprint; sets *after.
+  int64_t step(const Bits& mask_with_v, int64_t live, int v, int64_t* after) const {
+    int64_t created, freed, credit;
+    Effect(v, [&](int t) { return all_consumed(t, mask_with_v); }, &created, &freed, &credit);
+    *after = live + created - freed;
+    return live + created + workspace[v] - credit;
+  }
+
   // `step` read backwards: `not_run` is the set of ops still to run at the end of the schedule
   // (v not in it), `live` the bytes live once v has run; returns v's footprint and sets *before
   // to the bytes live before v ran.
   int64_t unstep(const Bits& not_run, int64_t live, int v, int64_t* before) const {
-    int64_t created = 0, freed = 0;
-    for (int t : creates[v]) {
-      created += size[t];
-      if (!pinned[t] && consumers[t].empty()) freed += size[t];
-    }
-    // t dies at v iff every consumer has run once v has: none is in not_run
-    auto dies = [&](int t) { return !pinned[t] && disjoint(cons_rows, t, not_run); };
-    for (int t : reads[v])
-      if (dies(t)) freed += size[t];
+    int64_t created, freed, credit;
+    // t's last reader has run once v has iff none of its consumers is still to run
+    Effect(v, [&](int t) { return disjoint(cons_rows, t, not_run); }, &created, &freed, &credit);
     *before = live - created + freed;
-    int64_t foot = *before + created + workspace[v];
+    return *before + created + workspace[v] - credit;
+  }
+
+  // What running v does to memory, given `read_done(t)`: every consumer of t has run once v
+  // has. Bytes v creates, bytes freed right after it, and the in-place credit (an output
+  // written over the first dying in-place input).
+  template <typename ReadDone>
+  void Effect(int v, ReadDone read_done, int64_t* created, int64_t* freed,
+              int64_t* credit) const {
+    *created = *freed = *credit = 0;
+    for (int t : creates[v]) {
+      *created += size[t];
+      if (!pinned[t] && consumers[t].empty()) *freed += size[t];
+    }
+    for (int t : reads[v])
+      if (!pinned[t] && read_done(t)) *freed += size[t];
     for (int t : inplace[v]) {
-      if (dies(t)) {
-        foot -= std::min(size[t], created);
+      if (!pinned[t] && read_done(t)) {
+        *credit = std::min(size[t], *created);
         break;
       }
     }
-    return foot;
   }
 
   // row (W words) shares no bit with mask
