@@ -28,9 +28,9 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=10.0, help="arena packer seconds")
     args = ap.parse_args(argv)
     from memsched import arena
-    from memsched.importers.tflite_graph import read_tflite
-    from memsched.importers.tflite_reorder import TFLM_ALIGNMENT, lifetimes, offline_offsets, \
-        reorder_tflite
+    from memsched.tflite.read import read_tflite
+    from memsched.tflite.reorder import offline_offsets, reorder_tflite
+    from memsched.tflite.tflm_memory import TFLM_ALIGNMENT, lifetimes
 
     models = args.models or sorted(
         glob.glob(os.path.join(ROOT, "benchmarks", "edgetpu", "models", "*.tflite")) +

@@ -128,7 +128,8 @@ def _run(args, devices_list, fractions, rows, results) -> None:
     from memsched.runtime.rpc_split import build_device_libs, run_split
     from memsched.runtime.split_profile import (prediction_spread, profile_devices,
                                                 with_link_spread, with_prediction_spread)
-    from memsched.split import CostModel, Device, Encoding, compare, evaluate, from_relax
+    from memsched.split import CostModel, Device, Encoding, compare, evaluate
+    from memsched.transform.split_relax import from_relax
     from memsched.transform.split_across_devices import split_module
 
     with ServerPool(local=2) as pool:

@@ -10,7 +10,7 @@ of ``--runs``):
 * ``tvm``: the previous path, TVM's TFLite frontend (`load_relax`) then `from_relax`, timed the
   same way; ``import tvm`` is included, as it was in the old analyze path (and is in the
   Relax view of ``memsched analyze``). `load_relax` now rewrites what the frontend rejected
-  (`importers.tflite_prepare`), so int8 files that failed before are timed too;
+  (`tflite.tvm_prepare`), so int8 files that failed before are timed too;
 * ``process``: the whole ``memsched analyze FILE --view file --json`` process (scheduling
   included).
 
@@ -55,7 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    from memsched.importers.tflite_graph import read_tflite
+    from memsched.tflite.read import read_tflite
     from memsched.generators.tflite_synth import mobilenet_like
 
     d = tempfile.mkdtemp()

@@ -25,15 +25,19 @@ LAYERS = {
              "memsched.native", "memsched.arena_problem", "memsched.arena_greedy",
              "memsched.packing", "memsched.arena", "memsched.simplify", "memsched.schedulers"],
     "importers": ["memsched.importers"],
+    "problems": ["memsched.partition", "memsched.split", "memsched.patches"],
+    "runtimes": ["memsched.transform", "memsched.relax_pipeline", "memsched.tvm_memory",
+                 "memsched.runtime", "memsched.tflite", "memsched.executorch"],
     "generators": ["memsched.generators"],
-    "loader": ["memsched.importers.load"],
-    "algorithms": ["memsched.partition", "memsched.split", "memsched.patches"],
-    "tvm and runtime": ["memsched.report", "memsched.tvm_memory", "memsched.transform",
-                        "memsched.relax_pipeline", "memsched.runtime",
-                        # tiles and measures a .tflite (patches/ + runtime/): an application,
-                        # not an importer, whatever its folder
-                        "memsched.importers.tflite_patches"],
+    "front door": ["memsched.importers.load", "memsched.report"],
     "cli": ["memsched.cli"],
+}
+# The runtime packages, one per runtime we read and write for: none imports another's modules.
+RUNTIMES = {
+    "tvm": ["memsched.transform", "memsched.relax_pipeline", "memsched.tvm_memory",
+            "memsched.runtime"],
+    "tflite": ["memsched.tflite"],
+    "executorch": ["memsched.executorch"],
 }
 RANK = {key: i for i, keys in enumerate(LAYERS.values()) for key in keys}
 LAYER_NAMES = list(LAYERS)
@@ -143,6 +147,36 @@ def test_no_upward_imports():
     assert not upward, "imports pointing up a layer:\n" + "\n".join(upward)
 
 
+def _runtime(module: str) -> str | None:
+    for name, keys in RUNTIMES.items():
+        if any(module == k or module.startswith(k + ".") for k in keys):
+            return name
+    return None
+
+
+def test_runtime_packages_never_import_each_other():
+    assert set(k for keys in RUNTIMES.values() for k in keys) == set(LAYERS["runtimes"])
+    crossing = []
+    for mod, targets in sorted(import_graph().items()):
+        a = _runtime(mod)
+        for t in sorted(targets):
+            b = _runtime(t)
+            if a and b and a != b:
+                crossing.append(f"{mod} ({a}) imports {t} ({b})")
+    assert not crossing, "runtime packages importing each other:\n" + "\n".join(crossing)
+
+
+def test_problem_packages_know_no_file_format():
+    """`partition/`, `split/`, `patches/` take an `OpGraph` / their own problem description and
+    a memory model; the runtime packages build them (and the importers below are readers)."""
+    readers = ("memsched.importers", "memsched.tflite", "memsched.executorch",
+               "memsched.transform")
+    bad = [f"{mod} imports {t}" for mod, targets in sorted(import_graph().items())
+           if unit(mod) in LAYERS["problems"] for t in sorted(targets)
+           if t.startswith(readers)]
+    assert not bad, "problem packages reading formats:\n" + "\n".join(bad)
+
+
 def test_layers_match_the_documentation():
     doc = (ROOT.parents[1] / "docs" / "architecture.md").read_text()
     for layer, keys in LAYERS.items():
@@ -158,6 +192,7 @@ def test_the_checker_sees_cycles_and_function_level_imports():
     assert _cycle({"a": {"b"}, "b": set()}) is None
     graph = import_graph()
     assert "memsched.generators.examples" in graph["memsched.importers.load"]  # in a function
+    assert _runtime("memsched.tflite.tile") == "tflite" and _runtime("memsched.graph") is None
     assert "memsched.partition.problem" in graph["memsched.partition.base"]  # relative import
 
 

@@ -172,19 +172,22 @@ def _pool_model() -> bytes:
 
 
 def test_search_frontier_and_choice():
-    from memsched.importers.tflite_graph import read_tflite
-    from memsched.patches import SpatialModel, search_patches
+    from memsched.patches import search_patches
+    from memsched.tflite.read import read_tflite
+    from memsched.tflite.spatial import spatial_model
+    from memsched.tflite.tflm_memory import TFLMMemory
 
     tg = read_tflite(_small_mobilenet())
-    sm = SpatialModel.from_tflite(tg)
-    res = search_patches(sm, tg.graph, tg.tensor_index, n_tensors=len(tg.subgraph.tensors),
-                         time_limit=2.0)
+    sm = spatial_model(tg)
+    res = search_patches(sm, tg.graph, tg.tensor_index,
+                         TFLMMemory(n_tensors=len(tg.subgraph.tensors)), time_limit=2.0)
     assert res.frontier
     macs = [c.macs for c in res.frontier]
     totals = [c.total for c in res.frontier]
     assert macs == sorted(macs) and totals == sorted(totals, reverse=True)
     if res.choice is not None:
-        assert res.choice.overhead <= 0.3 and res.choice.total < res.original.total
+        assert res.choice.overhead <= 0.3 and res.choice.total < res.reordered.total
+    assert res.reordered.total <= res.original.total
     d = res.as_dict()
     assert d["original"]["grid"] == "1x1" and "frontier" in d
 
@@ -196,9 +199,9 @@ def test_search_frontier_and_choice():
 def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     """The rewrite runs in stock LiteRT and TFLite Micro with bit-equal outputs."""
     from memsched.generators.tflite_synth import pad_slice_model, residual_concat_model
-    from memsched.importers.tflite_graph import read_tflite
-    from memsched.importers.tflite_patches import compare_outputs, tile_tflite
-    from memsched.runtime import tflm
+    from memsched.tflite.read import read_tflite
+    from memsched.tflite.tile import compare_outputs, tile_tflite
+    from memsched.tflite import tflm
 
     data = {"mobilenet": _small_mobilenet, "pad_slice": lambda: pad_slice_model(size=12),
             "residual_concat": lambda: residual_concat_model(quantized=True, size=12),
@@ -223,8 +226,8 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
 
 
 def test_tile_tflite_errors(tmp_path):
-    from memsched.importers.tflite_graph import TFLiteModelError
-    from memsched.importers.tflite_patches import tile_tflite
+    from memsched.tflite.read import TFLiteModelError
+    from memsched.tflite.tile import tile_tflite
 
     src = tmp_path / "m.tflite"
     src.write_bytes(_small_mobilenet())
@@ -247,8 +250,8 @@ def test_mobilenet_v2_tflm_total_arena(tmp_path):
     import importlib.util
     import os
 
-    from memsched.importers.tflite_patches import measure_tile, tile_tflite
-    from memsched.runtime import tflm
+    from memsched.tflite.tile import measure_tile, tile_tflite
+    from memsched.tflite import tflm
 
     if not tflm.available():
         pytest.skip("tflite-micro not installed")

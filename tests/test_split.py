@@ -149,7 +149,7 @@ def test_compute_stages_and_latency():
 
 def test_ga_is_deterministic_and_never_worse_than_its_seeds():
     tvm = pytest.importorskip("tvm")  # noqa: F841
-    from memsched.split import from_relax
+    from memsched.transform.split_relax import from_relax
     from split_models import tiny_cnn
 
     prob = from_relax(tiny_cnn())
@@ -167,7 +167,7 @@ def test_ga_is_deterministic_and_never_worse_than_its_seeds():
 
 def test_from_relax_classifies_the_operators():
     pytest.importorskip("tvm")
-    from memsched.split import from_relax
+    from memsched.transform.split_relax import from_relax
     from split_models import tiny_cnn
 
     prob = from_relax(tiny_cnn())

@@ -70,7 +70,8 @@ def test_infeasible_memory_limit_is_one_line_exit_2(capsys):
 
 def test_split_is_never_worse_than_its_baselines():
     from memsched.importers.load import load_relax
-    from memsched.split import CostModel, Device, Link, OpTimes, SplitError, compare, from_relax
+    from memsched.split import CostModel, Device, Link, OpTimes, SplitError, compare
+    from memsched.transform.split_relax import from_relax
     from memsched.split.solve import _worst_overflow, require_feasible
 
     prob = from_relax(load_relax("example:nas_cell", None))

@@ -61,7 +61,7 @@ def test_tensor_bytes_are_the_interpreters(files, name):
 def test_in_place_ops_share_as_the_interpreter_does(files, name):
     """RESHAPE/SQUEEZE/EXPAND_DIMS views and in-place ADD/MUL/SUB: shared in our graph exactly
     where the interpreter (no delegates) gives output and input the same address."""
-    from memsched.importers.tflite_graph import INPLACE_OPS, VIEW_OPS, read_tflite
+    from memsched.tflite.read import INPLACE_OPS, VIEW_OPS, read_tflite
 
     path, buf = files[name]
     g = load_graph(path)
@@ -144,7 +144,7 @@ def test_custom_op_analyzes_and_compile_names_it(files, tmp_path, capsys):
 
 
 def test_unchanged_model_is_handed_over_as_is():
-    from memsched.importers.tflite_prepare import prepare_for_tvm
+    from memsched.tflite.tvm_prepare import prepare_for_tvm
 
     buf = ts.residual_concat_model(False)
     assert prepare_for_tvm("m.tflite", buf) is buf

@@ -7,11 +7,12 @@ import pytest
 
 from memsched.cli import main
 from memsched.generators.examples import example_tflite
-from memsched.importers.tflite_graph import TFLiteModelError, read_tflite
-from memsched.importers.tflite_reorder import TFLM_MODEL, lifetimes, reorder_tflite
+from memsched.tflite.read import TFLiteModelError, read_tflite
+from memsched.tflite.reorder import reorder_tflite
+from memsched.tflite.tflm_memory import TFLM_MODEL, lifetimes
 from memsched.generators.tflite_synth import residual_concat_model
 from memsched.memory import Problem
-from memsched.runtime import tflm
+from memsched.tflite import tflm
 
 needs_tflm = pytest.mark.skipif(not tflm.available(), reason="tflite-micro not installed")
 

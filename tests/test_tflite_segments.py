@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from memsched.cli import main
-from memsched.importers.tflite_graph import TFLiteModelError, read_tflite
-from memsched.importers.tflite_segments import pack_model, segment_models, write_segments
+from memsched.tflite.read import TFLiteModelError, read_tflite
+from memsched.tflite.segments import pack_model, segment_models, write_segments
 from memsched.generators.tflite_synth import residual_concat_model
 from memsched.partition import PartitionProblem, evaluate, solve
-from memsched.runtime.segments import (SegmentError, check_segments, make_interpreter,
+from memsched.tflite.litert import (SegmentError, check_segments, make_interpreter,
                                        pipeline_runner, random_inputs, run_model)
 
 
@@ -156,7 +156,7 @@ def _mutate(data: bytes, whats, a: int, b: int):
     """A structurally valid flatbuffer holding a broken model (None if not encodable)."""
     import flatbuffers
 
-    from memsched.importers.tflite_graph import schema
+    from memsched.tflite.read import schema
 
     s = schema()
     model = s.ModelT.InitFromPackedBuf(data, 0)

@@ -8,8 +8,8 @@ import pytest
 
 from memsched.cli import main
 from memsched.generators.tflite_synth import mobilenet_like
-from memsched.importers.tflite_check import check_tflite
-from memsched.runtime import tflm
+from memsched.tflite.check import check_tflite
+from memsched.tflite import tflm
 
 
 @pytest.fixture(scope="module")

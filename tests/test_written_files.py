@@ -10,13 +10,13 @@ import pytest
 from memsched.cli import main
 from memsched.generators.examples import example_tflite
 from memsched.fileio import write_atomic, write_atomic_with
-from memsched.importers import tflite_reorder
-from memsched.importers.tflite_check import check_tflite
-from memsched.importers.tflite_graph import read_tflite
-from memsched.importers.tflite_reorder import offline_offsets, reorder_tflite
-from memsched.importers.tflite_segments import write_segments
-from memsched.importers.tflite_write import (pack_model, read_offline_plan, set_offline_plan)
-from memsched.runtime import tflm
+from memsched.tflite import reorder as tflite_reorder
+from memsched.tflite.check import check_tflite
+from memsched.tflite.read import read_tflite
+from memsched.tflite.reorder import offline_offsets, reorder_tflite
+from memsched.tflite.segments import write_segments
+from memsched.tflite.write import (pack_model, read_offline_plan, set_offline_plan)
+from memsched.tflite import tflm
 
 needs_tflm = pytest.mark.skipif(not tflm.available(), reason="tflite-micro not installed")
 

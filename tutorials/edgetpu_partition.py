@@ -20,10 +20,10 @@ import tempfile
 import numpy as np
 
 from memsched.generators.examples import example_tflite
-from memsched.importers.tflite_graph import read_tflite
-from memsched.importers.tflite_segments import write_segments
+from memsched.tflite.read import read_tflite
+from memsched.tflite.segments import write_segments
 from memsched.partition import PartitionProblem, param_balanced_cut, solve
-from memsched.runtime.segments import (check_segments, pipeline_runner, random_inputs,
+from memsched.tflite.litert import (check_segments, pipeline_runner, random_inputs,
                                        run_model)
 
 K = 2

@@ -18,8 +18,8 @@ import sys
 import tempfile
 
 from memsched.generators.examples import example_tflite
-from memsched.importers.tflite_reorder import reorder_tflite
-from memsched.runtime import tflm
+from memsched.tflite.reorder import reorder_tflite
+from memsched.tflite import tflm
 
 with tempfile.TemporaryDirectory() as tmp:
     # 1. An int8 randomly wired network (8 nodes), operators in breadth-first file order.

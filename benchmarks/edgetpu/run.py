@@ -51,7 +51,7 @@ def main() -> None:
 
     from ortools.sat.python import cp_model  # noqa: F401  (import cost kept out of timings)
 
-    from memsched.importers.tflite_graph import op_macs, read_tflite
+    from memsched.tflite.read import op_macs, read_tflite
     from memsched.partition import PartitionProblem, available, evaluate, solve
     from memsched.partition.latency import EdgeTPUCostModel, balance_latency
 
@@ -119,8 +119,8 @@ def main() -> None:
                        e2e_pb_ms=1000 * pb_t[1], e2e_ours_ms=1000 * our_t[1],
                        never_worse=evaluate(problem, ours, args.sram).key <= base.key)
             if args.check_segments:
-                from memsched.importers.tflite_segments import write_segments
-                from memsched.runtime.segments import (check_segments, make_interpreter,
+                from memsched.tflite.segments import write_segments
+                from memsched.tflite.litert import (check_segments, make_interpreter,
                                                        random_inputs)
 
                 with tempfile.TemporaryDirectory() as d:

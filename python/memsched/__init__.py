@@ -31,7 +31,7 @@ _LAZY = {
     "from_onnx": "memsched.importers.onnx",
     "load_graph": "memsched.importers.load",
     "load_relax": "memsched.importers.load",
-    "pipeline_runner": "memsched.runtime.segments",
+    "pipeline_runner": "memsched.tflite.litert",
 }
 
 

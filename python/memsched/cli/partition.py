@@ -26,7 +26,7 @@ from .common import parse_bytes, seconds
 def _errors():
     from ..errors import ModelLoadError
     from ..partition import PartitionError
-    from ..runtime.segments import SegmentError
+    from ..tflite.litert import SegmentError
 
     return (ModelLoadError, PartitionError, SegmentError, ValueError, OSError)
 
@@ -46,8 +46,8 @@ def _guard(fn):
 
 @_guard
 def cmd_partition(args) -> int:
-    from ..importers.tflite_graph import TFLiteModelError, op_macs, read_tflite
-    from ..importers.tflite_segments import write_segments
+    from ..tflite.read import TFLiteModelError, op_macs, read_tflite
+    from ..tflite.segments import write_segments
     from ..partition import PartitionProblem, evaluate, param_balanced_cut, solve
     from ..partition.latency import EdgeTPUCostModel, balance_latency
 
@@ -127,7 +127,7 @@ def cmd_partition(args) -> int:
 
 @_guard
 def cmd_run_segments(args) -> int:
-    from ..runtime.segments import (check_segments, find_segments, pipeline_runner,
+    from ..tflite.litert import (check_segments, find_segments, pipeline_runner,
                                    random_inputs, run_model)
 
     if args.count < 1:

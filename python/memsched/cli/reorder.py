@@ -39,8 +39,8 @@ class OutputsDiffer(RuntimeError):
 
 
 def cmd_reorder(args) -> int:
-    from ..importers.tflite_reorder import reorder_tflite
-    from ..importers.tflite_write import write_model
+    from ..tflite.reorder import reorder_tflite
+    from ..tflite.write import write_model
 
     report = None
     try:
@@ -94,8 +94,8 @@ def measure(original: str, written: str) -> dict:
     ``equal`` is False if LiteRT or TFLM found any difference or the check failed;
     ``difference`` is then one line naming the first difference (outputs are compared first:
     a file that computes something else gets no arena measurement)."""
-    from ..importers.tflite_check import check_tflite
-    from ..runtime import tflm
+    from ..tflite.check import check_tflite
+    from ..tflite import tflm
 
     if not tflm.available():
         raise RuntimeError("--measure needs the 'tflite-micro' package "

@@ -99,7 +99,8 @@ def _log(args, msg: str) -> None:
 @_guard
 def cmd_split(args) -> int:
     from ..importers.load import load_relax
-    from ..split import CostModel, Device, Link, OpTimes, compare, from_relax, load_profile
+    from ..split import CostModel, Device, Link, OpTimes, compare, load_profile
+    from ..transform.split_relax import from_relax
     from ..split.problem import SplitError
     from ..split.solve import require_feasible
 

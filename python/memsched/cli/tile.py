@@ -6,7 +6,7 @@
 Searches the split tensor and patch grid (`memsched.patches.search_patches`: TFLite Micro's
 total arena = certified activation peak + persistent bytes, within ``--max-overhead`` extra
 MACs, default 0.3 = +30 %), rewrites the spatial prefix patch by patch with builtin operators
-only (`memsched.importers.tflite_patches.tile_tflite`), then writes the certified operator
+only (`memsched.tflite.tile.tile_tflite`), then writes the certified operator
 order and, with ``--offline-plan``, the arena offsets. Prints the frontier (per candidate: split
 tensor, grid, peak, persistent bytes, total, MAC overhead) and the choice; ``--plot`` draws the
 memory curve of the patched schedule next to the unpatched one.
@@ -46,8 +46,8 @@ def cmd_tile(args) -> int:
 def _tile(args) -> int:
     import tempfile
 
-    from ..importers.tflite_patches import measure_tile, tile_tflite
-    from ..importers.tflite_write import write_model
+    from ..tflite.tile import measure_tile, tile_tflite
+    from ..tflite.write import write_model
 
     out = tflite_output(args.model, args.output, "tile", ".tiled.tflite")
     if args.max_overhead < 0:

@@ -6,7 +6,7 @@
 * `random_graphs`: random DAGs as op graphs;
 * `tflite_synth`: .tflite files built with the flatbuffer object API (no tensorflow).
 
-They sit above the importers: the synthetic .tflite builder writes with the TFLite writer of
-`memsched.importers`; within the package only the loader (`importers.load`, for
-``example:NAME``) imports them.
+They sit above the runtime packages: the synthetic .tflite builder writes with the .tflite
+writer of `memsched.tflite`; within the package only the loader (`importers.load`, for
+``example:NAME``) imports them, and no runtime package does.
 """

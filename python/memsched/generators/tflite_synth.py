@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..importers.tflite_graph import schema
-from ..importers.tflite_write import pack_model
+from ..tflite.read import schema
+from ..tflite.write import pack_model
 
 
 class TFLiteBuilder:

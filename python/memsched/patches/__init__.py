@@ -4,16 +4,19 @@ patch so the large feature maps never exist whole.
 Plain Python + numpy (no TVM):
 
 * `geometry`: windows, the back-propagation rule of window operators, the spatial description
-  of a model's operators (`SpatialModel`, from a .tflite graph);
+  of a model's operators (`SpatialModel`; each runtime adapter builds it from its graph);
 * `region`: candidate regions (spatial prefixes, DAGs included) and the patched computation of
   a region for a grid (`plan_patches` -> `PatchPlan`);
-* `search`: the evaluator (TFLite Micro peak under the certified scheduler + persistent bytes,
-  MACs), the Pareto frontier and the default choice;
+* `search`: the one evaluator (activation peak under the certified scheduler + the bytes the
+  runtime keeps per operator, MACs), with the runtime's memory model as its parameter
+  (`RuntimeMemory`), the Pareto frontier and the default choice;
 * `reference`: a numpy reference that runs a region whole and patched (tests).
 
-The .tflite rewrite is `memsched.importers.tflite_patches.tile_tflite`.
+The rewrites are thin adapters in the runtime packages: `memsched.tflite.tile` (.tflite files,
+TFLite Micro's memory model in `memsched.tflite.tflm_memory`) and
+`memsched.transform.tile_patches` (the Relax pass `TilePatches`, TVM's planned storage).
 """
 from .geometry import SOp, STensor, SpatialModel, Win  # noqa: F401
 from .region import PatchPlan, Refused, Region, plan_patches, regions  # noqa: F401
-from .search import (Candidate, SearchResult, TFLMPersistent, patched_graph,  # noqa: F401
+from .search import (Candidate, RuntimeMemory, SearchResult, patched_graph,  # noqa: F401
                      search_patches)

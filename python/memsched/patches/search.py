@@ -1,27 +1,29 @@
 """Choose the split point and the patch grid: one evaluator, a Pareto frontier, a default.
 
-For every candidate (region = spatial prefix ending at its split tensors, grid ``R x C``) the
-evaluator prices
+The objective is stated once, here, with the runtime's memory model as its parameter
+(`RuntimeMemory`): TVM's planned storage, TFLite Micro's arena (activations + the bytes it keeps
+per operator), ExecuTorch's activation-only arenas. For every candidate (region = spatial prefix
+ending at its split tensors, grid ``R x C``) the evaluator prices
 
-* **peak**: the activation peak of the patched graph under TFLite Micro's memory model
-  (`memsched.importers.tflite_reorder.TFLM_MODEL`, the one evaluator of `memsched.memory`).
-  During the search: the patched prefix run patch by patch (each row's patches, its row
-  concatenation, then the final one) as an `OpGraph` of its own, and the rest of the model in
-  file order -- after the region exactly the split tensors (and model inputs still read) are
-  live, so the peak is the larger of the two parts. The frontier's candidates are then
-  scheduled whole by the certified scheduler (`memsched.schedule(graph, "auto", TFLM_MODEL)`),
-  whose order the rewrite writes;
-* **persistent**: what TFLite Micro keeps per operator and per tensor in the tail of its arena
-  (`TFLMPersistent`: node structs, eval tensors, each kernel's op data, and the per-channel
-  quantization arrays that every copied int8 convolution repeats). Schedule-independent;
-* **total** = peak + persistent: the arena a user must give TFLite Micro (the objective);
+* **peak**: the activation peak of the patched graph under the runtime's activation model
+  (``memory.activations``, the one evaluator of `memsched.memory`). During the search: the
+  patched prefix run patch by patch (each row's patches, its row concatenation, then the final
+  one) as an `OpGraph` of its own, and the rest of the model in file order -- after the region
+  exactly the split tensors (and model inputs still read) are live, so the peak is the larger
+  of the two parts. The frontier's candidates are then scheduled whole by the certified
+  scheduler (`memsched.schedule(graph, "auto", model)`), whose order the runtimes apply;
+* **persistent**: what the runtime keeps per operator and per tensor besides the activations
+  (`RuntimeMemory.model_persistent` / `plan_persistent_delta`; TFLite Micro's tail section:
+  `memsched.tflite.tflm_memory`). Schedule-independent; 0 where the arena holds activations only;
+* **total** = peak + persistent: the arena a user must give the runtime (the objective);
 * **MACs** of the whole model (region operators on their patch windows).
 
 The frontier keeps the candidates no other beats on both total and MACs; the default choice is
-the lowest total within ``max_overhead`` extra MACs, ties to fewer patches. Candidates are
-visited by MACs, and one whose lower bound (the rest of the model's peak, twice the split
-tensors for the reassembly, plus its persistent bytes) cannot beat a cheaper candidate is
-skipped: the frontier is exact for the evaluator, at a fraction of the work.
+the lowest total within ``max_overhead`` extra MACs, ties to fewer patches, and only if it beats
+the unpatched model in its best order. Candidates are visited by MACs, and one whose lower bound
+(the rest of the model's peak, the split tensors' pieces and their reassembly, the copies'
+persistent bytes) cannot beat a cheaper candidate is skipped: the frontier is exact for the
+evaluator, at a fraction of the work.
 """
 from __future__ import annotations
 
@@ -29,54 +31,42 @@ import time
 from dataclasses import dataclass, field
 
 from ..graph import GraphBuilder, OpGraph
-from ..memory import Problem
-from .geometry import PAD_MIN, SpatialModel
+from ..memory import MemoryModel, Problem
+from .geometry import SOp, SpatialModel
 from .region import PatchPlan, Refused, Region, grid_macs, plan_patches, regions
 
 REFINE_SECONDS = 0.2  # the scheduler's limit per refined candidate
 REFINE_WINDOW = 1.25  # refine candidates whose heuristic total is within this of the best
+HEURISTIC_CUTS = 24  # patch-order variants per candidate (model-input slices moved earlier)
 DEFAULT_GRIDS = ((1, 2), (2, 1), (1, 3), (3, 1), (2, 2), (1, 4), (4, 1), (2, 3), (3, 2),
                  (2, 4), (4, 2), (3, 3), (3, 4), (4, 3), (4, 4), (5, 5), (6, 6), (7, 7), (8, 8))
 
 
 @dataclass(frozen=True)
-class TFLMPersistent:
-    """Bytes TFLite Micro allocates in the persistent (tail) section, per operator and tensor.
+class RuntimeMemory:
+    """A runtime's memory model, as the patch search prices a candidate (the objective's one
+    parameter).
 
-    Measured with the ``tflite-micro`` Python interpreter's recording allocator (reference
-    kernels, 64-bit host): a ``NodeAndRegistration`` of 64 B per operator, a
-    ``TfLiteEvalTensor`` of 24 B per tensor of the subgraph (constants included), each kernel's
-    op data (``op_data``: measured per kind as the tail growth of int8 models with 1 and 11
-    copies of the operator, minus node and tensors) and, for CONV_2D / DEPTHWISE_CONV_2D, the
-    per-channel output multiplier and shift arrays: 2 x 4 B per output channel, each array
-    16-byte aligned (TFLM's Prepare allocates them for float models too; ``quantized=False``
-    leaves them out, for runtimes that do not)."""
+    ``activations``: how tensors count towards the activation peak (the scheduler's
+    `MemoryModel`: are model inputs and outputs in the arena, alignment). The three methods
+    give the bytes the runtime keeps besides the activations, per operator and tensor; here 0,
+    for runtimes whose planned arena holds activations only (TVM's planned storage, ExecuTorch's
+    arenas). TFLite Micro's subclass lives with its runtime (`memsched.tflite.tflm_memory`)."""
 
-    node: int = 64
-    eval_tensor: int = 24
-    op_data: tuple = (("CONV_2D", 108), ("DEPTHWISE_CONV_2D", 108), ("STRIDED_SLICE", 120),
-                      ("PAD", 64), ("PADV2", 64), ("CONCATENATION", 88), ("ADD", 72),
-                      ("MAX_POOL_2D", 72), ("AVERAGE_POOL_2D", 72), ("MUL", 53),
-                      ("HARD_SWISH", 32), ("RELU", 32), ("QUANTIZE", 32), ("LEAKY_RELU", 35),
-                      ("RELU6", 16), ("LOGISTIC", 16), ("TANH", 16))
-    default_op_data: int = 48
-    per_channel: int = 8
+    name: str
+    activations: MemoryModel
 
-    def op(self, kind: str, cout: int = 0, quantized: bool = True, new_tensors: int = 1) -> int:
-        data = dict(self.op_data).get(kind, self.default_op_data)
-        chan = self.per_channel * cout if quantized and kind in ("CONV_2D",
-                                                                  "DEPTHWISE_CONV_2D") else 0
-        return self.node + data + _align16(chan // 2) * 2 + self.eval_tensor * new_tensors
+    def model_persistent(self, sm: SpatialModel) -> int:
+        """Persistent bytes of the unpatched model."""
+        return 0
 
+    def copy_price(self, op: SOp) -> int:
+        """The least persistent bytes one more copy of ``op`` adds (a lower bound's part)."""
+        return 0
 
-def _align16(n: int) -> int:
-    return -(-n // 16) * 16
-
-
-PERSISTENT = TFLMPersistent()
-# new constant tensors per inserted node: STRIDED_SLICE begin/end (strides shared), PAD paddings
-NEW_CONSTS = {"slice": 2, "pad": 1, "concat": 0, "op": 0}
-NODE_KIND = {"slice": "STRIDED_SLICE", "pad": "PAD", "concat": "CONCATENATION"}
+    def plan_persistent_delta(self, sm: SpatialModel, plan: PatchPlan) -> int:
+        """Persistent bytes the patched region adds over the region it replaces."""
+        return 0
 
 
 @dataclass
@@ -122,41 +112,18 @@ class SearchResult:
     prefix_end: str  # why the spatial prefix ends
     seconds: float
     plans: dict = field(default_factory=dict, repr=False)  # (region_ops, grid) -> PatchPlan
+    # the unpatched model in the scheduler's order (peak <= the file order's): the choice
+    # beats it
+    reordered: Candidate | None = None
 
     def as_dict(self) -> dict:
         return {"original": self.original.as_dict(),
+                "reordered": self.reordered.as_dict() if self.reordered else None,
                 "choice": self.choice.as_dict() if self.choice else None,
                 "frontier": [c.as_dict() for c in self.frontier],
                 "candidates_evaluated": self.evaluated, "candidates_pruned": self.skipped,
                 "refused": self.refused, "prefix_end": self.prefix_end,
                 "seconds": round(self.seconds, 3)}
-
-
-# ---------------------------------------------------------------------------- persistent bytes
-def model_persistent(sm: SpatialModel, n_tensors: int, quantized: bool,
-                     price: TFLMPersistent = PERSISTENT) -> int:
-    """Persistent bytes of the unpatched model (``n_tensors``: every tensor of the subgraph)."""
-    return sum(price.op(op.kind, op.cout, quantized, 0) for op in sm.ops) + \
-        price.eval_tensor * n_tensors
-
-
-def plan_persistent_delta(sm: SpatialModel, plan: PatchPlan, quantized: bool,
-                          price: TFLMPersistent = PERSISTENT) -> int:
-    """Persistent bytes the patched region adds over the region it replaces."""
-    add = 0
-    for nd in plan.nodes:
-        if nd.kind == "op":
-            op = sm.ops[nd.op]
-            add += price.op(op.kind, op.cout, quantized, 1)
-        else:
-            consts = NEW_CONSTS[nd.kind] + (nd.kind == "pad" and nd.pad_value == PAD_MIN)
-            add += price.op(NODE_KIND[nd.kind], 0, quantized, 1 + consts)
-    if any(nd.kind == "slice" for nd in plan.nodes):
-        add += price.eval_tensor  # the shared strides tensor
-    removed = sum(price.op(sm.ops[k].kind, sm.ops[k].cout, quantized, 1)
-                  for k in plan.region.ops)
-    removed -= price.eval_tensor * len(plan.region.split)  # split tensors keep their index
-    return add - removed
 
 
 # ---------------------------------------------------------------------------- graphs
@@ -245,7 +212,7 @@ def patch_order(graph: OpGraph, plan: PatchPlan | None = None, cut: int | None =
 
 
 def heuristic_peak(graph: OpGraph, plan: PatchPlan, problem: Problem,
-                   baselines: bool = True, max_cuts: int = 6) -> int:
+                   baselines: bool = True, max_cuts: int = HEURISTIC_CUTS) -> int:
     """The best of: patch by patch with the model-input slices of the later patches moved
     before patch ``cut`` (``max_cuts`` cuts evenly spread over the patches), and, with
     ``baselines``, the scheduler package's best heuristic."""
@@ -262,44 +229,57 @@ def heuristic_peak(graph: OpGraph, plan: PatchPlan, problem: Problem,
 
 
 # ---------------------------------------------------------------------------- search
-def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *, grids=None,
-                   split: str | None = None, max_overhead: float = 0.3,
-                   quantized: bool = True, certify: bool = True, time_limit: float = 10.0,
-                   frontier_overhead: float | None = None, n_tensors: int | None = None,
-                   price: TFLMPersistent = PERSISTENT) -> SearchResult:
-    """Evaluate candidates (region, grid) and return the frontier and the default choice.
+def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
+                   memory: RuntimeMemory, *, grids=None, split: str | None = None,
+                   max_overhead: float = 0.3, certify: bool = True, time_limit: float = 10.0,
+                   frontier_overhead: float | None = None, exclude_split=()) -> SearchResult:
+    """Evaluate candidates (region, grid) under ``memory`` and return the frontier and the
+    default choice.
 
-    ``graph``: the model's `OpGraph` (op ``v`` = operator ``v``); ``grids``: (rows, cols) to try
-    (default `DEFAULT_GRIDS`); ``split``: only regions ending at the tensor of that name;
+    ``graph``: the model's `OpGraph` (op ``v`` = operator ``v`` of ``sm``, ``tensor_index[t]``
+    the ``sm`` tensor of its tensor ``t``); ``grids``: (rows, cols) to try (default
+    `DEFAULT_GRIDS`); ``split``: only regions ending at the tensor of that name. Asking for a
+    grid or a split forces a choice: the best candidate asked for, whatever it costs.
     ``frontier_overhead``: skip candidates above this MAC overhead (default: ``max(1,
-    3*max_overhead)``); ``certify``: refine the promising candidates and schedule the frontier
-    with the certified scheduler; ``time_limit``: seconds for the whole call (roughly: building
-    the candidates is not interrupted); ``n_tensors``: tensors of the subgraph (constants
-    included: TFLM keeps an eval tensor for each).
+    3*max_overhead)``; forced: none); ``certify``: refine the promising candidates and schedule
+    the frontier with the certified scheduler; ``time_limit``: seconds for the whole call (once
+    half of it is spent no new candidate is built); ``exclude_split``: ``sm`` tensors a region
+    must not end at (ones the runtime cannot reassemble by concatenation).
     """
-    from ..importers.tflite_reorder import TFLM_MODEL
     from ..schedulers import best_heuristic, schedule
 
     t0 = time.perf_counter()
+    model = memory.activations
+    forced = bool(grids) or split is not None
     grids = list(grids or DEFAULT_GRIDS)
-    cap = frontier_overhead if frontier_overhead is not None else max(1.0, 3 * max_overhead)
+    cap = frontier_overhead if frontier_overhead is not None else (
+        float("inf") if forced else max(1.0, 3 * max_overhead))
     # MACs per op: the geometry's count for spatial ops (PAD moves data: 0; element-wise: one
     # per output element), the importer's for the others, so a region's MACs whole and patched
     # are counted alike
     op_macs = [sm.op_macs(op) if op.cls != "other" else sm.macs[k]
                for k, op in enumerate(sm.ops)]
     total_macs = sum(op_macs)
-    problem = Problem.from_graph(graph, TFLM_MODEL)
-    steps = problem.evaluate(list(range(len(graph)))).steps
+    problem = Problem.from_graph(graph, model)
+    file_order = list(range(len(graph)))
+    steps = problem.evaluate(file_order).steps
     suffix = [0] * (len(steps) + 1)
     for k in range(len(steps) - 1, -1, -1):
         suffix[k] = max(steps[k], suffix[k + 1])
-    nt = n_tensors if n_tensors is not None else len(sm.tensors)
-    base_persist = model_persistent(sm, nt, quantized, price)
-    orig_peak = suffix[0]
-    original = Candidate([], [], 0, (1, 1), orig_peak, base_persist, total_macs, 0.0,
+    base_persist = memory.model_persistent(sm)
+    original = Candidate([], [], 0, (1, 1), suffix[0], base_persist, total_macs, 0.0,
                          len(sm.ops))
+    # the unpatched model in its best order: what a patched candidate must beat
+    reordered = Candidate([], [], 0, (1, 1), suffix[0], base_persist, total_macs, 0.0,
+                          len(sm.ops), note="file order")
+    if certify:
+        s = schedule(graph, "auto", model, time_limit=max(0.2, time_limit / 5))
+        if s.peak <= reordered.peak:
+            reordered.peak, reordered.note = int(s.peak), "scheduled"
+        reordered.lower_bound, reordered.certified = int(s.lower_bound), bool(s.optimal)
     regs, why = regions(sm)
+    excluded = set(exclude_split)
+    regs = [r for r in regs if not excluded.intersection(r.split)]
     if split is not None:
         regs = [r for r in regs if any(sm.tensors[t].name == split for t in r.split)]
         if not regs:
@@ -311,9 +291,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
     # candidate whose lower bound cannot beat a cheaper one (exact Pareto pruning)
     cands = []
     region_price = [0]
-    for op in sm.ops:  # a PAD is not copied into interior patches: not counted
-        region_price.append(region_price[-1] + (0 if op.kind in ("PAD", "PADV2") else
-                                                price.op(op.kind, op.cout, quantized, 1)))
+    for op in sm.ops:
+        region_price.append(region_price[-1] + memory.copy_price(op))
     for g in grids:
         over_cap = 0
         for r in regs:
@@ -338,10 +317,13 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
     evaluated = skipped = 0
     results: list[Candidate] = []
     best_total = None
+    build_until = t0 + time_limit / 2
     for macs, patches, length, g, r in cands:
-        split_bytes = sum(sm.tensors[t].nbytes for t in r.split)
-        # copies of the region's operators are the least the patches add to the tail
-        lb = max(suffix[length], 2 * split_bytes) + base_persist + \
+        if results and time.perf_counter() > build_until:
+            break
+        reassembly = _reassembly(sm, r.split, model)
+        # copies of the region's operators are the least the patches add to the persistent part
+        lb = max(suffix[length], reassembly) + base_persist + \
             (patches - 1) * region_price[length]
         if best_total is not None and lb >= best_total:
             skipped += 1
@@ -351,13 +333,12 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
         except Refused as e:
             _refuse(refused, sm, r, g, e)
             continue
-        persist = base_persist + plan_persistent_delta(sm, plan, quantized, price)
-        if best_total is not None and max(suffix[length], 2 * split_bytes) + persist \
-                >= best_total:
+        persist = base_persist + memory.plan_persistent_delta(sm, plan)
+        if best_total is not None and max(suffix[length], reassembly) + persist >= best_total:
             skipped += 1
             continue
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
-        pp = Problem.from_graph(pg, TFLM_MODEL)
+        pp = Problem.from_graph(pg, model)
         peak = max(heuristic_peak(pg, plan, pp, baselines=False), suffix[length])
         if best_total is None or peak + persist <= REFINE_WINDOW * best_total:
             # close to the best: the scheduler package's heuristics may do better
@@ -382,13 +363,13 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
         if left <= 0:
             break
         plan = plans[(c.region_ops, c.grid)]
-        floor = max(suffix[c.region_ops],
-                    2 * sum(sm.tensors[t].nbytes for t in plan.region.split)) + c.persistent
+        reassembly = _reassembly(sm, plan.region.split, model)
+        floor = max(suffix[c.region_ops], reassembly) + c.persistent
         if best_refined is not None and (floor >= best_refined or
                                          c.total > REFINE_WINDOW * best_refined):
             continue
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
-        s = schedule(pg, "auto", TFLM_MODEL, time_limit=min(REFINE_SECONDS, left))
+        s = schedule(pg, "auto", model, time_limit=min(REFINE_SECONDS, left))
         c.peak = min(c.peak, max(s.peak, suffix[c.region_ops]))
         c.note = "prefix scheduled"
         if best_refined is None or c.total < best_refined:
@@ -399,15 +380,26 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int], *,
         for c in frontier:
             plan = plans[(c.region_ops, c.grid)]
             full = patched_graph(sm, graph, tensor_index, plan)
-            s = schedule(full, "auto", TFLM_MODEL, time_limit=per)
+            s = schedule(full, "auto", model, time_limit=per)
             c.lower_bound = s.lower_bound
             if s.peak <= c.peak:
                 c.peak = s.peak
             c.certified = bool(s.optimal and s.peak <= c.peak)
         frontier = pareto(frontier)
-    choice = choose(frontier, original, max_overhead)
+    if forced:  # asked for: the best of what was asked, even if it is no better
+        choice = min(frontier, key=lambda c: (c.total, c.patches, c.macs)) if frontier else None
+    else:
+        choice = choose(frontier, reordered, max_overhead)
     return SearchResult(original, frontier, choice, evaluated, skipped, refused, why,
-                        time.perf_counter() - t0, plans)
+                        time.perf_counter() - t0, plans, reordered)
+
+
+def _reassembly(sm: SpatialModel, split, model: MemoryModel) -> int:
+    """Bytes live at the final concatenation: every piece of the split tensors and the tensors
+    it writes (unless they are model outputs the runtime does not plan)."""
+    pieces = sum(sm.tensors[t].nbytes for t in split)
+    return pieces + sum(sm.tensors[t].nbytes for t in split
+                        if model.count_outputs or t not in sm.outputs)
 
 
 def _refuse(refused: list, sm: SpatialModel, r: Region, g, e: Exception) -> None:
@@ -427,8 +419,8 @@ def pareto(cands: list[Candidate]) -> list[Candidate]:
 
 def choose(frontier: list[Candidate], original: Candidate, max_overhead: float
            ) -> Candidate | None:
-    """Lowest total within the MAC budget, ties to fewer patches; None when nothing beats the
-    original model."""
+    """Lowest total within the MAC budget, ties to fewer patches; None when nothing beats
+    ``original`` (the unpatched model)."""
     ok = [c for c in frontier if c.overhead <= max_overhead + 1e-12 and c.total < original.total]
     if not ok:
         return None

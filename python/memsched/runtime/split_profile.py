@@ -28,7 +28,8 @@ import numpy as np
 
 from ..split.cost import Device, Link, OpTimes
 from ..split.encoding import needed
-from ..split.problem import SplitProblem, relax_block
+from ..split.problem import SplitProblem
+from ..transform.split_relax import relax_block
 
 
 # A calibration is trusted when the repeats of its kernels agree (their spread, (max - min) /

@@ -29,7 +29,8 @@ import tvm
 from tvm import relax
 
 from ..split.plan import Plan, area, build_plan
-from ..split.problem import SplitError, relax_block
+from ..split.problem import SplitError
+from .split_relax import from_relax, relax_block
 
 # ---------------------------------------------------------------------------- region helpers
 
@@ -412,7 +413,7 @@ def split_module(mod, devices, link, order=None, method="ga", times=None, count_
 
     ``problem`` / ``result``: reuse an already built problem / solved split. A split that
     fits no device memory is never rewritten: `SplitError` says what it would need."""
-    from ..split import CostModel, OpTimes, from_relax, solve
+    from ..split import CostModel, OpTimes, solve
     from ..split.solve import require_feasible
 
     problem = problem or from_relax(mod, order=order, func_name=func_name)

@@ -13,12 +13,12 @@ This pass is a thin adapter over `memsched.patches` (plain Python):
    same-shape tensors or with per-channel/scalar constants (bias, folded batch norm, clip,
    relu, residual add), concat along channels. Bindings that read no activation (weight
    reshapes) are kept in front, untouched;
-2. candidates (region = spatial prefix ending at its split tensors, grid R x C) are priced by
-   MACs (`patches.region.grid_macs`) and by the peak of the patched graph under memsched's
-   ``tvm`` memory model (parameters and the returned tensor not planned): patch-order
-   heuristics on the patched prefix, then the certified scheduler (`memsched.schedule`) on the
-   whole patched graph for the best ones. Choice: the lowest peak within ``max_overhead``
-   extra MACs, ties to fewer patches; none when nothing beats the unpatched graph;
+2. the one patch search (`memsched.patches.search_patches`) chooses the region and grid under
+   TVM's planned storage (`TVM_MEMORY`: memsched's ``tvm`` memory model, parameters and the
+   returned tensor not planned, nothing kept per operator): MACs, patch-order heuristics and the
+   certified scheduler on the whole patched graph for the frontier. Choice: the lowest peak
+   within ``max_overhead`` extra MACs, ties to fewer patches; none when nothing beats the
+   unpatched graph in its best order;
 3. the region is rewritten from `patches.plan_patches`: per patch ``strided_slice`` of the
    input with its halo, ``nn.pad`` only on the true borders (zero, the dtype's lowest value
    for max pooling), the same conv/pool with ``padding=0``, element-wise ops on the windows,
@@ -48,10 +48,10 @@ import tvm
 from tvm import relax
 
 from ..graph import GraphBuilder
-from ..memory import MemoryModel, Problem
+from ..memory import MemoryModel
 from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
-from ..patches.region import Refused, grid_macs, plan_patches, regions
-from ..patches.search import DEFAULT_GRIDS, patch_order, patched_graph
+from ..patches.region import Refused
+from ..patches.search import RuntimeMemory, SearchResult, search_patches
 from .common import map_relax_functions, with_blocks
 
 TVM_MODEL = MemoryModel.get("tvm")
@@ -353,114 +353,19 @@ def _macs(value, out: STensor, op: SOp) -> int:
 
 
 # ---------------------------------------------------------------------------- search
-@dataclass
-class Choice:
-    length: int
-    grid: tuple
-    split: list
-    peak: int
-    macs: int
-    overhead: float
-    certified: bool = False
-    plan: object = None
+TVM_MEMORY = RuntimeMemory("tvm", TVM_MODEL)  # planned storage: activations only
 
 
 def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
-           time_limit: float = 10.0):
-    """(original peak, candidates evaluated (frontier first), choice or None, why the spatial
-    prefix ends, refusals) under the ``tvm`` memory model."""
-    from ..schedulers import schedule
-
-    sm, graph = bm.sm, bm.graph
-    t0 = time.perf_counter()
-    total_macs = sum(sm.macs) or 1
-    base = schedule(graph, "auto", TVM_MODEL, time_limit=max(0.2, time_limit / 5))
-    steps = Problem.from_graph(graph, TVM_MODEL).evaluate(list(range(len(graph)))).steps
-    suffix = [0] * (len(steps) + 1)
-    for k in range(len(steps) - 1, -1, -1):
-        suffix[k] = max(steps[k], suffix[k + 1])
-    regs, why = regions(sm)
+           time_limit: float = 10.0) -> SearchResult:
+    """The one patch search (`memsched.patches.search_patches`) under TVM's planned storage."""
+    sm = bm.sm
     # a batch norm's tuple cannot be reassembled by concat: its [0] is the split tensor
-    regs = [r for r in regs if all(sm.ops[sm.producer[t]].kind != "nn.batch_norm"
-                                   for t in r.split)]
-    if split is not None:
-        regs = [r for r in regs if any(sm.tensors[t].name == split for t in r.split)]
-        if not regs:
-            raise Refused(f"no patch region ends at tensor {split!r} (the spatial prefix ends "
-                          f"at {why})")
-    grids = [tuple(grid)] if grid is not None else list(DEFAULT_GRIDS)
-    budget = max_overhead if grid is None and split is None else float("inf")
-    cands = []
-    refused: list[str] = []
-    for g in grids:
-        over = 0
-        for r in regs:
-            if g[0] > r.hw[0] or g[1] > r.hw[1]:
-                continue
-            try:
-                pm = grid_macs(sm, r, g)
-            except Refused as e:
-                refused.append(f"{g[0]}x{g[1]}: {e}")
-                continue
-            macs = total_macs - sum(sm.macs[k] for k in r.ops) + pm
-            ov = macs / total_macs - 1
-            if ov > budget + 1e-12:
-                over += 1
-                if over >= 3:
-                    break
-                continue
-            over = 0
-            cands.append((macs, g[0] * g[1], r.length, g, r, ov))
-    cands.sort(key=lambda c: (c[0], c[1], c[2]))
-    results: list[Choice] = []
-    best = None
-    deadline = t0 + time_limit / 2
-    for macs, _, length, g, r, ov in cands:
-        # the last concatenation holds the row pieces and its output: twice the split
-        # tensors (a returned tensor is not planned)
-        split_bytes = sum(sm.tensors[t].nbytes for t in r.split
-                          if t not in sm.outputs)
-        lb = max(suffix[length], 2 * split_bytes if g[0] > 1 and g[1] > 1 else split_bytes)
-        if best is not None and lb >= best:
-            continue
-        if time.perf_counter() > deadline and results:
-            break
-        try:
-            plan = plan_patches(sm, r, g)
-        except Refused as e:
-            refused.append(f"{g[0]}x{g[1]}: {e}")
-            continue
-        pg = patched_graph(sm, graph, bm.tensor_index, plan, prefix_only=True)
-        pp = Problem.from_graph(pg, TVM_MODEL)
-        peak = max(_patch_order_peak(pg, plan, pp), suffix[length])
-        c = Choice(length, g, [sm.tensors[t].name for t in r.split], peak, macs, ov,
-                   plan=plan)
-        results.append(c)
-        if best is None or peak < best:
-            best = peak
-    # certify the most promising candidates on the whole patched graph
-    results.sort(key=lambda c: (c.peak, c.grid[0] * c.grid[1], c.macs))
-    top = results[:4]
-    per = max(0.3, time_limit / 2 / max(len(top), 1))
-    for c in top:
-        full = patched_graph(sm, graph, bm.tensor_index, c.plan)
-        s = schedule(full, "auto", TVM_MODEL, time_limit=per)
-        c.peak = int(s.peak)  # the certified scheduler's peak of the whole patched graph
-        c.certified = bool(s.optimal)
-    forced = grid is not None or split is not None  # asked for: applied even if no better
-    ok = [c for c in top if c.peak < base.peak or forced]
-    choice = min(ok, key=lambda c: (c.peak, c.grid[0] * c.grid[1], c.macs)) if ok else None
-    return base, results, choice, why, refused
-
-
-def _patch_order_peak(graph, plan, problem) -> int:
-    """Peak of the patched prefix run patch by patch, the model-input slices of the later
-    patches moved before each patch in turn (`patches.search.patch_order`): the cheap part of
-    `patches.search.heuristic_peak` (the certified scheduler refines the best candidates)."""
-    best = problem.evaluate(patch_order(graph, plan, None)).peak
-    for cut in range(1, plan.patches):
-        best = min(best, problem.evaluate(patch_order(graph, plan, cut)).peak)
-    return best
+    bn = [t for t in sm.tensors if t in sm.producer and
+          sm.ops[sm.producer[t]].kind == "nn.batch_norm"]
+    return search_patches(sm, bm.graph, bm.tensor_index, TVM_MEMORY,
+                          grids=[tuple(grid)] if grid is not None else None, split=split,
+                          max_overhead=max_overhead, time_limit=time_limit, exclude_split=bn)
 
 
 # ---------------------------------------------------------------------------- rewrite
@@ -612,29 +517,25 @@ class TilePatches:
             bm = describe_block(func, blocks[i])
             if not bm.sm.ops:
                 raise Refused("the block has no operator on the inputs")
-            base, results, choice, why, refused = search(
-                bm, max_overhead=self.max_overhead, grid=self.grid, split=self.split,
-                time_limit=self.time_limit)
+            res = search(bm, max_overhead=self.max_overhead, grid=self.grid,
+                         split=self.split, time_limit=self.time_limit)
         except Refused as e:
             return self._skip(func, name, str(e))
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as e:  # noqa: BLE001 - an unexpected binding: leave it as it was
             return self._skip(func, name, f"cannot model the block: {type(e).__name__}: {e}")
-        frontier = []
-        for c in sorted(results, key=lambda c: (c.macs, c.peak)):
-            if not frontier or c.peak < frontier[-1].peak:
-                frontier.append(c)
+        choice, refused = res.choice, res.refused
         attrs = {
-            "memsched.patches_peak_before": int(base.peak),
-            "memsched.patches_candidates": int(len(results)),
-            "memsched.patches_prefix_end": why,
+            "memsched.patches_peak_before": int(res.reordered.peak),
+            "memsched.patches_candidates": int(res.evaluated),
+            "memsched.patches_prefix_end": res.prefix_end,
             "memsched.patches_frontier": "; ".join(
                 f"{c.grid[0]}x{c.grid[1]}@{','.join(c.split)}:{c.peak}:{c.overhead:.3f}"
-                for c in frontier[:12]),
+                for c in res.frontier[:12]),
         }
         if choice is None:
-            msg = "no patch grid lowers the peak within the MAC budget" if results else \
+            msg = "no patch grid lowers the peak within the MAC budget" if res.evaluated else \
                 "no candidate (region, grid) could be patched"
             if refused:
                 msg += f" (refused: {refused[0]})"
@@ -642,7 +543,8 @@ class TilePatches:
             attrs["memsched.patches_seconds"] = float(round(time.perf_counter() - t0, 4))
             return func.with_attrs(attrs)
         try:
-            blocks[i] = relax.DataflowBlock(rewrite_block(bm, choice.plan), blocks[i].span)
+            plan = res.plans[(choice.region_ops, choice.grid)]
+            blocks[i] = relax.DataflowBlock(rewrite_block(bm, plan), blocks[i].span)
             new = with_blocks(func, blocks)
         except (KeyboardInterrupt, MemoryError):
             raise
@@ -652,7 +554,7 @@ class TilePatches:
         attrs.update({
             "memsched.patches_split": ",".join(choice.split),
             "memsched.patches_grid": f"{choice.grid[0]}x{choice.grid[1]}",
-            "memsched.patches_region_ops": int(choice.length),
+            "memsched.patches_region_ops": int(choice.region_ops),
             "memsched.patches_peak_after": int(choice.peak),
             "memsched.patches_macs": int(choice.macs),
             "memsched.patches_mac_overhead": float(round(choice.overhead, 6)),

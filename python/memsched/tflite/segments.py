@@ -23,8 +23,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .tflite_graph import TFLiteGraph, TFLiteModelError, schema
-from .tflite_write import finish_model, pack_model, write_model  # noqa: F401 - pack_model re-exported
+from .read import TFLiteGraph, TFLiteModelError, schema
+from .write import finish_model, pack_model, write_model  # noqa: F401 - pack_model re-exported
 
 
 def segment_file_name(model_name: str, i: int, k: int) -> str:
@@ -139,7 +139,7 @@ def segment_models(tg: TFLiteGraph, assignment: Sequence[int]) -> list:
 def _unique_boundary_names(sg, indices) -> dict[int, str]:
     """Names for boundary tensors, made unique where the file repeats a name (the runner passes
     tensors between segments by name)."""
-    from .tflite_graph import _tname
+    from .read import _tname
 
     seen: dict[str, int] = {}
     for t, ten in enumerate(sg.tensors):
@@ -154,7 +154,7 @@ def _unique_boundary_names(sg, indices) -> dict[int, str]:
 
 def write_segments(tg: TFLiteGraph, assignment: Sequence[int], out_dir: str,
                    model_name: str | None = None) -> list[str]:
-    """Write one .tflite per stage into ``out_dir`` (each checked by `tflite_check`, written
+    """Write one .tflite per stage into ``out_dir`` (each checked by `check`, written
     atomically with the umask's permissions); returns the paths in stage order."""
     os.makedirs(out_dir, exist_ok=True)
     models = segment_models(tg, assignment)

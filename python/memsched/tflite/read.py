@@ -162,8 +162,16 @@ def read_tflite(path_or_bytes, name: str | None = None, label: str | None = None
     except Exception as e:  # noqa: BLE001 - a corrupt flatbuffer raises anything
         raise TFLiteModelError(f"cannot read model {label!r}: corrupt flatbuffer "
                                f"({type(e).__name__})") from None
+    return graph_of(model, name or "model", label, data)
+
+
+def graph_of(model, name: str = "model", label: str = "model.tflite", data: bytes = b""
+             ) -> TFLiteGraph:
+    """The `TFLiteGraph` of an unpacked ``ModelT`` already in memory (a file just parsed, or a
+    model a rewrite built: no serialise-and-parse round trip). ``data``: the file's bytes, for
+    buffers stored by offset."""
     try:
-        return _build(model, data, name or "model", label)
+        return _build(model, data, name, label)
     except TFLiteModelError:
         raise
     except (GraphError, IndexError, TypeError, ValueError, AttributeError) as e:
@@ -396,10 +404,10 @@ def analysis_graph(tg: TFLiteGraph) -> OpGraph:
 
 def load_tflite_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
     """`analysis_graph` of the .tflite file ``path`` (checked first by
-    `tflite_file.check_tflite`); no TVM. ``input_shapes`` may only restate the file's shapes:
+    `tvm_guard.check_tflite`); no TVM. ``input_shapes`` may only restate the file's shapes:
     a .tflite file fixes every tensor's shape."""
     from ..limits import MAX_TFLITE_BYTES
-    from .tflite_file import check_tflite
+    from .tvm_guard import check_tflite
 
     try:
         size = os.path.getsize(path)
@@ -410,7 +418,7 @@ def load_tflite_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
                                "limit")
     with open(path, "rb") as f:
         data = f.read()
-    # one validating walk over the flatbuffer yields what the graph needs (`tflite_file.Lean`):
+    # one validating walk over the flatbuffer yields what the graph needs (`tvm_guard.Lean`):
     # 0.1-0.2 s on a 1 MB file where unpacking the object API took 0.3-0.45 s
     lean = check_tflite(path, data, input_shapes, schema=schema(), lean=True)
     try:

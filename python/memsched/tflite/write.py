@@ -6,7 +6,7 @@ Every writer of the project (reorder, pipeline segments, the patch rewrite) ends
   the flatbuffer (``offset``/``size``, models over 2 GB) are pulled inline (a repacked file has
   other offsets), buffers nothing references any more are dropped and the indices of the others
   remapped, then the bytes are read back by the independent checker
-  (`memsched.importers.tflite_check`): topological operator order, buffer references, and an
+  (`memsched.tflite.check`): topological operator order, buffer references, and an
   offline plan whose co-live tensors never share bytes;
 * `read_offline_plan` / `set_offline_plan` / `remove_offline_plan` read and write TFLite Micro's
   ``OfflineMemoryAllocation`` metadata (int32 ``[version 1, subgraph 0, n, offset of tensor
@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import fileio
 # the plan is read where the file is read (the checker reads it too)
-from .tflite_graph import (OFFLINE_METADATA, TFLiteModelError, _plan_entries,  # noqa: F401
+from .read import (OFFLINE_METADATA, TFLiteModelError, _plan_entries,  # noqa: F401
                            read_offline_plan, schema)
 
 FLATBUFFER_LIMIT = (1 << 31) - (1 << 20)  # a flatbuffer addresses 2 GiB; keep room for tables
@@ -134,16 +134,21 @@ def drop_orphan_buffers(model) -> int:
     return len(buffers) - len(keep)
 
 
-def finish_model(model, label: str = "model.tflite") -> bytes:
-    """Drop orphaned buffers, serialize, and check the bytes with the independent checker.
+def finish_model(model, label: str = "model.tflite", operators: int | None = None) -> bytes:
+    """Drop orphaned buffers, serialize, and check the bytes with the independent checker (the
+    one check of the written bytes: it parses them back).
 
-    Raises `TFLiteModelError` (from the checker) if the written model would be inconsistent:
-    that is a bug of the writer, and the file must not reach the user."""
-    from .tflite_check import check_tflite
+    Raises `TFLiteModelError` (from the checker) if the written model would be inconsistent, or
+    has another number of operators than ``operators``: that is a bug of the writer, and the
+    file must not reach the user."""
+    from .check import check_tflite
 
     drop_orphan_buffers(model)
     data = pack_model(model)
-    check_tflite(data, label=label).raise_if_invalid()
+    report = check_tflite(data, label=label).raise_if_invalid()
+    if operators is not None and report.operators != operators:
+        raise TFLiteModelError(f"internal error: the written model has {report.operators} "
+                               f"operators, not {operators}")
     return data
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .tflite_graph import TFLiteModelError, read_offline_plan, schema
+from .read import TFLiteModelError, read_offline_plan, schema
 
 # bytes per element of the schema's TensorType (sub-byte types rounded up per tensor)
 _ELEMENT_BITS = {0: 32, 1: 16, 2: 32, 3: 8, 4: 64, 6: 8, 7: 16, 8: 64, 9: 8, 10: 64, 11: 128,

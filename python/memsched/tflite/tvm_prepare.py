@@ -1,5 +1,5 @@
 """Rewriting a .tflite model where TVM's TFLite frontend would fail, before `load_relax` hands it
-over (compile only; analysis reads the file itself, `tflite_graph.analysis_graph`).
+over (compile only; analysis reads the file itself, `read.analysis_graph`).
 
 Every rewrite computes exactly what the TFLite interpreter computes:
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelLoadError
-from .tflite_graph import NUMPY_DTYPES, TFLiteGraph, read_tflite, schema
+from .read import NUMPY_DTYPES, TFLiteGraph, read_tflite, schema
 
 # data-movement ops: exact in float between DEQUANTIZE and QUANTIZE with one scale/zero point
 FLOAT_WRAP_OPS = {"PAD", "PADV2", "MIRROR_PAD", "STRIDED_SLICE", "SLICE", "TRANSPOSE", "SPLIT",
@@ -193,7 +193,7 @@ def prepare_for_tvm(path: str, data: bytes, supported_quantized=frozenset(),
     """The .tflite ``data`` rewritten for TVM's frontend (see the module docstring).
     ``supported_quantized``: op names the frontend converts quantized; ``supported_ops``: every
     op name it converts (None: not checked)."""
-    from .tflite_segments import pack_model
+    from .segments import pack_model
 
     tg = read_tflite(data, label=path)
     ed = _Editor(tg)

@@ -19,9 +19,10 @@ rewrites subgraph 0 with builtin operators only:
 
 Every new tensor copies the quantization of the tensor it holds a window of. Tensors the
 rewrite leaves unused (the region's whole intermediates) are dropped and indices renumbered
-(signature defs too). The written model then goes through `tflite_reorder.reorder_tflite`: the
+(signature defs too). The rewritten model object then goes through `reorder.reorder_model`: the
 certified operator order under TFLM's memory model and, with ``offline_plan=True``, the offsets,
-and the independent checker (`tflite_check`).
+and the independent checker (`check`). The input is parsed once and the written bytes checked
+once.
 
 A region the rewrite refuses (an AVERAGE_POOL_2D with SAME padding on a border patch, a grid
 larger than the feature map, ...) is listed with its reason in ``result.search.refused``.
@@ -38,7 +39,9 @@ from ..patches import SpatialModel
 from ..patches.geometry import PAD_MIN
 from ..patches.region import PatchPlan, Refused
 from ..patches.search import Candidate, SearchResult, search_patches
-from .tflite_graph import TFLiteModelError, read_tflite, schema
+from .read import TFLiteModelError, graph_of, read_tflite, schema
+from .spatial import spatial_model
+from .tflm_memory import TFLM_MODEL, TFLMMemory
 
 
 class TileError(TFLiteModelError):
@@ -103,7 +106,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     region must end at; ``max_overhead``: extra MACs allowed for the default choice (0.3 =
     +30 %). Returns (file bytes, `TileResult`); writes ``dst`` atomically when given. When no
     candidate lowers the total arena within the budget, the model is only reordered."""
-    from .tflite_reorder import reorder_tflite
+    from .reorder import reorder_model
 
     t0 = time.perf_counter()
     g = _parse_grid(grid)
@@ -114,45 +117,41 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     sg = tg.subgraph
     # TFLM's CONV_2D / DEPTHWISE_CONV_2D allocate the per-channel multiplier and shift arrays
     # for float models too (measured: same persistent bytes for the float and int8 model)
-    quantized = True
-    sm = SpatialModel.from_tflite(tg)
+    memory = TFLMMemory(n_tensors=len(sg.tensors), quantized=True)
+    sm = spatial_model(tg)
     try:
-        res = search_patches(sm, tg.graph, tg.tensor_index, grids=[g] if g else None,
-                             split=split, max_overhead=max_overhead, quantized=quantized,
-                             time_limit=0.6 * time_limit, n_tensors=len(sg.tensors),
-                             frontier_overhead=None if not (g or split) else float("inf"))
+        res = search_patches(sm, tg.graph, tg.tensor_index, memory, grids=[g] if g else None,
+                             split=split, max_overhead=max_overhead,
+                             time_limit=0.6 * time_limit)
     except Refused as e:
         raise TileError(f"cannot tile {label!r}: {e}") from None
     choice = res.choice
-    if choice is None and (g or split) and res.frontier:
-        choice = min(res.frontier, key=lambda c: (c.total, c.patches))
     out = TileResult(res, choice, len(sm.ops), len(sm.ops))
     if g and not res.frontier:
         why = "; ".join(res.refused[:1]) or (
             f"no spatial region fits it (the spatial prefix ends at {res.prefix_end})")
         raise TileError(f"cannot tile {label!r} with grid {g[0]}x{g[1]}: {why}")
+    original_curve = _curve(tg.graph)
     if choice is None:
         out.notes.append("no patch grid lowers TFLite Micro's total arena within the MAC budget; "
                          "the model is only reordered")
-        data = tg.data
+        written = tg
     else:
         plan = res.plans[(choice.region_ops, choice.grid)]
         try:
             model = rewrite_model(tg, sm, plan)
         except Refused as e:
             raise TileError(f"cannot tile {label!r}: {e}") from None
-        from .tflite_write import remove_offline_plan
+        from .write import remove_offline_plan
 
         if remove_offline_plan(model) and not offline_plan:  # its tensor indices are gone
             out.notes.append("removed the file's offline memory plan (made for the unpatched "
                              "tensors); offline_plan=True writes one for the patched model")
-        from .tflite_write import pack_model
-
-        data = pack_model(model)
+        # the rewritten model object is scheduled as it is: no serialise-and-parse round trip
+        written = graph_of(model, tg.name, label)
     left = time_limit - (time.perf_counter() - t0)  # the search had its share
-    data, rr = reorder_tflite(data, None, offline_plan=offline_plan,
-                              time_limit=max(0.5, left / 2),
-                              arena_time_limit=max(0.5, left / 2))
+    data, rr = reorder_model(written, label, out_label=dst, offline_plan=offline_plan,
+                             time_limit=max(0.5, left / 2), arena_time_limit=max(0.5, left / 2))
     out.ops_after = rr.ops
     out.peak, out.lower_bound, out.optimal = rr.peak, rr.lower_bound, rr.optimal
     out.offline_arena = rr.offline_arena
@@ -160,7 +159,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     if choice is not None and not offline_plan:
         out.notes.append("TFLite Micro's own planner may place the patched tensors in more than "
                          "the certified peak; offline_plan=True writes offsets that reach it")
-    out.curves = {"original": _curve(tg.graph), "patched": _curve(read_tflite(data).graph)}
+    out.curves = {"original": original_curve, "patched": _curve(written.graph, rr.order)}
     out.seconds = time.perf_counter() - t0
     if dst is not None:
         from ..fileio import write_atomic
@@ -175,7 +174,7 @@ def rewrite_model(tg, sm: SpatialModel, plan: PatchPlan):
     first ``plan.region.length`` operators, the rest unchanged, unused tensors dropped."""
     s = schema()
     model = copy.deepcopy(tg.model)
-    from .tflite_write import inline_buffers
+    from .write import inline_buffers
 
     inline_buffers(model, tg.data)
     sg = model.subgraphs[0]
@@ -285,12 +284,13 @@ def rewrite_model(tg, sm: SpatialModel, plan: PatchPlan):
     return model
 
 
-def _curve(graph) -> list[int]:
-    """Stable footprint of each operator of ``graph`` in file order (TFLM's memory model)."""
+def _curve(graph, order=None) -> list[int]:
+    """Stable footprint of each operator of ``graph`` in ``order`` (default: file order) under
+    TFLM's memory model."""
     from ..memory import Problem
-    from .tflite_reorder import TFLM_MODEL
 
-    return Problem.from_graph(graph, TFLM_MODEL).evaluate(list(range(len(graph)))).steps
+    order = list(range(len(graph))) if order is None else list(order)
+    return Problem.from_graph(graph, TFLM_MODEL).evaluate(order).steps
 
 
 def _dtype_min(ttype: int, s):
@@ -345,8 +345,8 @@ def compare_outputs(path_a: str, path_b: str, count: int = 2, seed: int = 0,
                     tflm: bool = True) -> dict:
     """Run two .tflite files on the same random inputs; outputs compared bit for bit with
     LiteRT (no default delegates) and, when installed, TFLite Micro."""
-    from ..runtime import tflm as _tflm
-    from ..runtime.segments import make_interpreter, random_inputs
+    from . import tflm as _tflm
+    from .litert import make_interpreter, random_inputs
 
     ia, ib = make_interpreter(path_a), make_interpreter(path_b)
     feeds = random_inputs(ia.get_input_details(), count, seed)
@@ -383,7 +383,7 @@ def compare_outputs(path_a: str, path_b: str, count: int = 2, seed: int = 0,
 
 def measure_tile(src_path: str, dst_path: str, count: int = 2) -> dict:
     """TFLite Micro's minimal total arena (bisection) of both files, and output equality."""
-    from ..runtime import tflm as _tflm
+    from . import tflm as _tflm
 
     out = compare_outputs(src_path, dst_path, count)
     if _tflm.available():

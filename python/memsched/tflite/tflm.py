@@ -177,8 +177,8 @@ def compare_models(path_a: str, path_b: str, count: int = 3, seed: int = 0,
     max |diff|; outputs are looked at before intermediates).
     """
 
-    from ..importers.tflite_graph import read_tflite
-    from .segments import make_interpreter, random_inputs
+    from .read import read_tflite
+    from .litert import make_interpreter, random_inputs
 
     ia = make_interpreter(path_a, preserve_all_tensors=True)
     ib = make_interpreter(path_b, preserve_all_tensors=True)

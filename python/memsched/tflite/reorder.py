@@ -12,12 +12,10 @@ stale: an offline plan already in the file is re-planned for the new order (see
 offset of tensor 0 .. n-1]``, ``-1`` = plan at run time, offsets from the start of the arena's
 head section).
 
-TFLM's memory model (its allocation info): a tensor is live from the operator that writes it
-(subgraph inputs: from the first operator) to the last operator that reads it; subgraph outputs
-live to the end; an output nobody reads lives during its operator only; constants and variable
-tensors are not in the planned section. That is memsched's ``paper`` model with each operator a
-schedule step, so the schedule's peak is the liveness bound of TFLM's arena, and the offline
-plan (16-byte aligned, as TFLM aligns) reaches it whenever the packing does.
+TFLM's memory model (when a tensor lives, what the arena holds) is stated once in
+`memsched.tflite.tflm_memory`; the schedule's peak under it is the liveness bound of TFLM's
+arena, and the offline plan (16-byte aligned, as TFLM aligns) reaches it whenever the packing
+does.
 """
 from __future__ import annotations
 
@@ -25,17 +23,13 @@ import time
 from dataclasses import dataclass, field
 
 from .. import arena as _arena
-from ..memory import MemoryModel, Problem
-from .tflite_check import check_model
-from .tflite_graph import TFLiteGraph, TFLiteModelError, read_tflite
-from .tflite_write import OFFLINE_METADATA  # noqa: F401 - the metadata name, re-exported
-from .tflite_write import (drop_orphan_buffers, finish_model, inline_buffers, read_offline_plan,
+from ..memory import Problem
+from .check import check_model
+from .read import TFLiteGraph, TFLiteModelError, read_tflite
+from .tflm_memory import TFLM_ALIGNMENT, TFLM_MODEL, lifetimes
+from .write import OFFLINE_METADATA  # noqa: F401 - the metadata name, re-exported
+from .write import (drop_orphan_buffers, finish_model, inline_buffers, read_offline_plan,
                            remove_offline_plan, set_offline_plan, write_model)
-
-TFLM_ALIGNMENT = 16  # MicroArenaBufferAlignment()
-TFLM_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=False, workspace=True,
-                         name="tflm")
-
 
 @dataclass
 class ReorderResult:
@@ -65,26 +59,6 @@ class ReorderResult:
                 "order": self.order}
 
 
-def lifetimes(tg: TFLiteGraph, order) -> list[tuple[int, _arena.Lifetime]]:
-    """(file tensor index, TFLM lifetime in steps of ``order``) of every planned activation."""
-    g = tg.graph
-    pos = {v: k for k, v in enumerate(order)}
-    last = len(order) - 1
-    out = []
-    for t, ten in enumerate(g.tensors):
-        if ten.nbytes <= 0:
-            continue
-        start = 0 if ten.producer is None else pos[ten.producer]
-        if ten.is_output:
-            end = last
-        elif ten.consumers:
-            end = max(pos[c] for c in ten.consumers)
-        else:
-            end = start
-        out.append((tg.tensor_index[t], _arena.Lifetime(ten.nbytes, start, max(start, end))))
-    return out
-
-
 def offline_offsets(tg: TFLiteGraph, order, time_limit: float = 10.0,
                     alignment: int = TFLM_ALIGNMENT) -> tuple[list[int], _arena.ArenaPlan]:
     """One offset per tensor of subgraph 0 (``-1`` for what TFLM plans itself) and the plan."""
@@ -100,7 +74,8 @@ def offline_offsets(tg: TFLiteGraph, order, time_limit: float = 10.0,
 def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = False,
                    algorithm: str = "auto", time_limit: float | None = 60.0,
                    arena_time_limit: float = 10.0) -> tuple[bytes, ReorderResult]:
-    """Schedule subgraph 0 of ``src`` for minimum peak and write the reordered model.
+    """Schedule subgraph 0 of ``src`` (path or bytes) for minimum peak and write the reordered
+    model.
 
     Returns (file bytes, result); writes them to ``dst`` (atomically, umask honoured) when given.
     The order is only changed when it lowers the peak; an already optimal file keeps its order.
@@ -109,22 +84,41 @@ def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = Fal
     if the operator order is unchanged and the plan is valid for it, else re-planned for the
     written order (``offline_plan_action`` says which; a control-flow model's plan, which this
     writer cannot re-plan, is removed). The written bytes pass the independent checker
-    (`memsched.importers.tflite_check`) before they are returned.
+    (`memsched.tflite.check`) before they are returned.
     """
+    t0 = time.perf_counter()
+    tg = read_tflite(src)
+    label = src if isinstance(src, str) else "model.tflite"
+    data, res = reorder_model(tg, label, out_label=dst, offline_plan=offline_plan,
+                              algorithm=algorithm, time_limit=time_limit,
+                              arena_time_limit=arena_time_limit)
+    res.seconds = time.perf_counter() - t0
+    if dst is not None:
+        write_model(dst, data)
+    return data, res
+
+
+def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: str | None = None,
+                  offline_plan: bool = False, algorithm: str = "auto",
+                  time_limit: float | None = 60.0, arena_time_limit: float = 10.0
+                  ) -> tuple[bytes, ReorderResult]:
+    """`reorder_tflite` of a model already in memory (``tg``: a parsed file, or a rewrite's
+    model through `memsched.tflite.read.graph_of`); ``tg.model`` is reordered in place.
+    Returns (checked file bytes, result)."""
     from ..schedulers import schedule
 
     t0 = time.perf_counter()
-    tg = read_tflite(src)
     model = tg.model
     try:
         existing = read_offline_plan(model)
     except TFLiteModelError as e:
-        raise TFLiteModelError(f"cannot reorder {src!r}: {str(e).removeprefix('its ')}") from None
+        raise TFLiteModelError(f"cannot reorder {label!r}: {str(e).removeprefix('its ')}") \
+            from None
     inline_buffers(model, tg.data)
     drop_orphan_buffers(model)  # also the buffer of a plan replaced below
     multi = len(model.subgraphs) > 1
     if offline_plan and multi:
-        raise TFLiteModelError(f"cannot plan {src!r} offline: it has "
+        raise TFLiteModelError(f"cannot plan {label!r} offline: it has "
                                f"{len(model.subgraphs)} subgraphs (control flow); reorder "
                                "without --offline-plan")
     g = tg.graph
@@ -145,7 +139,7 @@ def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = Fal
                         stats=dict(s.stats))
     action = "written" if offline_plan else None
     if not offline_plan and existing is not None:
-        if order == base and check_model(model, src).ok:
+        if order == base and check_model(model, label).ok:
             action = "kept"  # the user's own plan, still valid for the unchanged order
         elif multi:
             remove_offline_plan(model)
@@ -164,13 +158,7 @@ def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = Fal
         set_offline_plan(model, offsets)
         res.offline_arena, res.offline_optimal = plan.arena, bool(plan.optimal)
     res.offline_plan_action = action
-    data = finish_model(model, label=dst or src)
-    # the written file must read back as the same graph in the new order
-    back = read_tflite(data, name=tg.name)
-    if len(back.graph) != len(g):
-        raise TFLiteModelError("internal error: the reordered model lost operators")
+    # packed and checked once; the checker also counts the written operators
+    data = finish_model(model, label=out_label or label, operators=len(g))
     res.seconds = time.perf_counter() - t0
-    if dst is not None:
-        write_model(dst, data)
     return data, res
-

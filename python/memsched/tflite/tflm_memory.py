@@ -1,0 +1,128 @@
+"""TFLite Micro's memory model, stated once: what its arena holds and when a tensor lives.
+
+* **Activations** (the head section its planner packs): a tensor is live from the operator that
+  writes it (subgraph inputs: from the first operator) to the last operator that reads it;
+  subgraph outputs live to the end; an output nobody reads lives during its operator only;
+  constants and variable tensors are not planned. That is memsched's ``paper`` model with each
+  operator a schedule step (`TFLM_MODEL`), so a schedule's peak is the liveness bound of the
+  arena, and an offline plan aligned as TFLM aligns (`TFLM_ALIGNMENT`) reaches it whenever the
+  packing does (`lifetimes`).
+* **Persistent bytes** (the tail section): what TFLM keeps per operator and per tensor
+  (`TFLMPersistent`, measured), which patch-based execution pays again for every copied
+  operator. `TFLMMemory` hands both to the one patch search (`memsched.patches.search`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import arena as _arena
+from ..memory import MemoryModel
+from ..patches.geometry import PAD_MIN, SOp, SpatialModel
+from ..patches.region import PatchPlan
+from ..patches.search import RuntimeMemory
+from .read import TFLiteGraph
+
+TFLM_ALIGNMENT = 16  # MicroArenaBufferAlignment()
+TFLM_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=False, workspace=True,
+                         name="tflm")
+
+
+def lifetimes(tg: TFLiteGraph, order) -> list[tuple[int, _arena.Lifetime]]:
+    """(file tensor index, TFLM lifetime in steps of ``order``) of every planned activation."""
+    g = tg.graph
+    pos = {v: k for k, v in enumerate(order)}
+    last = len(order) - 1
+    out = []
+    for t, ten in enumerate(g.tensors):
+        if ten.nbytes <= 0:
+            continue
+        start = 0 if ten.producer is None else pos[ten.producer]
+        if ten.is_output:
+            end = last
+        elif ten.consumers:
+            end = max(pos[c] for c in ten.consumers)
+        else:
+            end = start
+        out.append((tg.tensor_index[t], _arena.Lifetime(ten.nbytes, start, max(start, end))))
+    return out
+
+
+@dataclass(frozen=True)
+class TFLMPersistent:
+    """Bytes TFLite Micro allocates in the persistent (tail) section, per operator and tensor.
+
+    Measured with the ``tflite-micro`` Python interpreter's recording allocator (reference
+    kernels, 64-bit host): a ``NodeAndRegistration`` of 64 B per operator, a
+    ``TfLiteEvalTensor`` of 24 B per tensor of the subgraph (constants included), each kernel's
+    op data (``op_data``: measured per kind as the tail growth of int8 models with 1 and 11
+    copies of the operator, minus node and tensors) and, for CONV_2D / DEPTHWISE_CONV_2D, the
+    per-channel output multiplier and shift arrays: 2 x 4 B per output channel, each array
+    16-byte aligned (TFLM's Prepare allocates them for float models too; ``quantized=False``
+    leaves them out, for runtimes that do not)."""
+
+    node: int = 64
+    eval_tensor: int = 24
+    op_data: tuple = (("CONV_2D", 108), ("DEPTHWISE_CONV_2D", 108), ("STRIDED_SLICE", 120),
+                      ("PAD", 64), ("PADV2", 64), ("CONCATENATION", 88), ("ADD", 72),
+                      ("MAX_POOL_2D", 72), ("AVERAGE_POOL_2D", 72), ("MUL", 53),
+                      ("HARD_SWISH", 32), ("RELU", 32), ("QUANTIZE", 32), ("LEAKY_RELU", 35),
+                      ("RELU6", 16), ("LOGISTIC", 16), ("TANH", 16))
+    default_op_data: int = 48
+    per_channel: int = 8
+
+    def op(self, kind: str, cout: int = 0, quantized: bool = True, new_tensors: int = 1) -> int:
+        data = dict(self.op_data).get(kind, self.default_op_data)
+        chan = self.per_channel * cout if quantized and kind in ("CONV_2D",
+                                                                  "DEPTHWISE_CONV_2D") else 0
+        return self.node + data + _align16(chan // 2) * 2 + self.eval_tensor * new_tensors
+
+
+def _align16(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+PERSISTENT = TFLMPersistent()
+# new constant tensors per inserted node: STRIDED_SLICE begin/end (strides shared), PAD paddings
+NEW_CONSTS = {"slice": 2, "pad": 1, "concat": 0, "op": 0}
+NODE_KIND = {"slice": "STRIDED_SLICE", "pad": "PAD", "concat": "CONCATENATION"}
+
+
+@dataclass(frozen=True)
+class TFLMMemory(RuntimeMemory):
+    """TFLite Micro's arena for the patch search: activations under `TFLM_MODEL` plus the
+    persistent bytes of every operator (``n_tensors``: tensors of the subgraph, constants
+    included, each with an eval tensor; 0: those of the `SpatialModel`)."""
+
+    name: str = "tflm"
+    activations: MemoryModel = TFLM_MODEL
+    n_tensors: int = 0
+    quantized: bool = True
+    price: TFLMPersistent = PERSISTENT
+
+    def model_persistent(self, sm: SpatialModel) -> int:
+        n = self.n_tensors or len(sm.tensors)
+        return sum(self.price.op(op.kind, op.cout, self.quantized, 0) for op in sm.ops) + \
+            self.price.eval_tensor * n
+
+    def copy_price(self, op: SOp) -> int:
+        # a PAD is not copied into interior patches: not counted
+        if op.kind in ("PAD", "PADV2"):
+            return 0
+        return self.price.op(op.kind, op.cout, self.quantized, 1)
+
+    def plan_persistent_delta(self, sm: SpatialModel, plan: PatchPlan) -> int:
+        price, quantized = self.price, self.quantized
+        add = 0
+        for nd in plan.nodes:
+            if nd.kind == "op":
+                op = sm.ops[nd.op]
+                add += price.op(op.kind, op.cout, quantized, 1)
+            else:
+                consts = NEW_CONSTS[nd.kind] + (nd.kind == "pad" and nd.pad_value == PAD_MIN)
+                add += price.op(NODE_KIND[nd.kind], 0, quantized, 1 + consts)
+        if any(nd.kind == "slice" for nd in plan.nodes):
+            add += price.eval_tensor  # the shared strides tensor
+        removed = sum(price.op(sm.ops[k].kind, sm.ops[k].cout, quantized, 1)
+                      for k in plan.region.ops)
+        removed -= price.eval_tensor * len(plan.region.split)  # split tensors keep their index
+        return add - removed
