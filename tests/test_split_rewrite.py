@@ -7,9 +7,9 @@ import pytest
 tvm = pytest.importorskip("tvm")
 from tvm import relax  # noqa: E402
 
-from memsched.split import (CostModel, Device, Encoding, Link, OpTimes, evaluate,  # noqa: E402
-                            from_relax)
+from memsched.split import CostModel, Device, Encoding, Link, OpTimes, evaluate  # noqa: E402
 from memsched.split.plan import build_plan  # noqa: E402
+from memsched.transform.split_relax import from_relax  # noqa: E402
 from memsched.transform.split_across_devices import (SplitAcrossDevices, device_module,  # noqa: E402
                                                      rewrite, split_program)
 from split_models import tiny_cnn  # noqa: E402

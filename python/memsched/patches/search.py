@@ -282,6 +282,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     regs = [r for r in regs if not excluded.intersection(r.split)]
     if split is not None:
         regs = [r for r in regs if any(sm.tensors[t].name == split for t in r.split)]
+        # the region that ends at that tensor alone, where there is one
+        regs = [r for r in regs if len(r.split) == 1] or regs
         if not regs:
             raise Refused(f"no patch region ends at tensor {split!r} (the spatial prefix ends "
                           f"at {why})")
