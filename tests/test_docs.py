@@ -17,7 +17,7 @@ Which README lines are skipped (the rule)
    runs those two commands itself, literally, before this test (and pytest inside pytest
    would recurse).
 2. Lines that need a file the repository does not hold: a token naming a model or data file
-   (``*.onnx``, ``*.tflite``, ``*.pt2``, ``*.json``) or a directory (``name/``) that is read,
+   (``*.onnx``, ``*.tflite``, ``*.pt2``, ``*.pte``, ``*.json``) or a directory (``name/``) that is read,
    not written, and exists neither in the repository nor among the outputs of an earlier run
    line. Written arguments are the values of ``-o``/``--output``/``--plot``/``--report``.
    ``model.onnx``, ``model.tflite`` and ``segs/`` (written by a skipped line) are the user's
@@ -44,7 +44,7 @@ TUTORIALS = os.path.join(REPO, "tutorials")
 BIN = os.path.dirname(sys.executable)
 TIMEOUT = 150  # seconds per command; the slowest (an RPC split) takes ~30 s on 2 cores
 
-_DATA = re.compile(r"\.(onnx|tflite|pt2|json)$")
+_DATA = re.compile(r"\.(onnx|tflite|pt2|pte|json)$")
 _WRITES = {"-o", "--output", "--plot", "--report"}
 
 

@@ -33,6 +33,10 @@ def cmd_analyze(args) -> int:
     default, without importing TVM for .onnx files."""
     from ..schedulers.base import available
 
+    if str(args.model).lower().endswith(".pte"):  # an ExecuTorch program
+        from .pte import analyze_pte
+
+        return analyze_pte(args)
     if args.algorithm is not None and args.algorithm not in available():
         raise CLIError(f"unknown algorithm {args.algorithm!r}; choose one of "
                        f"{', '.join(sorted(available()))}")
@@ -235,7 +239,7 @@ def _print_analysis(result: dict) -> None:
 
 def register(sub) -> None:
     a = sub.add_parser("analyze", help="peak memory per scheduling method")
-    a.add_argument("model", help="model file (.onnx/.tflite/.pt2) or example:NAME")
+    a.add_argument("model", help="model file (.onnx/.tflite/.pt2/.pte) or example:NAME")
     a.add_argument("--json", action="store_true", help="one JSON object on stdout")
     a.add_argument("--view", choices=["relax", "file"], default=None,
                    help="relax (default except .tflite): the Relax bindings `memsched compile` "

@@ -259,10 +259,17 @@ def tflite_output(model: str, output: str | None, verb: str, suffix: str) -> str
     """The ``-o`` file of a command rewriting ``model`` (a .tflite file): checked before any
     work (input kind, a writable directory, not the input itself); default
     ``MODEL<suffix>``."""
+    return rewrite_output(model, output, verb, suffix, ".tflite")
+
+
+def rewrite_output(model: str, output: str | None, verb: str, suffix: str,
+                   kind: str | tuple = ".tflite") -> str:
+    """`tflite_output` for a rewritten file of kind ``kind`` (its extension, or several)."""
     from ..errors import ModelLoadError
 
-    if not model.lower().endswith(".tflite"):
-        raise ModelLoadError(f"cannot {verb} {model!r}: expected a .tflite file")
+    kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+    if not model.lower().endswith(kinds):
+        raise ModelLoadError(f"cannot {verb} {model!r}: expected a {' or '.join(kinds)} file")
     out = output or os.path.splitext(model)[0] + suffix
     out_dir = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(out_dir) or not os.access(out_dir, os.W_OK):

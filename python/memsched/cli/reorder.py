@@ -2,6 +2,9 @@
 
     memsched reorder model.tflite -o model.memsched.tflite [--offline-plan] [--measure]
         [--time-limit S] [--json]
+    memsched reorder model.pte -o model.memsched.pte [--measure] [--time-limit S] [--json]
+
+A ``.pte`` program (ExecuTorch) is handled by `memsched.cli.pte`.
 
 Rewrites subgraph 0's operator list into memsched's order (certified minimum peak under TFLite
 Micro's memory model) and, with ``--offline-plan``, writes memsched's arena offsets into the
@@ -39,6 +42,10 @@ class OutputsDiffer(RuntimeError):
 
 
 def cmd_reorder(args) -> int:
+    if str(args.model).lower().endswith(".pte"):  # an ExecuTorch program
+        from .pte import reorder_pte
+
+        return reorder_pte(args)
     from ..tflite.reorder import reorder_tflite
     from ..tflite.write import write_model
 
@@ -130,8 +137,9 @@ def measure_bytes(original: str, data: bytes) -> dict:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("reorder", help="reorder a .tflite file for a smaller TFLite/TFLM arena")
-    p.add_argument("model", help="a .tflite file")
+    p = sub.add_parser("reorder", help="reorder a .tflite file (TFLite/TFLM) or a .pte "
+                                       "program (ExecuTorch) for a smaller arena")
+    p.add_argument("model", help="a .tflite file or an ExecuTorch .pte program")
     p.add_argument("-o", "--output", help="output file (default MODEL.memsched.tflite)")
     p.add_argument("--offline-plan", action="store_true",
                    help="also write memsched's arena offsets (OfflineMemoryAllocation metadata)")

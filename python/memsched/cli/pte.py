@@ -1,0 +1,144 @@
+"""ExecuTorch programs (``.pte``) on the command line: what ``analyze`` and ``reorder`` do for
+them (`memsched.executorch.pte`). Not a command of its own: `analyze` and `reorder` hand a
+``.pte`` file here.
+
+    memsched analyze model.pte [--json] [--plot OUT.svg] [--time-limit S]
+    memsched reorder model.pte -o out.pte [--measure] [--json] [--time-limit S]
+
+``reorder`` rewrites each method's instruction order into the certified one and its planned
+tensors' offsets into the exact packer's; every new plan passes the independent check; a
+method whose plan would not shrink, or that memsched cannot model (a note names why), is left
+as written. ``--measure`` runs both programs in ExecuTorch's runtime on the same random inputs
+before anything is written: any output that differs is one line on stderr, exit status 1, and
+no file. Bad input (a truncated or foreign file, nothing memsched can re-plan) is one line,
+exit status 2, nothing written.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import CLIError, _quiet_native_stderr, _status, rewrite_output, seconds
+
+
+def _needs_executorch() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("executorch") is None:
+        raise CLIError(".pte files need the 'executorch' package "
+                       "(pip install 'tvm-memsched[executorch]')")
+
+
+def analyze_pte(args) -> int:
+    """``memsched analyze model.pte``: per method, planned bytes as written, the liveness peak
+    of the file's order, the certified optimum and its lower bound, the written plan's check."""
+    _needs_executorch()
+    if args.passes or args.pass_config or (args.view not in (None, "file")):
+        raise CLIError("--pass/--pass-config/--view relax apply to models TVM builds, not to "
+                       "an ExecuTorch program")
+    if args.plot or args.report:
+        from ..report import check_outputs
+
+        check_outputs(args.plot, args.report)
+    from ..executorch import pte
+
+    keep: dict = {}
+    # importing ExecuTorch prints its optional kernels' load failures on fd 2: held back
+    with _status(not args.json, f"analyzing {args.model} ..."), \
+            _quiet_native_stderr(getattr(args, "verbose", False)):
+        methods = pte.analyze(args.model, time_limit=args.time_limit, keep=keep)
+    result = {"model": args.model, "format": "pte", "methods": methods}
+    if args.plot or args.report:
+        from ..executorch.model import EXECUTORCH_MODEL
+        from ..report import write_outputs
+
+        if not keep:
+            raise CLIError(f"cannot plot {args.model!r}: no method could be modelled")
+        name, (graph, order) = next(iter(keep.items()))
+        row = methods[name]
+        plot_result = {"model": f"{args.model} ({name})", "view": "file",
+                       "lower_bound": row.get("lower_bound"), "methods": {}}
+        for line in write_outputs(graph, EXECUTORCH_MODEL, order, plot_result, args.plot,
+                                  args.report):
+            print(line, file=sys.stderr)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    for name, row in methods.items():
+        print(f"{args.model} method {name!r}: {row['instructions']} instructions, "
+              f"{sum(row['operators'].values())} kernel calls, {row['delegates']} delegates, "
+              f"{row['planned_tensors']} planned tensors")
+        sizes = row["non_const_buffer_sizes"][1:]
+        print(f"  planned bytes as written: {row['planned_bytes']:,} B"
+              + (f" in {len(sizes)} arenas {', '.join(f'{s:,}' for s in sizes)}"
+                 if len(sizes) > 1 else ""))
+        if "error" in row:
+            print(f"  not modelled: {row['error']}")
+            continue
+        status = "optimal" if row["optimal"] else f"lower bound {row['lower_bound']:,} B"
+        print(f"  liveness peak: {row['file_order_peak']:,} B in the file's order -> "
+              f"{row['optimum_peak']:,} B in memsched's order ({status}); "
+              f"{row['schedule_seconds']} s")
+        print(f"  written plan check: {row['plan_check']}")
+    return 0
+
+
+def reorder_pte(args) -> int:
+    """``memsched reorder model.pte -o out.pte``: see the module docstring. Returns the exit
+    status (0 written, 1 outputs differ, 2 bad input)."""
+    from ..executorch.errors import OutputsDifferError
+
+    report = None
+    try:
+        _needs_executorch()
+        if args.offline_plan:
+            raise CLIError("--offline-plan is for .tflite files: a .pte program always gets "
+                           "memsched's offsets")
+        try:
+            limit = seconds(str(args.time_limit))
+        except Exception:  # noqa: BLE001 - argparse's type error: one line
+            limit = 0.0
+        if limit <= 0:
+            raise CLIError(f"bad --time-limit {args.time_limit!r}: must be a positive number "
+                           "of seconds")
+        out = rewrite_output(args.model, args.output, "reorder", ".memsched.pte", ".pte")
+        from ..executorch import pte
+
+        with _status(not args.json, f"reordering {args.model} ..."), \
+                _quiet_native_stderr(getattr(args, "verbose", False)):
+            data, methods = pte.reorder(args.model, time_limit=limit, measure=args.measure)
+        report = {"model": args.model, "output": out, "format": "pte", "measured":
+                  bool(args.measure), "methods": methods}
+        modelled = [m for m in methods.values() if "error" not in m]
+        if not modelled:
+            first = next(iter(methods.values()))
+            raise CLIError(f"cannot reorder {args.model!r}: {first['error']}")
+        from ..fileio import write_atomic
+
+        write_atomic(out, data)
+    except OutputsDifferError as e:
+        if args.json and report is not None:
+            print(json.dumps({**report, "written": False}))
+        print(f"memsched: error: {e}; {args.output or 'the output'!r} not written",
+              file=sys.stderr)
+        return 1
+    except (ValueError, OSError, RuntimeError) as e:
+        msg = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
+        print(f"memsched: error: {msg}", file=sys.stderr)
+        return 2
+    report["written"] = True
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    for name, row in methods.items():
+        if "error" in row:
+            print(f"note: method {name!r} left as written: {row['error']}")
+            continue
+        status = "optimal" if row.get("order_optimal") else \
+            f"lower bound {row['lower_bound']:,} B"
+        print(f"{out} method {name!r}: planned {row['planned_before']:,} B -> "
+              f"{row['planned_after']:,} B; liveness peak {row['file_order_peak']:,} B in the "
+              f"file's order -> {row['peak']:,} B ({status})"
+              + ("" if row.get("changed") else f"; unchanged: {row.get('reason')}")
+              + ("; outputs bit-equal in ExecuTorch's runtime" if row.get("bit_equal") else ""))
+    return 0

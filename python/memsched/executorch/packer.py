@@ -1,0 +1,144 @@
+"""memsched's exact arena packer as an ExecuTorch memory planning algorithm.
+
+Signature of ExecuTorch 1.5.1's algorithms (``exir/memory_planning.py``)::
+
+    algo(alignment, specs, graph_module, graph_signature, extra_padding) -> MemoryAlgoResult
+
+``specs`` arrive with their lifetimes set (inclusive node indices); each arena (``mem_id``,
+``None`` meaning 1, as in ``greedy``) is packed on its own by `memsched.arena.plan` ("auto":
+greedy, then the exact packer with a proven lower bound). Storage-backed specs sit inside their
+base at ``storage_base_offset``; an arena starts above the control-flow submodules' reserve
+(``graph_module.input_mem_buffer_sizes``) and gets ``extra_padding`` on top, as in ``greedy``.
+Each arena keeps the smaller of ExecuTorch's ``greedy`` and memsched's packing, so the result is
+never larger than ``greedy``'s even outside a `MemoryPlanningAlgorithmSuite`; every plan goes
+through the independent check (`memsched.executorch.check`) before it is returned.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .check import check_placements
+from .model import storage_root
+
+
+@dataclass
+class ArenaReport:
+    """One arena of one planned graph: bytes (what ExecuTorch writes in
+    ``non_const_buffer_sizes``) by ExecuTorch's ``greedy`` and by memsched, the proven lower
+    bound, whether memsched's arena is certified optimal, the winner and seconds."""
+
+    graph: str
+    mem_id: int
+    tensors: int
+    greedy: int
+    memsched: int
+    lower_bound: int
+    optimal: bool
+    chosen: str
+    seconds: float
+
+
+class MemschedAlgo:
+    """The packing algorithm; an instance is callable with ExecuTorch's signature and keeps
+    the `ArenaReport` of every call in ``reports``."""
+
+    __name__ = "memsched"
+
+    def __init__(self, time_limit: float | None = 10.0, name: str = "memsched"):
+        self.time_limit = time_limit
+        self.__name__ = name
+        self.reports: list[ArenaReport] = []
+        self.top = None  # the top-level graph module being planned (set by the pass)
+
+    def __call__(self, alignment, specs, graph_module, graph_signature, extra_padding=0):
+        from executorch.exir.memory_planning import MemoryAlgoResult, SpecAllocResult, greedy
+
+        from ..arena import Lifetime, plan
+
+        specs = list(specs)
+        g = greedy(alignment, specs, graph_module, graph_signature, extra_padding)
+        reserve = getattr(graph_module, "input_mem_buffer_sizes", None) or []
+        roots_by_arena: dict[int, list] = {}
+        for s in specs:
+            s.realign(alignment)
+            if s.storage_base is None:
+                roots_by_arena.setdefault(1 if s.mem_id is None else s.mem_id, []).append(s)
+        if not roots_by_arena:
+            return g
+        bufsizes = [0] * (max(roots_by_arena) + 1)
+        result = MemoryAlgoResult({}, bufsizes)
+        greedy_sizes = list(g.bufsizes) + [0] * (len(bufsizes) - len(g.bufsizes))
+        for mem_id, roots in sorted(roots_by_arena.items()):
+            t0 = time.perf_counter()
+            base = reserve[mem_id] if len(reserve) > mem_id else 0
+            lts = [Lifetime(s.allocated_memory, s.lifetime[0], s.lifetime[1]) for s in roots]
+            p = plan(lts, "auto", alignment=alignment,
+                     time_limit=10.0 if self.time_limit is None else self.time_limit)
+            mine = base + p.arena + extra_padding
+            greedy_bytes = greedy_sizes[mem_id]
+            lower = base + p.lower_bound + extra_padding
+            in_arena = _idset(roots)
+            arena_specs = [s for s in specs if storage_root(s) in in_arena]
+            if mine < greedy_bytes:
+                chosen = "memsched"
+                for s, off in zip(roots, p.offsets):
+                    result.spec_dict[s] = SpecAllocResult(mem_id, 0, base + off)
+                for s in arena_specs:
+                    if s.storage_base is not None:
+                        r = storage_root(s)
+                        result.spec_dict[s] = SpecAllocResult(
+                            mem_id, 0, result.spec_dict[r].mem_offset + _offset_in_root(s))
+                _set_object_ids(arena_specs, result.spec_dict)
+                bufsizes[mem_id] = mine
+            else:  # greedy's own placements for this arena (equal or smaller)
+                chosen = "greedy"
+                for s in arena_specs:
+                    result.spec_dict[s] = g.spec_dict[s]
+                bufsizes[mem_id] = greedy_bytes
+            check_placements(
+                [(s, result.spec_dict[s].mem_offset) for s in arena_specs],
+                bufsizes[mem_id], where=f"arena {mem_id}")
+            top = self.top is None or graph_module is self.top
+            self.reports.append(ArenaReport(
+                "top" if top else "submodule", mem_id, len(roots), greedy_bytes, bufsizes[mem_id],
+                min(lower, bufsizes[mem_id]), bufsizes[mem_id] <= lower, chosen,
+                time.perf_counter() - t0))
+        return result
+
+
+class _idset:
+    """Membership by identity (TensorSpec may define __eq__ on content one day)."""
+
+    def __init__(self, items):
+        self.ids = {id(x) for x in items}
+
+    def __contains__(self, x):
+        return id(x) in self.ids
+
+
+def _offset_in_root(spec) -> int:
+    off = 0
+    while spec.storage_base is not None:
+        off += spec.storage_base_offset
+        spec = spec.storage_base
+    return off
+
+
+def _set_object_ids(specs, spec_dict) -> None:
+    """``mem_obj_id``: one id per run of specs connected by overlapping byte ranges (specs
+    sharing memory at different times share an object, as ExecuTorch's Verifier expects)."""
+    spans = sorted(((spec_dict[s].mem_offset, spec_dict[s].mem_offset + s.allocated_memory, i)
+                    for i, s in enumerate(specs)))
+    obj, reach = -1, -1
+    for lo, hi, i in spans:
+        if lo >= reach:
+            obj += 1
+        reach = max(reach, hi)
+        spec_dict[specs[i]].mem_obj_id = obj
+
+
+def memsched_algo(alignment, specs, graph_module, graph_signature, extra_padding=0):
+    """memsched's packer with a 10 s limit per arena (a plain function for
+    ``MemoryPlanningAlgorithmSuite(algo_list=[greedy, memsched_algo])``)."""
+    return MemschedAlgo()(alignment, specs, graph_module, graph_signature, extra_padding)

@@ -1,0 +1,196 @@
+"""The planning pass and `backend_config`: what an ExecuTorch user puts in
+``edge.to_executorch(...)``.
+
+`MemschedPlanningPass` is a `MemoryPlanningPass` that, right before planning, reorders the graph
+into memsched's certified peak-optimal order (`memsched.executorch.reorder`) and then plans with
+``MemoryPlanningAlgorithmSuite(algo_list=[greedy, MemschedAlgo])``. The reorder sits here and
+not in ``ExecutorchBackendConfig.passes`` because user passes run before ``ToOutVarPass``,
+``alloc`` nodes and ``memory.view``: only at planning time is the node order the schedule
+ExecuTorch measures lifetimes in, and nothing runs between this pass and the emitter. After
+planning, the plan is checked independently (`memsched.executorch.check`) and the pass keeps a
+`PlanReport` per method in ``report``.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from ..errors import GraphError
+from .check import check_graph_module
+from .errors import UnsupportedProgramError
+from .model import FastSignature, PlanFlags
+from .packer import ArenaReport, MemschedAlgo
+from .reorder import OrderReport, reorder_graph_module
+
+DEFAULT_TIME_LIMIT = 10.0
+
+
+@dataclass
+class PlanReport:
+    """What memsched did to one method: the order decision (``order``, or ``None`` when
+    reordering was off or refused, with the reason in ``note``), one `ArenaReport` per planned
+    arena (top level and control-flow submodules), the planned sizes as written and the
+    number of tensors the independent check passed."""
+
+    method: str
+    order: OrderReport | None
+    arenas: list[ArenaReport]
+    bufsizes: list[int]
+    checked_tensors: int
+    seconds: float
+    note: str = ""
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(self.bufsizes)
+
+    @property
+    def greedy_bytes(self) -> int:
+        """What ExecuTorch's greedy plans for the same (reordered) graph, top level."""
+        top = [a for a in self.arenas if a.graph == "top"]
+        return sum(a.greedy for a in top)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        lines = [f"method {self.method}: planned {self.planned_bytes:,} B "
+                 f"(buffers {self.bufsizes}), check passed on {self.checked_tensors} tensors"]
+        if self.order is not None:
+            o = self.order
+            lines.append(f"  order: {o.ops} ops, liveness peak {o.input_peak:,} B -> {o.peak:,} B"
+                         f" (bound {o.lower_bound:,} B, {'optimal' if o.optimal else 'not proven'}"
+                         f", {'reordered' if o.reordered else 'input order kept'}, "
+                         f"{o.seconds:.2f} s)")
+        elif self.note:
+            lines.append(f"  order: {self.note}")
+        for a in self.arenas:
+            lines.append(f"  arena {a.mem_id} ({a.graph}): greedy {a.greedy:,} B, memsched "
+                         f"{a.memsched:,} B, bound {a.lower_bound:,} B, "
+                         f"{'optimal' if a.optimal else 'not proven'}, {a.chosen} kept, "
+                         f"{a.seconds:.2f} s")
+        return "\n".join(lines)
+
+
+class MemschedPlanningPass:
+    """`MemoryPlanningPass` with memsched's order and packer (see module docstring).
+
+    ``reorder=False`` plans ExecuTorch's order with the exact packer only. Other keyword
+    arguments are `MemoryPlanningPass`'s. Built lazily as a subclass so that importing this
+    module does not import ExecuTorch.
+    """
+
+    def __new__(cls, *args, **kwargs):
+        return _pass_class()(*args, **kwargs)
+
+
+_PASS_CLASS = None
+
+
+def _pass_class():
+    global _PASS_CLASS
+    if _PASS_CLASS is not None:
+        return _PASS_CLASS
+    from executorch.exir.memory_planning import MemoryPlanningAlgorithmSuite, greedy
+    from executorch.exir.passes import MemoryPlanningPass
+
+    class _MemschedPlanningPass(MemoryPlanningPass):
+        __doc__ = MemschedPlanningPass.__doc__
+
+        def __init__(self, time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool = True,
+                     check: bool = True, **kwargs):
+            if "memory_planning_algo" in kwargs:
+                raise TypeError("MemschedPlanningPass chooses its own memory_planning_algo")
+            self.algo = MemschedAlgo(time_limit)
+            super().__init__(
+                memory_planning_algo=MemoryPlanningAlgorithmSuite(algo_list=[greedy, self.algo]),
+                **kwargs)
+            self.time_limit = time_limit
+            self.reorder = reorder
+            self.check = check
+            self.report: dict[str, PlanReport] = {}
+
+        def _set_alloc_node_spec(self, graph_module) -> None:
+            # ExecuTorch gives alloc nodes their specs at the start of run(); the reorder needs
+            # them earlier, and the base method must not run twice (it asserts on a second run)
+            import torch.fx
+            from executorch.exir import memory
+
+            allocs = [n for m in graph_module.modules() if isinstance(m, torch.fx.GraphModule)
+                      for n in m.graph.nodes
+                      if n.op == "call_function" and n.target is memory.alloc]
+            if not allocs or any("spec" not in n.meta for n in allocs):
+                super()._set_alloc_node_spec(graph_module)
+
+        def flags(self) -> PlanFlags:
+            return PlanFlags(self.alloc_graph_input, self.alloc_graph_output,
+                             self.alloc_mutable_buffers and not self.share_mutable_buffers,
+                             self.alignment)
+
+        def run(self, graph_module, graph_signature=None):
+            t0 = time.perf_counter()
+            # same answers as the signature, without torch rebuilding its dicts on each
+            # question (ExecuTorch's own planning asks once per node and spec)
+            graph_signature = FastSignature.of(graph_signature)
+            flags = self.flags()
+            order, note = None, ""
+            self._set_alloc_node_spec(graph_module)
+            if self.reorder:
+                try:
+                    order = reorder_graph_module(graph_module, graph_signature, flags,
+                                                 self.time_limit)
+                except (UnsupportedProgramError, GraphError) as e:  # plan the input order
+                    note = f"input order kept: {e}"
+            else:
+                note = "reordering off"
+            first = len(self.algo.reports)
+            self.algo.top = graph_module  # apply_algo also calls the algorithm on submodules
+            result = super().run(graph_module, graph_signature)
+            arenas = self.algo.reports[first:]
+            checked = check_graph_module(graph_module, graph_signature, flags) \
+                if self.check else 0
+            name = f"method{len(self.report)}"
+            self.report[name] = PlanReport(
+                name, order, arenas, list(graph_module.meta["non_const_buffer_sizes"]),
+                checked, time.perf_counter() - t0, note)
+            return result
+
+    _PASS_CLASS = _MemschedPlanningPass
+    return _PASS_CLASS
+
+
+_PASS_OPTIONS = ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffers",
+                 "share_mutable_buffers", "alignment", "allow_lifetime_and_storage_overlap")
+
+
+def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool = True,
+                   **executorch_config_options):
+    """An ``ExecutorchBackendConfig`` whose memory planning is memsched's.
+
+    ``time_limit``: seconds for the scheduler and for each arena's packer. Options named like
+    `MemoryPlanningPass`'s (``alloc_graph_input``, ``alignment``, ...) go to the planning pass,
+    the rest to ``ExecutorchBackendConfig``. The report: ``report(config)`` after
+    ``to_executorch(config)``.
+    """
+    from executorch.exir import ExecutorchBackendConfig
+
+    if "memory_planning_pass" in executorch_config_options:
+        raise TypeError("backend_config() sets memory_planning_pass itself; compose "
+                        "MemschedPlanningPass yourself to change it")
+    pass_opts = {k: executorch_config_options.pop(k) for k in _PASS_OPTIONS
+                 if k in executorch_config_options}
+    mp = MemschedPlanningPass(time_limit=time_limit, reorder=reorder, **pass_opts)
+    return ExecutorchBackendConfig(memory_planning_pass=mp, **executorch_config_options)
+
+
+def report(config) -> dict[str, PlanReport]:
+    """The `PlanReport` of each method planned with ``config`` (from `backend_config`)."""
+    mp = config.memory_planning_pass
+    passes = mp.values() if isinstance(mp, dict) else [mp]
+    out: dict[str, PlanReport] = {}
+    for p in passes:
+        out.update(getattr(p, "report", {}) or {})
+    return out
+
+
+__all__ = ["MemschedPlanningPass", "PlanReport", "backend_config", "report"]
