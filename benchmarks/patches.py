@@ -32,14 +32,28 @@ def _divisible(v: float, d: int = 8) -> int:
     return n + d if n < 0.9 * v else n
 
 
+def _input(net, size: int, float_input: bool):
+    """The model input: int8, or (MCU style) float32 quantized to int8 by operator 0."""
+    s = net.s
+    shape = [1, size, size, 3]
+    if not float_input:
+        x = net.act("input", shape, 0.02, 0)
+        net.b.inputs = [x]
+        return x
+    xf = net.b.tensor("input", shape, s.TensorType.FLOAT32)
+    net.b.inputs = [xf]
+    x = net.act("input_q", shape, 0.02, 0)
+    net.b.op("QUANTIZE", [xf], [x], s.BuiltinOptions.QuantizeOptions, s.QuantizeOptionsT())
+    return x
+
+
 def mobilenet_v2(alpha: float = 0.35, size: int = 144, classes: int = 10, seed: int = 0,
-                 stages=None) -> bytes:
+                 stages=None, float_input: bool = False) -> bytes:
     from memsched.generators.tflite_synth import _Net
 
     net = _Net(f"mbv2_{alpha}_{size}", True, seed)
     s = net.s
-    x = net.act("input", [1, size, size, 3], 0.02, 0)
-    net.b.inputs = [x]
+    x = _input(net, size, float_input)
     shape = [1, size, size, 3]
 
     def pad01(t, shape):
@@ -83,12 +97,55 @@ def mobilenet_v2(alpha: float = 0.35, size: int = 144, classes: int = 10, seed: 
     return net.b.finish()
 
 
+def mobilenet_v1(alpha: float = 0.25, size: int = 128, classes: int = 10, seed: int = 0,
+                 float_input: bool = False) -> bytes:
+    """Keras ``MobileNet`` (v1) layer list: stem 3x3/2 (explicit ``PAD`` ((0,1),(0,1)) + VALID),
+    13 depthwise + pointwise blocks (``PAD`` before every stride-2 depthwise), ReLU, MEAN, FC."""
+    from memsched.generators.tflite_synth import _Net
+
+    net = _Net(f"mbv1_{alpha}_{size}", True, seed)
+    s = net.s
+    x = _input(net, size, float_input)
+    shape = [1, size, size, 3]
+
+    def pad01(t, shape):
+        out_shape = [1, shape[1] + 1, shape[2] + 1, shape[3]]
+        out = net.act(f"pad{net.n}", out_shape, like=t)
+        pads = net.const_i32(f"pad{net.n}/p", [[0, 0], [0, 1], [0, 1], [0, 0]])
+        net.b.op("PAD", [t, pads], [out], s.BuiltinOptions.PadOptions, s.PadOptionsT())
+        return out, out_shape
+
+    t, shape = pad01(x, shape)
+    t, shape = net.conv(t, shape, int(32 * alpha), k=3, stride=2, padding="VALID")
+    for c, st in [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1),
+                  (512, 1), (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1)]:
+        if st == 2:
+            t, shape = pad01(t, shape)
+            t, shape = net.conv(t, shape, shape[3], depthwise=True, stride=2, padding="VALID")
+        else:
+            t, shape = net.conv(t, shape, shape[3], depthwise=True)
+        t, shape = net.conv(t, shape, int(c * alpha), k=1)
+    mean = net.act("mean", [1, shape[3]], 0.05, -3)
+    axes = net.const_i32("mean/axes", [1, 2])
+    o = s.ReducerOptionsT()
+    o.keepDims = False
+    net.b.op("MEAN", [t, axes], [mean], s.BuiltinOptions.ReducerOptions, o)
+    y = net.fc(mean, shape[3], classes)
+    net.b.outputs = [y]
+    return net.b.finish()
+
+
 MODELS = {
     "mbv2-0.35-144": lambda: mobilenet_v2(0.35, 144),
     "mbv2-0.35-96": lambda: mobilenet_v2(0.35, 96),
     "mbv2-1.0-96": lambda: mobilenet_v2(1.0, 96),
     "mobilenet_like-96": lambda: __import__(
         "memsched.generators.tflite_synth", fromlist=["x"]).mobilenet_like(size=96),
+    # MCU style: float32 input quantized by operator 0 (QUANTIZE), int8 body
+    "fq-mbv2-0.35-80": lambda: mobilenet_v2(0.35, 80, float_input=True),
+    "fq-mbv2-0.35-160": lambda: mobilenet_v2(0.35, 160, float_input=True),
+    "fq-mbv1-0.5-128": lambda: mobilenet_v1(0.5, 128, float_input=True),
+    "mbv1-0.25-128": lambda: mobilenet_v1(0.25, 128),
 }
 
 

@@ -119,6 +119,36 @@ def test_patched_region_computes_the_same(sm, rows, cols, seed):
         assert grid_macs(sm, r, g) == plan.macs
 
 
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stacks(), st.integers(1, 24), st.integers(1, 3), st.integers(0, 2 ** 16))
+def test_regions_after_the_input_and_many_bands(sm, rows, cols, seed):
+    """Regions that start after operator 0..n-1 (the operators before run whole, the region
+    slices their outputs) and grids of up to 24 height bands (reassembled by chained
+    CONCATENATIONs of at most MAX_CONCAT_INPUTS inputs) compute the split tensors exactly."""
+    from memsched.patches.region import MAX_CONCAT_INPUTS
+
+    rng = np.random.default_rng(seed)
+    weights = random_weights(sm, rng)
+    x = {0: rng.integers(-5, 6, (*sm.tensors[0].hw, sm.tensors[0].channels))}
+    whole = run_whole(sm, len(sm.ops), weights, x)
+    regs, _ = regions(sm, starts=range(len(sm.ops)))
+    for r in regs:
+        assert all(t not in {sm.ops[k].output for k in r.ops} for t in r.inputs)
+        g = (min(rows, r.hw[0]), min(cols, r.hw[1]))
+        try:
+            plan = plan_patches(sm, r, g)
+        except Refused as e:
+            assert "AVERAGE_POOL_2D" in str(e) or "only padding" in str(e)
+            continue
+        assert all(len(nd.inputs) <= MAX_CONCAT_INPUTS for nd in plan.nodes)
+        assert all(sm.producer.get(ref[1], -1) < r.start for nd in plan.nodes
+                   for ref in nd.inputs if isinstance(ref, tuple))
+        got = run_plan(sm, plan, weights, whole)  # region inputs: the whole tensors before it
+        for t in r.split:
+            assert np.array_equal(got[t], whole[t]), (r.start, r.length, g, t)
+        assert grid_macs(sm, r, g) == plan.macs
+
+
 def test_refused_grid_and_reason():
     sm = stack_model([("AVERAGE_POOL_2D", 3, 1, 1, "SAME")], 8, 8, 2)
     r = regions(sm)[0][0]
@@ -195,7 +225,7 @@ def test_search_frontier_and_choice():
 @pytest.mark.parametrize("model,kw", [("mobilenet", {"grid": "2x2"}),
                                       ("pad_slice", {"grid": "3x3", "split": "conv2"}),
                                       ("residual_concat", {"grid": "3x2", "split": "sum"}),
-                                      ("pools", {"grid": "3x3"})])
+                                      ("pools", {"grid": "3x3", "region_start": 0})])
 def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     """The rewrite runs in stock LiteRT and TFLite Micro with bit-equal outputs."""
     from memsched.generators.tflite_synth import pad_slice_model, residual_concat_model
@@ -223,6 +253,99 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     cmp = compare_outputs(str(src), str(dst), count=1, tflm=tflm.available())
     assert cmp["litert_equal"]
     assert cmp["tflm_equal"] in (True, None)
+
+
+def _float_input_model(size: int = 48) -> bytes:
+    """float32 input -> QUANTIZE (operator 0) -> int8 conv 3x3/2 -> depthwise -> conv 1x1 ->
+    depthwise -> RESHAPE -> FULLY_CONNECTED: the MCU-style model whose float input a region
+    starting at the model input would keep live through every patch."""
+    from memsched.generators.tflite_synth import _Net
+
+    net = _Net("float_in", True, 0)
+    s = net.s
+    shape = [1, size, size, 3]
+    xf = net.b.tensor("input", shape, s.TensorType.FLOAT32)
+    net.b.inputs = [xf]
+    x = net.act("input_q", shape, 0.02, 0)
+    net.b.op("QUANTIZE", [xf], [x], s.BuiltinOptions.QuantizeOptions, s.QuantizeOptionsT())
+    t, sh = net.conv(x, shape, 8, k=3, stride=2)
+    t, sh = net.conv(t, sh, 8, depthwise=True)
+    t, sh = net.conv(t, sh, 12, k=1)
+    t, sh = net.conv(t, sh, 12, depthwise=True, stride=2)
+    n = sh[1] * sh[2] * sh[3]
+    r, _ = net.reshape(t, [1, n])
+    net.b.outputs = [net.fc(r, n, 4)]
+    return net.b.finish()
+
+
+@pytest.mark.parametrize("kw", [{"grid": "3x1"}, {"grid": "12x1", "split": "conv2"},
+                                {"grid": "21x1", "split": "conv3"}])
+def test_tile_float_input_region_after_quantize(tmp_path, kw):
+    """A float-input model: the region starts after the QUANTIZE (which runs whole, so the
+    float input dies before the patches; nothing slices it), and height bands beyond
+    CONCATENATION's 10 inputs are reassembled by chained CONCATENATIONs; the file runs
+    bit-equal in LiteRT and TFLite Micro."""
+    from memsched.tflite.read import read_tflite
+    from memsched.tflite.tile import compare_outputs, tile_tflite
+    from memsched.tflite import tflm
+
+    src = tmp_path / "m.tflite"
+    src.write_bytes(_float_input_model())
+    dst = tmp_path / "m_tiled.tflite"
+    out, res = tile_tflite(str(src), str(dst), offline_plan=True, time_limit=4.0, **kw)
+    c = res.choice
+    assert c is not None and c.region_start >= 1
+    tg = read_tflite(out)
+    g = tg.graph
+    assert g.ops[0].kind == "QUANTIZE"
+    (inp,) = g.input_tensors
+    assert [g.ops[v].kind for v in g.tensors[inp].consumers] == ["QUANTIZE"]
+    concats = [op for op in g.ops if op.kind == "CONCATENATION"]
+    assert all(len(op.inputs) <= 10 for op in concats)
+    if kw.get("grid") in ("12x1", "21x1"):
+        assert len(concats) >= 2  # chained
+    b = res.as_dict()["bound"]
+    assert b["floor"] <= c.total and b["bound_by"] in ("model_input", "before_region",
+                                                       "after_region")
+    cmp = compare_outputs(str(src), str(dst), count=2, tflm=tflm.available())
+    assert cmp["litert_equal"]
+    assert cmp["tflm_equal"] in (True, None)
+
+
+def test_inplace_quantize_offline_plan(tmp_path):
+    """With an offline plan the leading float-to-int8 QUANTIZE runs in place: its output starts
+    at the float input's offset (TFLM's kernel reads element i before writing it), the checker
+    accepts exactly that pair, TFLite Micro runs the file bit-equal in a smaller arena than
+    without the alias; any other overlap of the pair is still refused."""
+    from memsched.tflite import tflm
+    from memsched.tflite.check import check_model
+    from memsched.tflite.read import read_tflite
+    from memsched.tflite.tflm_memory import quantize_aliases
+    from memsched.tflite.tile import compare_outputs, tile_tflite
+    from memsched.tflite.write import read_offline_plan, set_offline_plan
+
+    src = tmp_path / "m.tflite"
+    src.write_bytes(_float_input_model())
+    dst = tmp_path / "m_tiled.tflite"
+    out, res = tile_tflite(str(src), str(dst), offline_plan=True, time_limit=4.0, grid="3x1")
+    model = read_tflite(out).model
+    (x, y, v), = quantize_aliases(model)
+    offsets = read_offline_plan(model)
+    assert offsets[x] == offsets[y] >= 0
+    assert check_model(model).ok
+    cmp = compare_outputs(str(src), str(dst), count=2, tflm=tflm.available())
+    assert cmp["litert_equal"] and cmp["tflm_equal"] in (True, None)
+    # the same file planned without the alias needs more
+    plain = tmp_path / "plain.tflite"
+    plain.write_bytes(tile_tflite(str(src), None, offline_plan=False, time_limit=4.0,
+                                  grid="3x1")[0])
+    if tflm.available():
+        assert tflm.min_arena_bytes(str(dst)) < tflm.min_arena_bytes(str(plain))
+    # an output 16 bytes above the input's start overlaps bytes not yet read: refused
+    bad = list(offsets)
+    bad[y] = offsets[x] + 16
+    set_offline_plan(model, bad)
+    assert not check_model(model).ok
 
 
 def test_tile_tflite_errors(tmp_path):

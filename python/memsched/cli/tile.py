@@ -8,7 +8,10 @@ total arena = certified activation peak + persistent bytes, within ``--max-overh
 MACs, default 0.3 = +30 %), rewrites the spatial prefix patch by patch with builtin operators
 only (`memsched.tflite.tile.tile_tflite`), then writes the certified operator
 order and, with ``--offline-plan``, the arena offsets. Prints the frontier (per candidate: split
-tensor, grid, peak, persistent bytes, total, MAC overhead) and the choice; ``--plot`` draws the
+tensor, grid, peak, persistent bytes, total, MAC overhead) and the choice, and what bounds the
+total from below (the original operators' persistent bytes plus the largest of: the model
+input, the operators run whole before the region, the largest operator after it; also in
+``--json`` as ``bound``); ``--plot`` draws the
 memory curve of the patched schedule next to the unpatched one.
 
 ``--measure`` runs the real interpreters before anything is written: TFLite Micro's minimal
@@ -100,14 +103,27 @@ def _print(r: dict, args) -> None:
     for col in ("split tensor", "grid", "peak B", "persistent B", "total B", "MACs +%", ""):
         t.add_column(col, justify="left" if col == "split tensor" else "right")
     rows = [("original", s["original"])] + [("", c) for c in s["frontier"]]
-    choice = s.get("choice") or {}
+    choice = r.get("choice") or {}
     for label, c in rows:
         mark = "chosen" if choice and c["split"] == choice.get("split") and \
             c["grid"] == choice.get("grid") else label
-        t.add_row(str(c["split"] if label != "original" else "(unpatched)"), c["grid"],
+        where = c["split"] if label != "original" else "(unpatched)"
+        if label != "original" and c.get("region_start"):
+            where = f"{where} (from op {c['region_start']})"
+        t.add_row(str(where), c["grid"],
                   f"{c['peak_bytes']:,}", f"{c['persistent_bytes']:,}", f"{c['total_bytes']:,}",
                   f"{100 * c['mac_overhead']:+.1f}", mark)
     console.print(t)
+    c2 = r.get("second_region")
+    if c2 and not any(c["split"] == choice.get("split") and c["grid"] == choice.get("grid")
+                      for c in s["frontier"]):
+        console.print(f"chosen first region (to be followed by a second): operators "
+                      f"{choice['region_start']}-{choice['region_ops'] - 1}, grid "
+                      f"{choice['grid']}, split {choice['split']}")
+    if c2:
+        console.print(f"second region after the chosen one: operators {c2['region_start']}-"
+                      f"{c2['region_ops'] - 1} of the once-rewritten model, grid {c2['grid']}, "
+                      f"split {c2['split']}; estimated total {c2['total_bytes']:,} B")
     for note in r.get("notes", []):
         console.print(f"note: {note}")
     for why in s.get("refused", [])[:3]:
@@ -115,6 +131,16 @@ def _print(r: dict, args) -> None:
     status = "optimal" if r.get("optimal") else f"lower bound {r.get('lower_bound') or 0:,} B"
     console.print(f"{r['output']}: {r['ops_before']} -> {r['ops_after']} operators; certified "
                   f"order peak {r['peak_bytes']:,} B ({status}); {r['seconds']:.2f} s")
+    b = r.get("bound") or {}
+    if b:
+        terms = {"model_input": "the model input", "before_region":
+                 "the operators run whole before the region",
+                 "after_region": "the largest operator after the region",
+                 "largest_operator": "the largest operator"}
+        console.print(f"floor of this split: {b['floor']:,} B = persistent bytes of the original "
+                      f"operators {b['persistent_original']:,} B + {terms[b['bound_by']]} "
+                      f"{b[b['bound_by']]:,} B; the estimated total is {b['above_floor']:,} B "
+                      f"above it (added persistent bytes {b['persistent_added']:,} B)")
     if r.get("offline_arena_bytes") is not None:
         console.print(f"offline plan: arena head {r['offline_arena_bytes']:,} B")
     m = r.get("measured")

@@ -1,10 +1,12 @@
 """Patch regions and the patched graph they give.
 
-A *region* is a prefix of the model in file order (every operator of a prefix has its
-predecessors in it) made only of spatially local operators (`geometry.SOp` classes ``window``,
-``eltwise``, ``concat``): it starts at the model inputs and may be a DAG (residual adds, concat
-of branches). Its *split tensors* are the tensors it produces that are read after it or are
-model outputs; all must share one spatial size, on which the grid of patches is laid.
+A *region* is a run of operators ``[start, length)`` of the model in file order made only of
+spatially local operators (`geometry.SOp` classes ``window``, ``eltwise``, ``concat``); it may
+be a DAG (residual adds, concat of branches). With ``start = 0`` it begins at the model inputs;
+with ``start > 0`` the operators before it run whole (e.g. a leading QUANTIZE of a float input,
+which then dies before the patches) and the region reads their outputs as its *inputs*, sliced
+per patch like model inputs. Its *split tensors* are the tensors it produces that are read after
+it or are model outputs; all must share one spatial size, on which the grid of patches is laid.
 
 `plan_patches` builds, for a region and an ``R x C`` grid, the patched computation as a list of
 `PNode` (per patch: slices of the model inputs, crops where a consumer needs less than the
@@ -14,7 +16,9 @@ patch by patch and operator by operator in reverse order: the window a tensor is
 the bounding box of what its consumers in the region read (and of the patch's cell for a split
 tensor); an operator reads the input window `SOp.in_window` of its output window, clipped to
 the tensor, and pads the rest explicitly (which is the implicit padding of the original, so only
-on true borders). A refused region carries the reason (`Refused`).
+on true borders). A reassembly has at most `MAX_CONCAT_INPUTS` inputs per CONCATENATION (TFLite
+Micro's ``kMaxInputNum``): more pieces are chained (the first ten concatenated, then that
+partial tensor and the next nine, ...). A refused region carries the reason (`Refused`).
 """
 from __future__ import annotations
 
@@ -23,6 +27,8 @@ from dataclasses import dataclass, field
 from .geometry import PAD_NONE, SpatialModel, Win, axis_read, bbox
 
 SPATIAL = ("window", "eltwise", "concat")
+MAX_CONCAT_INPUTS = 10  # TFLite Micro's CONCATENATION kMaxInputNum; more pieces are chained
+MAX_START = 4  # regions may start after the first MAX_START operators (run whole)
 
 
 class Refused(ValueError):
@@ -31,44 +37,53 @@ class Refused(ValueError):
 
 @dataclass
 class Region:
-    """The first ``length`` operators of the model (file order)."""
+    """Operators ``start .. length - 1`` of the model (file order)."""
 
     length: int
     split: list[int]  # tensor indices reassembled after the patches
-    inputs: list[int]  # model inputs the region reads
+    inputs: list[int]  # tensors the region reads and does not produce (sliced per patch)
     hw: tuple[int, int]  # spatial size of the split tensors
+    start: int = 0  # the operators before it run whole
 
     @property
     def ops(self) -> range:
-        return range(self.length)
+        return range(self.start, self.length)
 
 
-def regions(sm: SpatialModel) -> tuple[list[Region], str]:
-    """Candidate regions (each prefix of spatial operators whose split tensors share one
-    spatial size), and why the spatial prefix ends (the first operator that is not spatial)."""
+def regions(sm: SpatialModel, starts=(0,)) -> tuple[list[Region], str]:
+    """Candidate regions: for each ``start`` (default: the model inputs only), each run of
+    spatial operators from ``start`` whose split tensors share one spatial size; and why the
+    spatial prefix from operator 0 ends (the first operator that is not spatial)."""
     out = []
     why = "every operator is spatially local"
-    inputs = set(sm.inputs)
     model_out = set(sm.outputs)
-    produced: set[int] = set()
-    for k, op in enumerate(sm.ops):
-        if op.cls not in SPATIAL:
-            why = f"operator {op.index} ({op.kind}): {op.reason}"
-            break
-        if any(t not in produced and t not in inputs for t in op.inputs):
-            why = f"operator {op.index} ({op.kind}) reads a tensor not produced before it"
-            break
-        produced.add(op.output)
-        length = k + 1
-        split = [t for t in sorted(produced, key=lambda t: sm.producer[t])
-                 if t in model_out or any(c >= length for c in sm.consumers.get(t, []))]
-        if not split:
+    for start in starts:
+        if start >= len(sm.ops):
             continue
-        hws = {sm.tensors[t].hw for t in split}
-        if len(hws) != 1:
-            continue
-        ins = [t for t in sm.inputs if any(c < length for c in sm.consumers.get(t, []))]
-        out.append(Region(length, split, ins, hws.pop()))
+        avail = set(sm.inputs) | {sm.ops[k].output for k in range(start)}
+        produced: set[int] = set()
+        for k in range(start, len(sm.ops)):
+            op = sm.ops[k]
+            if op.cls not in SPATIAL:
+                if start == 0:
+                    why = f"operator {op.index} ({op.kind}): {op.reason}"
+                break
+            if any(t not in produced and t not in avail for t in op.inputs):
+                if start == 0:
+                    why = f"operator {op.index} ({op.kind}) reads a tensor not produced before it"
+                break
+            produced.add(op.output)
+            length = k + 1
+            split = [t for t in sorted(produced, key=lambda t: sm.producer[t])
+                     if t in model_out or any(c >= length for c in sm.consumers.get(t, []))]
+            if not split:
+                continue
+            hws = {sm.tensors[t].hw for t in split}
+            if len(hws) != 1:
+                continue
+            ins = sorted({t for j in range(start, length) for t in sm.ops[j].inputs
+                          if t not in produced}, key=lambda t: (sm.producer.get(t, -1), t))
+            out.append(Region(length, split, ins, hws.pop(), start))
     return out, why
 
 
@@ -255,6 +270,18 @@ def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int]) -> Pat
             plan.result.setdefault(t, []).append(nd)
     plan.region_macs = sum(sm.op_macs(sm.ops[k]) for k in region.ops)
     # reassembly: each row's patches along W, then the rows along H
+    def concat(t: int, pieces: list[tuple[int, Win]], axis: int) -> tuple[int, Win]:
+        """Concatenate ``pieces`` (node, window of ``t``) along ``axis``, chained by
+        `MAX_CONCAT_INPUTS`."""
+        cur, rest = None, list(pieces)
+        while rest:
+            take = MAX_CONCAT_INPUTS - (cur is not None)
+            group = ([cur] if cur is not None else []) + rest[:take]
+            rest = rest[take:]
+            win = bbox([w for _, w in group])
+            cur = (add(PNode("concat", t, win, tuple(k for k, _ in group), axis=axis)), win)
+        return cur
+
     for t in region.split:
         pieces = plan.result[t]
         if len(pieces) == 1:
@@ -262,11 +289,7 @@ def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int]) -> Pat
             continue
         row_nodes = []
         for i in range(rows):
-            row = pieces[i * cols:(i + 1) * cols]
-            win = Win(cells[i * cols].h0, cells[i * cols].h1, 0, region.hw[1])
-            row_nodes.append(row[0] if cols == 1 else
-                             add(PNode("concat", t, win, tuple(row), axis=2)))
-        plan.result[t] = row_nodes[0] if rows == 1 else \
-            add(PNode("concat", t, Win(0, region.hw[0], 0, region.hw[1]), tuple(row_nodes),
-                      axis=1))
+            row = list(zip(pieces[i * cols:(i + 1) * cols], cells[i * cols:(i + 1) * cols]))
+            row_nodes.append(row[0] if cols == 1 else concat(t, row, 2))
+        plan.result[t] = row_nodes[0][0] if rows == 1 else concat(t, row_nodes, 1)[0]
     return plan

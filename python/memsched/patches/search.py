@@ -40,6 +40,10 @@ REFINE_WINDOW = 1.25  # refine candidates whose heuristic total is within this o
 HEURISTIC_CUTS = 24  # patch-order variants per candidate (model-input slices moved earlier)
 DEFAULT_GRIDS = ((1, 2), (2, 1), (1, 3), (3, 1), (2, 2), (1, 4), (4, 1), (2, 3), (3, 2),
                  (2, 4), (4, 2), (3, 3), (3, 4), (4, 3), (4, 4), (5, 5), (6, 6), (7, 7), (8, 8))
+# more height bands (the rows of an NHWC tensor: contiguous pieces), beyond CONCATENATION's 10
+# inputs by chaining (`region.MAX_CONCAT_INPUTS`): ``extra_grids`` of `search_patches`
+BAND_GRIDS = ((5, 1), (6, 1), (7, 1), (8, 1), (10, 1), (12, 1), (14, 1), (16, 1), (5, 2),
+              (6, 2))
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ class Candidate:
     macs: int
     overhead: float  # extra MACs / original MACs
     ops: int  # operators of the patched model
+    region_start: int = 0  # operators before the region run whole
     certified: bool = False  # peak proven optimal for the patched graph
     lower_bound: int = 0
     note: str = ""
@@ -92,8 +97,13 @@ class Candidate:
     def patches(self) -> int:
         return self.grid[0] * self.grid[1]
 
+    @property
+    def key(self) -> tuple:
+        return (self.region_start, self.region_ops, self.grid)
+
     def as_dict(self) -> dict:
-        return {"split": self.split, "region_ops": self.region_ops,
+        return {"split": self.split, "region_start": self.region_start,
+                "region_ops": self.region_ops,
                 "grid": f"{self.grid[0]}x{self.grid[1]}", "patches": self.patches,
                 "peak_bytes": self.peak, "persistent_bytes": self.persistent,
                 "total_bytes": self.total, "macs": self.macs,
@@ -111,10 +121,39 @@ class SearchResult:
     refused: list[str]
     prefix_end: str  # why the spatial prefix ends
     seconds: float
-    plans: dict = field(default_factory=dict, repr=False)  # (region_ops, grid) -> PatchPlan
+    plans: dict = field(default_factory=dict, repr=False)  # Candidate.key -> PatchPlan
     # the unpatched model in the scheduler's order (peak <= the file order's): the choice
     # beats it
     reordered: Candidate | None = None
+    own: list = field(default_factory=list, repr=False)  # per operator: its inputs + outputs
+    base_persistent: int = 0  # persistent bytes of the unpatched model
+    input_bytes: int = 0  # the model inputs (in the arena when the runtime counts them)
+
+    def bound(self, c: Candidate | None) -> dict:
+        """What bounds the total of candidate ``c`` (None: the unpatched model) from below: the
+        unpatched model's persistent bytes plus the largest of the model inputs, the largest
+        operator run whole before the region and the largest operator after it (an operator:
+        its inputs and outputs, which any order holds at once); ``floor`` is that sum,
+        ``bound_by`` its largest term, ``above_floor`` how far ``c`` is above."""
+        n = len(self.own)
+        if c is None or not c.region_ops:
+            terms = {"model_input": self.input_bytes,
+                     "largest_operator": max(self.own, default=0)}
+        else:
+            terms = {"model_input": self.input_bytes,
+                     "before_region": max(self.own[:c.region_start], default=0),
+                     "after_region": max(self.own[c.region_ops:], default=0)}
+        by = max(terms, key=terms.get)
+        floor = self.base_persistent + terms[by]
+        total = c.total if c is not None else self.original.total
+        return {"persistent_original": self.base_persistent,
+                "persistent_added": (c.persistent if c is not None else
+                                     self.base_persistent) - self.base_persistent,
+                **terms, "floor": floor, "bound_by": by, "above_floor": total - floor,
+                "operators": n}
+
+    def plan_of(self, c: Candidate) -> PatchPlan:
+        return self.plans[c.key]
 
     def as_dict(self) -> dict:
         return {"original": self.original.as_dict(),
@@ -123,6 +162,7 @@ class SearchResult:
                 "frontier": [c.as_dict() for c in self.frontier],
                 "candidates_evaluated": self.evaluated, "candidates_pruned": self.skipped,
                 "refused": self.refused, "prefix_end": self.prefix_end,
+                "bound": self.bound(self.choice),
                 "seconds": round(self.seconds, 3)}
 
 
@@ -139,6 +179,19 @@ def patched_graph(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     for gt in graph.input_tensors:
         tmap[tensor_index[gt]] = b.input(graph.tensors[gt].name, graph.tensors[gt].nbytes)
     length = plan.region.length if plan else 0
+    start = plan.region.start if plan else 0
+
+    def whole(v: int) -> None:
+        op = graph.ops[v]
+        vid = b.op(op.name, op.kind, [tmap[tensor_index[gt]] for gt in op.inputs],
+                   [(graph.tensors[gt].name, graph.tensors[gt].nbytes) for gt in op.outputs],
+                   source=("op", v),
+                   inplace=[tmap[tensor_index[gt]] for gt in op.inplace])
+        for gt, nt in zip(op.outputs, b.ops[vid].outputs):
+            tmap[tensor_index[gt]] = nt
+
+    for v in range(start):  # before the region: whole
+        whole(v)
     node_t: list[int] = []
     if plan:
         for k, nd in enumerate(plan.nodes):
@@ -154,12 +207,7 @@ def patched_graph(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                 b.mark_output(tmap[t])
         return b.build()
     for v in range(length, len(graph.ops)):
-        op = graph.ops[v]
-        vid = b.op(op.name, op.kind, [tmap[tensor_index[gt]] for gt in op.inputs],
-                   [(graph.tensors[gt].name, graph.tensors[gt].nbytes) for gt in op.outputs],
-                   source=("op", v))
-        for gt, nt in zip(op.outputs, b.ops[vid].outputs):
-            tmap[tensor_index[gt]] = nt
+        whole(v)
     for gt in graph.output_tensors:
         b.mark_output(tmap[tensor_index[gt]])
     return b.build()
@@ -173,6 +221,8 @@ def patch_order(graph: OpGraph, plan: PatchPlan | None = None, cut: int | None =
     inputs early at the price of holding those slices."""
     nodes = [v for v, op in enumerate(graph.ops) if isinstance(op.source, tuple)
              and op.source[0] == "node"]
+    # the operators before the region (built first by `patched_graph`) run first
+    pre = list(range(nodes[0])) if nodes else []
     early: list[int] = []
     if plan is not None and cut is not None:
         early = [v for v in nodes if plan.nodes[graph.ops[v].source[1]].kind == "slice"
@@ -181,8 +231,8 @@ def patch_order(graph: OpGraph, plan: PatchPlan | None = None, cut: int | None =
     concat = {v for v in nodes if graph.ops[v].kind == "concat"}
     waiting = {c: len(set(graph.ops[c].preds)) for c in concat}  # preds not yet run
     succs = graph.succs
-    order: list[int] = []
-    done: set[int] = set()
+    order: list[int] = list(pre)
+    done: set[int] = set(pre)
 
     def run(v: int) -> None:
         order.append(v)
@@ -232,7 +282,8 @@ def heuristic_peak(graph: OpGraph, plan: PatchPlan, problem: Problem,
 def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    memory: RuntimeMemory, *, grids=None, split: str | None = None,
                    max_overhead: float = 0.3, certify: bool = True, time_limit: float = 10.0,
-                   frontier_overhead: float | None = None, exclude_split=()) -> SearchResult:
+                   frontier_overhead: float | None = None, exclude_split=(),
+                   starts=(0,), extra_grids=()) -> SearchResult:
     """Evaluate candidates (region, grid) under ``memory`` and return the frontier and the
     default choice.
 
@@ -244,14 +295,18 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     3*max_overhead)``; forced: none); ``certify``: refine the promising candidates and schedule
     the frontier with the certified scheduler; ``time_limit``: seconds for the whole call (once
     half of it is spent no new candidate is built); ``exclude_split``: ``sm`` tensors a region
-    must not end at (ones the runtime cannot reassemble by concatenation).
+    must not end at (ones the runtime cannot reassemble by concatenation); ``starts``: the
+    operator indices a region may start at (the operators before run whole; default: the
+    model inputs only); ``extra_grids``: grids tried besides the default ones (not a forced
+    choice, e.g. `BAND_GRIDS`).
     """
     from ..schedulers import best_heuristic, schedule
 
     t0 = time.perf_counter()
     model = memory.activations
     forced = bool(grids) or split is not None
-    grids = list(grids or DEFAULT_GRIDS)
+    grids = list(grids or DEFAULT_GRIDS + tuple(g for g in extra_grids
+                                                if g not in DEFAULT_GRIDS))
     cap = frontier_overhead if frontier_overhead is not None else (
         float("inf") if forced else max(1.0, 3 * max_overhead))
     # MACs per op: the geometry's count for spatial ops (PAD moves data: 0; element-wise: one
@@ -266,6 +321,14 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     suffix = [0] * (len(steps) + 1)
     for k in range(len(steps) - 1, -1, -1):
         suffix[k] = max(steps[k], suffix[k + 1])
+    # the operators before a region run whole: each holds at least its own inputs and outputs
+    prefix = [0] * (len(graph.ops) + 1)
+    own = [sum(graph.tensors[t].nbytes for t in set(op.inputs) | set(op.outputs)) -
+           (max((min(graph.tensors[t].nbytes, sum(graph.tensors[o].nbytes for o in op.outputs))
+                 for t in op.inplace), default=0) if model.inplace else 0)
+           for op in graph.ops]
+    for k in range(len(own)):
+        prefix[k + 1] = max(prefix[k], own[k])
     base_persist = memory.model_persistent(sm)
     original = Candidate([], [], 0, (1, 1), suffix[0], base_persist, total_macs, 0.0,
                          len(sm.ops))
@@ -277,7 +340,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         if s.peak <= reordered.peak:
             reordered.peak, reordered.note = int(s.peak), "scheduled"
         reordered.lower_bound, reordered.certified = int(s.lower_bound), bool(s.optimal)
-    regs, why = regions(sm)
+    regs, why = regions(sm, starts)
     excluded = set(exclude_split)
     regs = [r for r in regs if not excluded.intersection(r.split)]
     if split is not None:
@@ -296,8 +359,12 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     for op in sm.ops:
         region_price.append(region_price[-1] + memory.copy_price(op))
     for g in grids:
-        over_cap = 0
+        over_cap, at = 0, None
         for r in regs:
+            if r.start != at:  # regions by start, then length
+                over_cap, at = 0, r.start
+            elif over_cap >= 3:
+                continue
             if g[0] > r.hw[0] or g[1] > r.hw[1]:
                 continue
             try:
@@ -310,11 +377,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             if over > cap:
                 # halos only grow with depth: three regions in a row over the cap end the grid
                 over_cap += 1
-                if over_cap >= 3:
-                    break
                 continue
             over_cap = 0
-            cands.append((macs, g[0] * g[1], r.length, g, r))
+            cands.append((macs, g[0] * g[1], r.length - r.start, g, r))
     cands.sort(key=lambda c: (c[0], c[1], c[2]))
     evaluated = skipped = 0
     results: list[Candidate] = []
@@ -325,8 +390,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             break
         reassembly = _reassembly(sm, r.split, model)
         # copies of the region's operators are the least the patches add to the persistent part
-        lb = max(suffix[length], reassembly) + base_persist + \
-            (patches - 1) * region_price[length]
+        length = r.length
+        lb = max(suffix[length], reassembly, prefix[r.start]) + base_persist + \
+            (patches - 1) * (region_price[length] - region_price[r.start])
         if best_total is not None and lb >= best_total:
             skipped += 1
             continue
@@ -336,7 +402,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             _refuse(refused, sm, r, g, e)
             continue
         persist = base_persist + memory.plan_persistent_delta(sm, plan)
-        if best_total is not None and max(suffix[length], reassembly) + persist >= best_total:
+        if best_total is not None and \
+                max(suffix[length], reassembly, prefix[r.start]) + persist >= best_total:
             skipped += 1
             continue
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
@@ -348,9 +415,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         evaluated += 1
         c = Candidate([sm.tensors[t].name for t in r.split], list(r.split), length, g, peak,
                       persist, macs, macs / total_macs - 1 if total_macs else 0.0,
-                      len(sm.ops) - length + len(plan.nodes))
+                      len(sm.ops) - length + r.start + len(plan.nodes), r.start)
         results.append(c)
-        plans[(length, g)] = plan
+        plans[c.key] = plan
         if best_total is None or c.total < best_total:
             best_total = c.total
     # refine: the scheduler on the patched prefix of the most promising candidates (the
@@ -364,7 +431,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         left = refine_until - time.perf_counter()
         if left <= 0:
             break
-        plan = plans[(c.region_ops, c.grid)]
+        plan = plans[c.key]
         reassembly = _reassembly(sm, plan.region.split, model)
         floor = max(suffix[c.region_ops], reassembly) + c.persistent
         if best_refined is not None and (floor >= best_refined or
@@ -380,7 +447,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     if certify and frontier:
         per = max(0.1, (deadline - time.perf_counter()) / max(len(frontier), 1))
         for c in frontier:
-            plan = plans[(c.region_ops, c.grid)]
+            plan = plans[c.key]
             full = patched_graph(sm, graph, tensor_index, plan)
             s = schedule(full, "auto", model, time_limit=per)
             c.lower_bound = s.lower_bound
@@ -392,8 +459,10 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         choice = min(frontier, key=lambda c: (c.total, c.patches, c.macs)) if frontier else None
     else:
         choice = choose(frontier, reordered, max_overhead)
+    inputs = sum(graph.tensors[t].nbytes for t in graph.input_tensors) \
+        if model.count_inputs else 0
     return SearchResult(original, frontier, choice, evaluated, skipped, refused, why,
-                        time.perf_counter() - t0, plans, reordered)
+                        time.perf_counter() - t0, plans, reordered, own, base_persist, inputs)
 
 
 def _reassembly(sm: SpatialModel, split, model: MemoryModel) -> int:

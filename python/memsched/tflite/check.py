@@ -111,10 +111,12 @@ def tflm_lifetimes(model) -> dict[int, tuple[int, int]]:
     return {t: (f, max(f, last.get(t, f))) for t, f in first.items()}
 
 
-def _first_overlap(spans: list[tuple[int, int, int, int, int]], n_steps: int):
+def _first_overlap(spans: list[tuple[int, int, int, int, int]], n_steps: int,
+                   allowed=frozenset()):
     """Co-live pairs sharing bytes: (count, first pair). ``spans``: (tensor, first, last,
-    offset, size). A sweep over steps: within one step's live set sorted by offset, a tensor
-    overlaps an earlier one iff it starts below the running maximum end."""
+    offset, size); ``allowed``: (low, high) tensor pairs that may share bytes. A sweep over
+    steps: within one step's live set sorted by offset, a tensor overlaps an earlier one iff
+    it starts below the running maximum end."""
     seen: set[tuple[int, int]] = set()
     first_pair = None
     by_step: list[list[int]] = [[] for _ in range(n_steps)]
@@ -131,7 +133,7 @@ def _first_overlap(spans: list[tuple[int, int, int, int, int]], n_steps: int):
             active = [j for j in active if spans[j][3] + spans[j][4] > off]
             for j in active:
                 pair = (min(spans[i][0], spans[j][0]), max(spans[i][0], spans[j][0]))
-                if pair not in seen:
+                if pair not in seen and pair not in allowed:
                     seen.add(pair)
                     first_pair = first_pair or pair
             active.append(i)
@@ -206,9 +208,16 @@ def check_model(model, label: str = "model.tflite", arena: int | None = None) ->
     for t, (first, last) in tflm_lifetimes(model).items():
         if offsets[t] >= 0:
             spans.append((t, first, last, offsets[t], _nbytes(tensors[t])))
+    # a float-to-int8 QUANTIZE whose output starts at its input's offset runs in place in
+    # TFLite Micro (its kernel reads element i before writing it:
+    # `tflm_memory.quantize_aliases`): that one pair may share bytes
+    from .tflm_memory import quantize_aliases
+
+    allowed = {(min(x, y), max(x, y)) for x, y, _ in quantize_aliases(model)
+               if 0 <= offsets[x] == offsets[y]}
     rep.planned = len(spans)
     rep.plan_extent = max((o + s for _, _, _, o, s in spans), default=0)
-    rep.overlaps, pair = _first_overlap(spans, max(len(ops), 1))
+    rep.overlaps, pair = _first_overlap(spans, max(len(ops), 1), allowed)
     if pair:
         a, b = pair
         rep.problems.insert(  # the problem that changes results goes first

@@ -60,14 +60,62 @@ class ReorderResult:
 
 
 def offline_offsets(tg: TFLiteGraph, order, time_limit: float = 10.0,
-                    alignment: int = TFLM_ALIGNMENT) -> tuple[list[int], _arena.ArenaPlan]:
-    """One offset per tensor of subgraph 0 (``-1`` for what TFLM plans itself) and the plan."""
+                    alignment: int = TFLM_ALIGNMENT, inplace_quantize: bool = False
+                    ) -> tuple[list[int], _arena.ArenaPlan]:
+    """One offset per tensor of subgraph 0 (``-1`` for what TFLM plans itself) and the plan.
+    ``inplace_quantize``: a `quantize_aliases` operator that runs first and whose float input
+    is live at that step only (a leading QUANTIZE of a float model input) writes its output
+    over its input, which starts at the output's offset (the input beyond the output is packed
+    as its own rectangle at step 0; the packing or its mirror image, whichever leaves room
+    above the output). Kept when its arena is below the plain packing's."""
     lts = lifetimes(tg, order)
-    plan = _arena.plan([lt for _, lt in lts], "auto", alignment, time_limit)
-    _arena.verify([lt for _, lt in lts], plan.offsets, alignment, plan.arena)
+    alias: dict[int, int] = {}  # input -> output
+    if inplace_quantize:
+        from .tflm_memory import quantize_aliases
+
+        at = {ti: k for k, (ti, _) in enumerate(lts)}
+        first = int(tg.graph.ops[order[0]].source) if len(order) else -1
+        for x, y, v in quantize_aliases(tg.model):
+            if v == first and x in at and y in at and lts[at[x]][1].end == 0:
+                alias[x] = y
+    packed = [(ti, lt) for ti, lt in lts if ti not in alias]
+    items = [lt for _, lt in packed]
+    if alias:
+        (x, y), = alias.items()  # one operator runs first
+        iy = [ti for ti, _ in packed].index(y)
+        sy = _arena.align_up(items[iy].size, alignment)
+        # the rest of the input: live at step 0 only, with the output (nothing else is, but
+        # other model inputs): packed as its own rectangle, so the arena holds the input then
+        items.append(_arena.Lifetime(max(dict(lts)[x].size - sy, 0), 0, 0))
+    plan = _arena.plan(items, "auto", alignment, time_limit)
+    _arena.verify(items, plan.offsets, alignment, plan.arena)
     offsets = [-1] * len(tg.subgraph.tensors or [])
-    for (ti, _), off in zip(lts, plan.offsets):
+    for (ti, _), off in zip(packed, plan.offsets):
         offsets[ti] = int(off)
+    if alias:
+        # the input must start at the output's offset: it fits there at step 0 when no other
+        # tensor live at step 0 is in the way; the packing or its mirror image, the lower
+        size_x = dict(lts)[x].size
+        sizes = [_arena.align_up(lt.size, alignment) for lt in items]
+        step0 = [k for k, (_, lt) in enumerate(packed) if lt.start == 0 and k != iy]
+        best = None
+        for offs in (plan.offsets, [plan.arena - o - sz for o, sz in zip(plan.offsets, sizes)]):
+            lo, hi = offs[iy], offs[iy] + size_x
+            if any(offs[k] < hi and lo < offs[k] + sizes[k] for k in step0):
+                continue
+            arena = max(plan.arena, _arena.align_up(hi, alignment))
+            if best is None or arena < best[0]:
+                best = (arena, offs)
+        plain = offline_offsets(tg, order, time_limit, alignment, False)
+        if best is None or best[0] >= plain[1].arena:
+            return plain  # no gain: the input planned as any tensor
+        arena, offs = best
+        for (ti, _), off in zip(packed, offs):
+            offsets[ti] = int(off)
+        offsets[x] = offsets[y]
+        plan = _arena.ArenaPlan(arena, list(offs[:-1]), plan.lower_bound,
+                                plan.optimal and arena == plan.arena, plan.method + "+inplace",
+                                alignment, plan.live_peak, plan.seconds, dict(plan.stats))
     return offsets, plan
 
 
@@ -100,11 +148,12 @@ def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = Fal
 
 def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: str | None = None,
                   offline_plan: bool = False, algorithm: str = "auto",
-                  time_limit: float | None = 60.0, arena_time_limit: float = 10.0
-                  ) -> tuple[bytes, ReorderResult]:
+                  time_limit: float | None = 60.0, arena_time_limit: float = 10.0,
+                  inplace_quantize: bool = False) -> tuple[bytes, ReorderResult]:
     """`reorder_tflite` of a model already in memory (``tg``: a parsed file, or a rewrite's
     model through `memsched.tflite.read.graph_of`); ``tg.model`` is reordered in place.
-    Returns (checked file bytes, result)."""
+    ``inplace_quantize``: the offline plan runs float-to-int8 QUANTIZE operators in place
+    (`offline_offsets`). Returns (checked file bytes, result)."""
     from ..schedulers import schedule
 
     t0 = time.perf_counter()
@@ -121,11 +170,15 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
         raise TFLiteModelError(f"cannot plan {label!r} offline: it has "
                                f"{len(model.subgraphs)} subgraphs (control flow); reorder "
                                "without --offline-plan")
-    g = tg.graph
-    problem = Problem.from_graph(g, TFLM_MODEL)
+    g, mm = tg.graph, TFLM_MODEL
+    if inplace_quantize and offline_plan:  # the order knows the QUANTIZE runs in place
+        from .tflm_memory import TFLM_INPLACE, inplace_quantize_graph
+
+        g, mm = inplace_quantize_graph(tg), TFLM_INPLACE
+    problem = Problem.from_graph(g, mm)
     base = list(range(len(g)))
     input_peak = problem.evaluate(base).peak
-    s = schedule(g, algorithm, TFLM_MODEL, time_limit=time_limit)
+    s = schedule(g, algorithm, mm, time_limit=time_limit)
     order = s.order if s.peak < input_peak else base
     peak = min(s.peak, input_peak)
     sg = tg.subgraph
@@ -154,7 +207,8 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
                              "re-planned the file's offline plan: it was not valid for its "
                              "own operator order")
     if action in ("written", "replanned"):
-        offsets, plan = offline_offsets(tg, order, arena_time_limit)
+        offsets, plan = offline_offsets(tg, order, arena_time_limit,
+                                        inplace_quantize=inplace_quantize)
         set_offline_plan(model, offsets)
         res.offline_arena, res.offline_optimal = plan.arena, bool(plan.optimal)
     res.offline_plan_action = action

@@ -27,6 +27,75 @@ TFLM_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=False, w
                          name="tflm")
 
 
+# TFLite Micro's QUANTIZE from float32 (quantize_common.cc -> reference_ops::AffineQuantize)
+# loops i = 0 .. n-1 reading input[i] and then writing output[i]. With the output at the input's
+# offset, output byte(s) of element i lie inside input elements <= i (output element size <=
+# 4 bytes), all already read: the kernel runs in place. `quantize_aliases` finds these
+# operators; the offline plan puts such an output at its input's offset (a merged lifetime),
+# the checker accepts exactly that overlap, and the patch search prices it (`TFLM_INPLACE`).
+TFLM_INPLACE = MemoryModel(count_inputs=True, count_outputs=True, inplace=True, workspace=True,
+                           name="tflm-inplace-quantize")
+
+
+def quantize_aliases(model) -> list[tuple[int, int, int]]:
+    """(input, output, operator) tensor and operator indices of subgraph 0's QUANTIZE operators
+    TFLite Micro can run in place: float32 input that no other operator reads and that is not
+    a subgraph output, int8 / uint8 output, neither constant nor variable."""
+    from .read import op_names, schema
+
+    s = schema()
+    names = op_names()
+    sg = model.subgraphs[0]
+    tensors = sg.tensors or []
+    buffers = model.buffers or []
+    codes = model.operatorCodes or []
+    ops = sg.operators or []
+    outs = {int(t) for t in (sg.outputs if sg.outputs is not None else [])}
+    readers: dict[int, int] = {}
+    for op in ops:
+        for t in set(int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0):
+            readers[t] = readers.get(t, 0) + 1
+
+    def const(t: int) -> bool:
+        b = int(tensors[t].buffer)
+        buf = buffers[b] if 0 <= b < len(buffers) else None
+        return tensors[t].isVariable or (buf is not None and (
+            (buf.data is not None and len(buf.data) > 0) or (buf.offset > 1 and buf.size > 0)))
+
+    found = []
+    for v, op in enumerate(ops):
+        code = codes[op.opcodeIndex]
+        if names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode))) != "QUANTIZE":
+            continue
+        ins = [int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0]
+        o = [int(t) for t in (op.outputs if op.outputs is not None else []) if t >= 0]
+        if len(ins) != 1 or len(o) != 1 or ins[0] == o[0]:
+            continue
+        x, y = ins[0], o[0]
+        if int(tensors[x].type) != s.TensorType.FLOAT32 or \
+                int(tensors[y].type) not in (s.TensorType.INT8, s.TensorType.UINT8):
+            continue
+        if readers.get(x, 0) != 1 or x in outs or const(x) or const(y):
+            continue
+        found.append((x, y, v))
+    return found
+
+
+def inplace_quantize_graph(tg: TFLiteGraph):
+    """``tg.graph`` with ``Op.inplace`` = the input of each `quantize_aliases` operator and
+    nothing else (for `TFLM_INPLACE`: LiteRT's in-place ops do not run in place in TFLM)."""
+    from dataclasses import replace
+
+    from ..graph import OpGraph
+
+    g = tg.graph
+    gid = {ti: t for t, ti in enumerate(tg.tensor_index)}
+    alias = {v: gid[x] for x, _, v in quantize_aliases(tg.model) if x in gid}
+    ops = [replace(op, inplace=(alias[op.source],) if op.source in alias else ())
+           for op in g.ops]
+    return OpGraph(ops, g.tensors, g.name)
+
+
 def lifetimes(tg: TFLiteGraph, order) -> list[tuple[int, _arena.Lifetime]]:
     """(file tensor index, TFLM lifetime in steps of ``order``) of every planned activation."""
     g = tg.graph

@@ -543,7 +543,7 @@ class TilePatches:
             attrs["memsched.patches_seconds"] = float(round(time.perf_counter() - t0, 4))
             return func.with_attrs(attrs)
         try:
-            plan = res.plans[(choice.region_ops, choice.grid)]
+            plan = res.plan_of(choice)
             blocks[i] = relax.DataflowBlock(rewrite_block(bm, plan), blocks[i].span)
             new = with_blocks(func, blocks)
         except (KeyboardInterrupt, MemoryError):
