@@ -115,8 +115,9 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     +30 %); ``region_start``: the operator the region must start at (default: searched over
     `region_starts`); ``second_region``: then search a second region starting right after the
     first one's reassembly, in the rewritten model, with the same evaluator (kept only when it
-    lowers the total within the MAC budget; not with a forced grid, split or start). Returns (file bytes, `TileResult`); writes ``dst`` atomically when given. When no
-    candidate lowers the total arena within the budget, the model is only reordered."""
+    lowers the total within the MAC budget; not with a forced grid, split or start). Returns
+    (file bytes, `TileResult`); writes ``dst`` atomically when given. When no candidate lowers
+    the total arena within the budget, the model is only reordered."""
     from .reorder import reorder_model
 
     t0 = time.perf_counter()
