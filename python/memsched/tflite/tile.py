@@ -126,7 +126,6 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
         raise TileError(f"max_overhead must be >= 0, not {max_overhead!r}")
     tg = read_tflite(src)
     label = src if isinstance(src, str) else "model.tflite"
-    sg = tg.subgraph
     # TFLM's CONV_2D / DEPTHWISE_CONV_2D allocate the per-channel multiplier and shift arrays
     # for float models too (measured: same persistent bytes for the float and int8 model)
     memory, graph = _memory(tg, offline_plan)
