@@ -19,9 +19,10 @@ Which README lines are skipped (the rule)
 2. Lines that need a file the repository does not hold: a token naming a model or data file
    (``*.onnx``, ``*.tflite``, ``*.pt2``, ``*.pte``, ``*.json``) or a directory (``name/``)
    that is read, not written, and exists neither in the repository nor among the outputs of
-   an earlier run line. Written arguments are the values of
-   ``-o``/``--output``/``--plot``/``--report``. ``model.onnx``, ``model.tflite`` and ``segs/`` (written by a skipped line) are the user's
-   files; the built-in ``example:NAME`` models and the tutorials cover the same commands.
+   an earlier run line. Written arguments are the values of ``-o``/``--output``/``--plot``/
+   ``--report``. ``model.onnx``, ``model.tflite`` and ``segs/`` (written by a skipped line)
+   are the user's files; the built-in ``example:NAME`` models and the tutorials cover the
+   same commands.
 3. Lines that need machines we do not have: ``--servers`` lists and tracker addresses.
 
 Lines that are not commands (blank lines, ``#`` comments) are ignored; a trailing ``# ...``
