@@ -472,3 +472,79 @@ def test_cli_analyze_and_reorder_pte(tmp_path, capsys, monkeypatch):
     assert not out2.exists()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "outputs differ" in err[0], err
+
+
+def _preset_mem_id(config, mem_id: int = 2):
+    """A user's preset ``mem_id`` (as a custom pool pass sets it): every convolution output
+    goes to arena ``mem_id``, set on the specs right before the planning pass plans."""
+    from executorch.exir.tensor import TensorSpec
+
+    mp = config.memory_planning_pass
+    plan = mp.run
+
+    def run(graph_module, graph_signature=None):
+        for node in graph_module.graph.nodes:
+            spec = node.meta.get("spec")
+            if node.op == "call_function" and "convolution" in str(node.target) and \
+                    isinstance(spec, TensorSpec):
+                spec.mem_id = mem_id
+        return plan(graph_module, graph_signature)
+
+    mp.run = run
+    return config
+
+
+def test_preset_mem_id_arenas_planned_on_their_own():
+    """A preset ``mem_id`` is kept: two arenas, each planned and checked on its own, never
+    above ExecuTorch's greedy with the same presets, outputs bit-equal."""
+    torch.manual_seed(4)
+    model, x = Inception().eval(), torch.randn(1, 3, 12, 12)
+    greedy_cfg = _preset_mem_id(ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass()))
+    ours_cfg = _preset_mem_id(mx.backend_config(time_limit=5))
+    base = _export(make_copy(model), x, greedy_cfg)
+    ours = _export(make_copy(model), x, ours_cfg)
+    sizes_base = pte.planned_sizes(base.buffer)["forward"]
+    sizes = pte.planned_sizes(ours.buffer)["forward"]
+    assert len(sizes) == len(sizes_base) == 3 and sizes[2] > 0  # arenas 1 and 2
+    rep = next(iter(mx.report(ours_cfg).values()))
+    assert {a.mem_id for a in rep.arenas} == {1, 2}
+    assert sum(sizes[1:]) <= sum(sizes_base[1:])
+    for a in rep.arenas:  # each arena never above greedy's for it
+        assert a.memsched >= a.lower_bound and min(a.greedy, a.memsched) == sizes[a.mem_id]
+    # the independent check of the written file, arena by arena, and the same outputs
+    assert pte.analyze(ours.buffer, time_limit=5)["forward"]["plan_check"] == "passed"
+    for u, v in zip(_run(base.buffer, x), _run(ours.buffer, x)):
+        assert torch.equal(u, v)
+
+
+class WithCond(nn.Module):
+    """Branchy convolutions around a ``torch.cond`` (a control-flow submodule)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 4, 1)
+        self.c, self.d = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 4, 1)
+
+    def forward(self, x):
+        a = torch.relu(self.a(x))
+        c = torch.relu(self.c(x))
+        y = torch.cat([self.b(a), self.d(c)], dim=1)
+        return torch.cond(y.sum() > 0, lambda t: t * 2.0, lambda t: t - 1.0, (y,))
+
+
+def test_control_flow_submodule_planned_around():
+    """A ``torch.cond`` submodule: the top level is reordered and packed, the submodules are
+    planned as ExecuTorch plans them; never above greedy, outputs bit-equal on both branches."""
+    torch.manual_seed(5)
+    model = WithCond().eval()
+    x = torch.randn(1, 3, 12, 12)
+    config = mx.backend_config(time_limit=5)
+    ours = _export(make_copy(model), x, config)
+    base = _export(make_copy(model), x)
+    assert _planned(ours.buffer) <= _planned(base.buffer)
+    for sign in (1.0, -1.0):  # both branches of the cond
+        xs = x * sign
+        for u, v in zip(_run(base.buffer, xs), _run(ours.buffer, xs)):
+            assert torch.equal(u, v)
+    rep = next(iter(mx.report(config).values()))
+    assert any(a.graph == "submodule" for a in rep.arenas) or rep.order is not None

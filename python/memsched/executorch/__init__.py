@@ -10,7 +10,9 @@ package. One call::
 
 The pieces: `MemschedPlanningPass` (reorder + plan), `MemschedAlgo` / `memsched_algo` (the packer
 with ExecuTorch's algorithm signature), `reorder_graph_module`, `build_model` (the op graph
-under ExecuTorch's memory model), `check_graph_module` (the independent plan check), and
+under ExecuTorch's memory model), `check_graph_module` (the independent plan check),
+`TilePatchesPass` / `tile_graph_module` (patch-based execution of the spatial prefix:
+``backend_config(tile_patches=True)``), and
 `memsched.executorch.pte` for ``.pte`` files.
 """
 from .check import check_graph_module, check_intervals  # noqa: F401
@@ -20,3 +22,5 @@ from .model import PlanFlags, ProgramModel, build_model, liveness_peak  # noqa: 
 from .packer import ArenaReport, MemschedAlgo, memsched_algo  # noqa: F401
 from .planning import MemschedPlanningPass, PlanReport, backend_config, report  # noqa: F401
 from .reorder import OrderReport, reorder_graph_module  # noqa: F401
+from .tile import (EXECUTORCH_MEMORY, TilePatchesError, TilePatchesPass,  # noqa: F401
+                   TileReport, tile_graph_module)

@@ -39,6 +39,7 @@ class PlanReport:
     checked_tensors: int
     seconds: float
     note: str = ""
+    patches: object = None  # the `tile.TileReport` of this method (tile_patches=True)
 
     @property
     def planned_bytes(self) -> int:
@@ -64,6 +65,8 @@ class PlanReport:
                          f"{o.seconds:.2f} s)")
         elif self.note:
             lines.append(f"  order: {self.note}")
+        if self.patches is not None:
+            lines.append(f"  {self.patches.summary()}")
         for a in self.arenas:
             lines.append(f"  arena {a.mem_id} ({a.graph}): greedy {a.greedy:,} B, memsched "
                          f"{a.memsched:,} B, bound {a.lower_bound:,} B, "
@@ -164,15 +167,27 @@ _PASS_OPTIONS = ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffe
 
 
 def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool = True,
-                   **executorch_config_options):
+                   tile_patches: bool = False, max_overhead: float = 0.3, grid=None,
+                   split: str | None = None, **executorch_config_options):
     """An ``ExecutorchBackendConfig`` whose memory planning is memsched's.
 
-    ``time_limit``: seconds for the scheduler and for each arena's packer. Options named like
-    `MemoryPlanningPass`'s (``alloc_graph_input``, ``alignment``, ...) go to the planning pass,
-    the rest to ``ExecutorchBackendConfig``. The report: ``report(config)`` after
-    ``to_executorch(config)``.
+    ``time_limit``: seconds for the scheduler and for each arena's packer (and for the patch
+    search). ``tile_patches``: run the spatial prefix patch by patch
+    (`memsched.executorch.tile.TilePatchesPass`, appended to ``passes``) within
+    ``max_overhead`` extra MACs; ``grid`` ("RxC" or (rows, cols)) and ``split`` (a node name)
+    force the choice. Options named like `MemoryPlanningPass`'s (``alloc_graph_input``,
+    ``alignment``, ...) go to the planning pass, the rest to ``ExecutorchBackendConfig``. The
+    report: ``report(config)`` after ``to_executorch(config)``.
     """
     from executorch.exir import ExecutorchBackendConfig
+
+    if tile_patches:
+        from .tile import TilePatchesPass
+
+        tp = TilePatchesPass(max_overhead=max_overhead, grid=grid, split=split,
+                             time_limit=time_limit if time_limit is not None else 10.0)
+        executorch_config_options["passes"] = \
+            list(executorch_config_options.get("passes") or []) + [tp]
 
     if "memory_planning_pass" in executorch_config_options:
         raise TypeError("backend_config() sets memory_planning_pass itself; compose "
@@ -190,6 +205,11 @@ def report(config) -> dict[str, PlanReport]:
     out: dict[str, PlanReport] = {}
     for p in passes:
         out.update(getattr(p, "report", {}) or {})
+    # the patch pass's reports, one per method in the same order (tile_patches=True)
+    tiles = [r for p in (getattr(config, "passes", None) or [])
+             if type(p).__name__ == "TilePatchesPass" for r in p.report]
+    for r, t in zip(out.values(), tiles):
+        r.patches = t
     return out
 
 

@@ -1,0 +1,224 @@
+"""Patch-based execution in ExecuTorch: planned bytes, MACs and CPU latency (issue 33).
+
+Each model (plain torch.nn, random weights, batch norm folded into conv biases) is exported
+three times and lowered with ExecuTorch's default ``ExecutorchBackendConfig()``, with
+``memsched.executorch.backend_config()`` (certified order + exact packer, no patches) and with
+``backend_config(tile_patches=True)``. Planned bytes are read back from each written program
+(``non_const_buffer_sizes``); MACs are the patch pass's count from the edge graph; latency is
+the median of ``--runs`` executions in ``executorch.runtime`` (portable fp32 kernels); outputs
+of the patched program are compared with the default program's on one random input.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/executorch_patches.py \
+        --models mbv2-0.35-144,mbv2-1.0-224,mcunet-like-160
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+from torch import nn
+
+
+def make_divisible(v: float, divisor: int = 8) -> int:
+    """Keras' ``_make_divisible``: round to a multiple of ``divisor``, never below 90 %."""
+    new = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    if new < 0.9 * v:
+        new += divisor
+    return new
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, expand: int, kernel: int = 3):
+        super().__init__()
+        hidden = cin * expand
+        layers = []
+        if expand != 1:
+            layers += [nn.Conv2d(cin, hidden, 1), nn.ReLU6()]
+        layers += [nn.Conv2d(hidden, hidden, kernel, stride, kernel // 2, groups=hidden),
+                   nn.ReLU6(), nn.Conv2d(hidden, cout, 1)]
+        self.body = nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.body(x)
+        return x + y if self.residual else y
+
+
+MBV2_BLOCKS = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+               (6, 160, 3, 2), (6, 320, 1, 1))
+
+
+class MobileNetV2(nn.Module):
+    """Keras' MobileNetV2 layer list (stem 3x3/2, inverted residuals (t, c, n, s), ReLU6,
+    1x1 to 1280, mean, linear), width multiplier ``alpha`` with divisible-by-8 rounding."""
+
+    def __init__(self, alpha: float = 1.0, classes: int = 1000, blocks=MBV2_BLOCKS,
+                 kernels=None, stem: int = 32, last: int | None = None):
+        super().__init__()
+        c = make_divisible(stem * alpha)
+        layers = [nn.Conv2d(3, c, 3, 2, 1), nn.ReLU6()]
+        i = 0
+        for t, ch, n, s in blocks:
+            out = make_divisible(ch * alpha)
+            for j in range(n):
+                k = kernels[i] if kernels else 3
+                layers.append(InvertedResidual(c, out, s if j == 0 else 1, t, k))
+                c = out
+                i += 1
+        last = last or (make_divisible(1280 * alpha) if alpha > 1.0 else 1280)
+        layers += [nn.Conv2d(c, last, 1), nn.ReLU6()]
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(last, classes)
+
+    def forward(self, x):
+        return self.fc(self.features(x).mean((2, 3)))
+
+
+# MCUNet-like: MobileNetV2 backbone with searched kernel sizes (3/5/7) and expansions (3-6),
+# narrow stem, 160 px (the shape of MCUNet's ImageNet models, not its trained weights)
+MCUNET_BLOCKS = ((1, 8, 1, 1), (4, 16, 2, 2), (3, 24, 3, 2), (6, 40, 3, 2), (5, 48, 2, 1),
+                 (6, 96, 3, 2), (6, 160, 1, 1))
+MCUNET_KERNELS = (3, 7, 3, 5, 5, 3, 7, 5, 3, 5, 5, 7, 5, 3, 7)
+
+
+def build(name: str):
+    """(module, input) of a model name: ``mbv2-ALPHA-RES`` or ``mcunet-like-RES``."""
+    parts = name.split("-")
+    if parts[0] == "mbv2":
+        alpha, res = float(parts[1]), int(parts[2])
+        m = MobileNetV2(alpha)
+    elif name.startswith("mcunet-like"):
+        res = int(parts[2])
+        m = MobileNetV2(1.0, blocks=MCUNET_BLOCKS, kernels=MCUNET_KERNELS, stem=16, last=640)
+    else:
+        raise SystemExit(f"unknown model {name!r}")
+    torch.manual_seed(0)
+    for p in m.parameters():  # small random weights keep activations in range
+        nn.init.normal_(p, 0.0, 0.05)
+    return m.eval(), torch.randn(1, 3, res, res)
+
+
+def lower(model, x, config):
+    from executorch.exir import to_edge
+
+    with torch.no_grad():
+        ep = torch.export.export(model, (x,))
+    t0 = time.perf_counter()
+    et = to_edge(ep).to_executorch(config)
+    return et, time.perf_counter() - t0
+
+
+def run_times(buffer: bytes, x, runs: int):
+    from executorch.runtime import Runtime
+
+    method = Runtime.get().load_program(buffer).load_method("forward")
+    out = method.execute([x])[0].clone()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        method.execute([x])
+        times.append(time.perf_counter() - t0)
+    return out, statistics.median(times)
+
+
+def pte_counts(buffer: bytes) -> tuple[int, int]:
+    from memsched.executorch.pte import read_program
+
+    plan = read_program(buffer).program.execution_plan[0]
+    return len(plan.values), sum(len(c.instructions) for c in plan.chains)
+
+
+def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=None,
+            const_prop: bool = True) -> dict:
+    from executorch.exir import ExecutorchBackendConfig
+
+    import memsched.executorch as mx
+    from memsched.executorch.pte import planned_sizes
+
+    model, x = build(name)
+    with torch.no_grad():
+        ref = model(x)
+    row = {"model": name}
+    progs = {}
+    # constant propagation folds the classifier's weight permute (1280 x 1000 fp32 = 5.1 MB
+    # planned otherwise) into a constant: the same option for all three configs
+    opts = {"do_quant_fusion_and_const_prop": const_prop}
+    et, s = lower(model, x, ExecutorchBackendConfig(**opts))
+    progs["default"] = et.buffer
+    row["default_s"] = round(s, 1)
+    cfg = mx.backend_config(time_limit=time_limit, **opts)
+    et, s = lower(model, x, cfg)
+    progs["memsched"] = et.buffer
+    row["memsched_s"] = round(s, 1)
+    cfg = mx.backend_config(time_limit=time_limit, tile_patches=True,
+                            max_overhead=max_overhead, grid=grid, **opts)
+    et, s = lower(model, x, cfg)
+    progs["patches"] = et.buffer
+    row["patches_s"] = round(s, 1)
+    rep = list(mx.report(cfg).values())[0]
+    tr = rep.patches
+    base = None
+    for k, buf in progs.items():
+        row[f"{k}_bytes"] = sum(planned_sizes(buf)["forward"])
+        out, sec = run_times(buf, x, runs)
+        base = out if base is None else base
+        row[f"{k}_ms"] = round(1000 * sec, 2)
+        row[f"{k}_diff"] = float((out - base).abs().max())
+        row[f"{k}_vs_eager"] = float((out - ref).abs().max())
+        row[f"{k}_values"], row[f"{k}_instructions"] = pte_counts(buf)
+    row["bit_equal"] = row["patches_diff"] == 0.0
+    row.update({"grid": tr.grid, "split": ",".join(tr.split), "region_ops": tr.region_ops,
+                "macs": tr.macs_before, "macs_patched": tr.macs or tr.macs_before,
+                "mac_overhead": tr.mac_overhead, "skipped": tr.skipped,
+                "certified_order": bool(rep.order and rep.order.optimal)})
+    return row
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| model | MACs | ExecuTorch default (B) | memsched (B) | memsched + patches (B) | "
+            "default / patches | grid @ split (region ops) | MAC overhead | "
+            "+values / +instructions (.pte) | latency default / memsched / patches (ms) | "
+            "max abs diff vs default |")
+    lines = [head, "|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|"]
+    for r in rows:
+        ratio = r["default_bytes"] / r["patches_bytes"]
+        diff = "0 (bit-equal)" if r["bit_equal"] else f"{r['patches_diff']:.2e}"
+        where = f"{r['grid']} @ {r['split']} ({r['region_ops']})" if r["grid"] else \
+            f"none: {r['skipped']}"
+        lines.append(
+            f"| {r['model']} | {r['macs']:,} | {r['default_bytes']:,} | {r['memsched_bytes']:,}"
+            f" | {r['patches_bytes']:,} | {ratio:.2f}x | {where} | "
+            f"+{100 * r['mac_overhead']:.1f} % | "
+            f"+{r['patches_values'] - r['memsched_values']} / "
+            f"+{r['patches_instructions'] - r['memsched_instructions']} | "
+            f"{r['default_ms']} / {r['memsched_ms']} / {r['patches_ms']} | {diff} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="mbv2-0.35-144,mbv2-1.0-224,mcunet-like-160")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--time-limit", type=float, default=10.0)
+    ap.add_argument("--max-overhead", type=float, default=0.3)
+    ap.add_argument("--grid", default=None)
+    ap.add_argument("--no-const-prop", action="store_true",
+                    help="lower without do_quant_fusion_and_const_prop")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    rows = []
+    for name in args.models.split(","):
+        row = measure(name, args.runs, args.time_limit, args.max_overhead, args.grid,
+                      not args.no_const_prop)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    print(json.dumps(rows, indent=1) if args.json else table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
