@@ -1,0 +1,397 @@
+"""ExecuTorch's Cortex-M int8 flow: the default plan vs `memsched.executorch.backend_config()`.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/executorch_cortex_m.py
+        [--models a,b] [--no-fp32] [--no-run] [--time-limit S] [--calibration N] [--json out.json]
+
+Needs the Arm backend's ``tosa-tools`` (the Cortex-M quantizer imports it): a benchmark-only
+dependency, not in pyproject.toml (``pip install --no-deps tosa-tools==2026.5.0`` keeps the
+venv's numpy; tosa-tools pins numpy<2.2 but the quantizer only imports it).
+
+Models: the Cortex-M backend's test models (``executorch/backends/cortex_m/test/models``):
+MobileNetV2 (224x224) and MobileNetV3-small (232x232) rebuilt here in plain ``torch.nn`` with
+torchvision's layer lists (torchvision does not load with this CPU torch; random weights,
+which do not change the planned bytes), and the MLPerf-Tiny models the tests import from
+``executorch.examples.models.mlperf_tiny`` (MobileNetV1-0.25, DS-CNN, ResNet-8,
+DeepAutoEncoder), with the tests' example-input shapes (channels_last images).
+
+int8 rows follow the backend's harness (``backends/cortex_m/test/tester.py``): strict
+``torch.export``, ``prepare_pt2e``/``convert_pt2e`` with ``CortexMQuantizer`` and a few random
+calibration samples, strict export of the converted module, ``to_edge`` with
+``cortex_m_edge_compile_config()``, the ``CortexMPassManager`` passes with
+``CortexMTargetConfig(cpu=CortexM.M55)``. fp32 rows: the same modules, no quantizer, default
+``to_edge`` (portable kernels), contiguous input. Each edge program is lowered twice:
+``to_executorch()``
+(ExecuTorch's greedy) and ``to_executorch(memsched.executorch.backend_config(...))``; bytes
+are read back from both buffers (``memsched.executorch.pte.planned_sizes``). Both programs
+are then run in ``executorch.runtime`` on the same input and compared bit for bit; a program
+whose kernels the Python runtime does not have is reported "not runnable here".
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+import traceback
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+MODELS = ["mobilenet_v2", "mobilenet_v1_025", "mobilenet_v3_small", "ds_cnn", "resnet8",
+          "deep_autoencoder"]
+
+
+# --- torchvision's MobileNetV2 / MobileNetV3-small, layer for layer, in plain torch.nn ------
+
+def _make_divisible(v, divisor=8, min_value=None):
+    min_value = min_value or divisor
+    new_v = max(min_value, int(v + divisor / 2) // divisor * divisor)
+    return new_v + divisor if new_v < 0.9 * v else new_v
+
+
+def _conv_bn_act(cin, cout, k=3, s=1, g=1, act=None):
+    from torch import nn
+
+    layers = [nn.Conv2d(cin, cout, k, s, (k - 1) // 2, groups=g, bias=False),
+              nn.BatchNorm2d(cout)]
+    if act is not None:
+        layers.append(act())
+    return nn.Sequential(*layers)
+
+
+def mobilenet_v2():
+    """torchvision.models.mobilenet_v2 (width 1.0, 1000 classes)."""
+    import torch
+    from torch import nn
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, inp, oup, stride, expand_ratio):
+            super().__init__()
+            hidden = int(round(inp * expand_ratio))
+            self.use_res_connect = stride == 1 and inp == oup
+            layers = []
+            if expand_ratio != 1:
+                layers.append(_conv_bn_act(inp, hidden, 1, act=nn.ReLU6))
+            layers += [_conv_bn_act(hidden, hidden, 3, stride, hidden, act=nn.ReLU6),
+                       nn.Conv2d(hidden, oup, 1, 1, 0, bias=False), nn.BatchNorm2d(oup)]
+            self.conv = nn.Sequential(*layers)
+
+        def forward(self, x):
+            return x + self.conv(x) if self.use_res_connect else self.conv(x)
+
+    class MobileNetV2(nn.Module):
+        def __init__(self, num_classes=1000):
+            super().__init__()
+            cfg = [[1, 16, 1, 1], [6, 24, 2, 2], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1],
+                   [6, 160, 3, 2], [6, 320, 1, 1]]
+            c, last = 32, 1280
+            features = [_conv_bn_act(3, c, 3, 2, act=nn.ReLU6)]
+            for t, ch, n, s in cfg:
+                for i in range(n):
+                    features.append(InvertedResidual(c, ch, s if i == 0 else 1, t))
+                    c = ch
+            features.append(_conv_bn_act(c, last, 1, act=nn.ReLU6))
+            self.features = nn.Sequential(*features)
+            self.classifier = nn.Sequential(nn.Dropout(0.2), nn.Linear(last, num_classes))
+
+        def forward(self, x):
+            x = self.features(x)
+            x = nn.functional.adaptive_avg_pool2d(x, (1, 1))
+            return self.classifier(torch.flatten(x, 1))
+
+    return MobileNetV2()
+
+
+def mobilenet_v3_small():
+    """torchvision.models.mobilenet_v3_small (1000 classes)."""
+    import torch
+    from torch import nn
+
+    class SqueezeExcitation(nn.Module):
+        def __init__(self, cin, csq):
+            super().__init__()
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.fc1 = nn.Conv2d(cin, csq, 1)
+            self.fc2 = nn.Conv2d(csq, cin, 1)
+            self.activation = nn.ReLU()
+            self.scale_activation = nn.Hardsigmoid()
+
+        def forward(self, x):
+            s = self.scale_activation(self.fc2(self.activation(self.fc1(self.avgpool(x)))))
+            return s * x
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, cin, k, exp, cout, se, act, stride):
+            super().__init__()
+            self.use_res_connect = stride == 1 and cin == cout
+            layers = []
+            if exp != cin:
+                layers.append(_conv_bn_act(cin, exp, 1, act=act))
+            layers.append(_conv_bn_act(exp, exp, k, stride, exp, act=act))
+            if se:
+                layers.append(SqueezeExcitation(exp, _make_divisible(exp // 4, 8)))
+            layers.append(_conv_bn_act(exp, cout, 1))
+            self.block = nn.Sequential(*layers)
+
+        def forward(self, x):
+            y = self.block(x)
+            return x + y if self.use_res_connect else y
+
+    RE, HS = nn.ReLU, nn.Hardswish
+    cfg = [(16, 3, 16, 16, True, RE, 2), (16, 3, 72, 24, False, RE, 2),
+           (24, 3, 88, 24, False, RE, 1), (24, 5, 96, 40, True, HS, 2),
+           (40, 5, 240, 40, True, HS, 1), (40, 5, 240, 40, True, HS, 1),
+           (40, 5, 120, 48, True, HS, 1), (48, 5, 144, 48, True, HS, 1),
+           (48, 5, 288, 96, True, HS, 2), (96, 5, 576, 96, True, HS, 1),
+           (96, 5, 576, 96, True, HS, 1)]
+
+    class MobileNetV3Small(nn.Module):
+        def __init__(self, num_classes=1000):
+            super().__init__()
+            layers = [_conv_bn_act(3, 16, 3, 2, act=HS)]
+            layers += [InvertedResidual(*c) for c in cfg]
+            layers.append(_conv_bn_act(96, 576, 1, act=HS))
+            self.features = nn.Sequential(*layers)
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.classifier = nn.Sequential(nn.Linear(576, 1024), nn.Hardswish(),
+                                            nn.Dropout(0.2), nn.Linear(1024, num_classes))
+
+        def forward(self, x):
+            x = self.avgpool(self.features(x))
+            return self.classifier(torch.flatten(x, 1))
+
+    return MobileNetV3Small()
+
+
+def build(name: str):
+    """(module in eval mode, example-input shape) as the Cortex-M test files build them."""
+    import torch
+
+    torch.manual_seed(0)
+    if name == "mobilenet_v2":
+        m, shape = mobilenet_v2(), (1, 3, 224, 224)
+    elif name == "mobilenet_v3_small":
+        m, shape = mobilenet_v3_small(), (1, 3, 232, 232)
+    elif name == "mobilenet_v1_025":
+        from executorch.examples.models.mlperf_tiny.mobilenet_v1_025 import MobileNetV1025
+
+        m, shape = MobileNetV1025(), (1, 3, 96, 96)
+    elif name == "ds_cnn":
+        from executorch.examples.models.mlperf_tiny.ds_cnn import DSCNNKWS
+
+        m, shape = DSCNNKWS(), (1, 1, 49, 10)
+    elif name == "resnet8":
+        from executorch.examples.models.mlperf_tiny.resnet8 import ResNet8
+
+        m, shape = ResNet8(), (1, 3, 32, 32)
+    elif name == "deep_autoencoder":
+        from executorch.examples.models.mlperf_tiny.deep_autoencoder import DeepAutoEncoder
+
+        m, shape = DeepAutoEncoder(), (1, 640)
+    else:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    m = m.eval()
+    for p in m.parameters():
+        p.requires_grad_(False)
+    return m, shape
+
+
+def sample(shape, seed: int, channels_last: bool = True):
+    """An input like the tests' (uniform in [-1, 1), channels_last for images)."""
+    import torch
+
+    x = torch.rand(*shape, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+    return x.to(memory_format=torch.channels_last) if channels_last and len(shape) == 4 else x
+
+
+# --- the two flows -----------------------------------------------------------------------
+
+def edge_int8(model, shape, calibration: int):
+    """The Cortex-M harness: quantize, export, to_edge, CortexMPassManager."""
+    import torch
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+    from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig
+    from executorch.backends.transforms.duplicate_dynamic_quant_chain import (
+        DuplicateDynamicQuantChainPass,
+    )
+    from executorch.exir import to_edge
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    x = sample(shape, 1)
+    captured = torch.export.export(model, (x,), strict=True).module()
+    prepared = prepare_pt2e(captured, CortexMQuantizer())
+    for i in range(calibration):
+        prepared(sample(shape, 100 + i))
+    converted = convert_pt2e(prepared, fold_quantize=True)
+    DuplicateDynamicQuantChainPass()(converted)
+    ep = torch.export.export(converted, (x,), strict=True)
+    edge = to_edge(ep, compile_config=cortex_m_edge_compile_config())
+    pm = CortexMPassManager(edge.exported_program(), CortexMPassManager.pass_list,
+                            target_config=CortexMTargetConfig(cpu=CortexM.M55))
+    edge._edge_programs["forward"] = pm.transform()  # as the harness's RunPasses stage does
+    return edge, x
+
+
+def edge_fp32(model, shape):
+    import torch
+    from executorch.exir import to_edge
+
+    # Portable kernels, default dim order (as executorch_plans.py). Fresh contiguous strides:
+    # a 1-channel channels_last tensor is also "contiguous" but the runtime reads its strides
+    # as another dim order and the portable convolution rejects it (DS-CNN).
+    x = sample(shape, 1, channels_last=False)
+    return to_edge(torch.export.export(model, (x,), strict=True)), x
+
+
+def op_counts(edge) -> tuple[int, dict]:
+    """Kernel calls in the edge graph, and how many are cortex_m:: ops."""
+    gm = edge.exported_program().graph_module
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    cm = sum("cortex_m" in str(n.target) for n in calls)
+    return len(calls), {"cortex_m_ops": cm}
+
+
+def run_program(buffer, x):
+    from executorch.runtime import Runtime
+
+    method = Runtime.get().load_program(buffer).load_method("forward")
+    return [o.clone() for o in method.execute([x])]
+
+
+def _short(e: BaseException, n: int = 160) -> str:
+    s = " ".join(str(e).split())
+    return f"{type(e).__name__}: {s[:n]}"
+
+
+def measure(name: str, flow: str, time_limit: float, calibration: int, run: bool) -> dict:
+    import torch
+
+    import memsched.executorch as mx
+    from memsched.executorch import pte
+
+    row = {"model": name, "flow": flow}
+    t_all = time.perf_counter()
+    model, shape = build(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t0 = time.perf_counter()
+        edge, x = (edge_int8(model, shape, calibration) if flow == "int8"
+                   else edge_fp32(model, shape))
+        row["seconds_flow"] = round(time.perf_counter() - t0, 2)
+        row["edge_ops"], extra = op_counts(edge)
+        row.update(extra)
+        t0 = time.perf_counter()
+        base = copy.deepcopy(edge).to_executorch()
+        row["seconds_default"] = round(time.perf_counter() - t0, 2)
+        row["greedy"] = sum(pte.planned_sizes(base.buffer)["forward"][1:])
+        config = mx.backend_config(time_limit=time_limit)
+        t0 = time.perf_counter()
+        try:
+            ours = edge.to_executorch(config)
+        except Exception as e:  # memsched failed on this program: record where
+            row["error"] = _short(e, 400)
+            row["traceback"] = traceback.format_exc()
+            row["seconds_total"] = round(time.perf_counter() - t_all, 2)
+            return row
+        row["seconds_memsched"] = round(time.perf_counter() - t0, 2)
+    (rep,) = mx.report(config).values()
+    planned = sum(pte.planned_sizes(ours.buffer)["forward"][1:])
+    o = rep.order
+    row.update({
+        "ops": o.ops if o else None, "memsched": planned, "report_planned": rep.planned_bytes,
+        "greedy_on_memsched_order": rep.greedy_bytes,
+        "input_order_peak": o.input_peak if o else None, "order_peak": o.peak if o else None,
+        "lower_bound": o.lower_bound if o else None,
+        "optimal": bool(o is not None and planned == o.lower_bound),
+        "order_optimal": bool(o and o.optimal), "reordered": bool(o and o.reordered),
+        "arenas": [(a.mem_id, a.graph, a.greedy, a.memsched, a.chosen) for a in rep.arenas],
+        "ratio": row["greedy"] / max(planned, 1), "memsched_work_seconds": round(rep.seconds, 2),
+        "note": rep.note, "summary": rep.summary()})
+    if planned > row["greedy"]:
+        row["error"] = f"memsched plan {planned} B above greedy {row['greedy']} B"
+    if run:
+        try:
+            a = run_program(base.buffer, x)
+        except Exception as e:
+            row["run"] = "not runnable here"
+            row["run_error"] = _short(e, 300)
+        else:
+            b = run_program(ours.buffer, x)
+            eq = len(a) == len(b) and all(torch.equal(u, v) for u, v in zip(a, b))
+            row["run"] = "bit-equal" if eq else "DIFFER"
+    row["seconds_total"] = round(time.perf_counter() - t_all, 2)
+    return row
+
+
+def _b(v) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def table(rows) -> str:
+    out = ["| model | flow | ops (cortex_m::) | ExecuTorch greedy (B) | memsched (B) | "
+           "lower bound (B) | optimal | greedy / memsched | reordered | runnable / bit-equal | "
+           "s default | s memsched |",
+           "|---|---|---:|---:|---:|---:|:---:|---:|:---:|---|---:|---:|"]
+    for r in rows:
+        if "memsched" not in r:
+            greedy = _b(r.get("greedy"))
+            out.append(f"| {r['model']} | {r['flow']} | {r.get('edge_ops', '-')} | {greedy} | "
+                       f"error: {r.get('error', '?')} | | | | | | "
+                       f"{r.get('seconds_default', '-')} | |")
+            continue
+        run = r.get("run", "-")
+        cm = f" ({r['cortex_m_ops']})" if r.get("cortex_m_ops") else ""
+        out.append(
+            f"| {r['model']} | {r['flow']} | {r['ops']}{cm} | {_b(r['greedy'])} | "
+            f"{_b(r['memsched'])} | {_b(r['lower_bound'])} | "
+            f"{'yes' if r['optimal'] else 'no'} | {r['ratio']:.2f}x"
+            f"{' (=)' if r['greedy'] == r['memsched'] else ''} | "
+            f"{'yes' if r['reordered'] else 'no'} | {run} | "
+            f"{r['seconds_default']:.1f} | {r['seconds_memsched']:.1f} |")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", help=f"comma-separated (default: {','.join(MODELS)})")
+    ap.add_argument("--no-fp32", action="store_true", help="only the int8 Cortex-M flow")
+    ap.add_argument("--no-run", action="store_true", help="do not run the programs")
+    ap.add_argument("--time-limit", type=float, default=10.0)
+    ap.add_argument("--calibration", type=int, default=4, help="random calibration samples")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    names = args.models.split(",") if args.models else MODELS
+    flows = ["int8"] + ([] if args.no_fp32 else ["fp32"])
+    rows = []
+    for name in names:
+        for flow in flows:
+            t0 = time.perf_counter()
+            try:
+                rows.append(measure(name, flow, args.time_limit, args.calibration,
+                                    not args.no_run))
+            except Exception as e:  # one bad model must not hide the others' numbers
+                rows.append({"model": name, "flow": flow, "error": _short(e),
+                             "traceback": traceback.format_exc()})
+            r = rows[-1]
+            print(f"{name} {flow}: {time.perf_counter() - t0:.1f} s"
+                  + (f"  ERROR {r['error']}" if "error" in r else "")
+                  + (f"  run: {r.get('run')} {r.get('run_error', '')}" if "run" in r else ""),
+                  file=sys.stderr, flush=True)
+    print(table(rows))
+    for r in rows:
+        if "traceback" in r:
+            print(f"\n{r['model']} {r['flow']}:\n{r['traceback']}", file=sys.stderr)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
