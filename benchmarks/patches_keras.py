@@ -25,7 +25,8 @@ MODELS = {  # name -> (keras.applications constructor, alpha, input size)
 }
 
 
-def convert(ctor: str, alpha: float, size: int, samples: int = 4) -> bytes:
+def convert(ctor: str, alpha: float, size: int, samples: int = 4,
+            float_input: bool = False) -> bytes:
     import numpy as np
     import tensorflow as tf
     from tensorflow.python.framework.convert_to_constants import (
@@ -45,7 +46,8 @@ def convert(ctor: str, alpha: float, size: int, samples: int = 4) -> bytes:
     conv.representative_dataset = lambda: (
         [rng.uniform(-1, 1, (1, size, size, 3)).astype(np.float32)] for _ in range(samples))
     conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    conv.inference_input_type = tf.int8
+    # float_input: the float32 input quantized by the model's first operator (a QUANTIZE)
+    conv.inference_input_type = tf.float32 if float_input else tf.int8
     conv.inference_output_type = tf.int8
     return conv.convert()
 
@@ -54,14 +56,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="keras_models")
     ap.add_argument("--only", default="")
+    ap.add_argument("--float-input", action="store_true",
+                    help="float32 input (a QUANTIZE as operator 0); files named *_fin.tflite")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     for name, (ctor, alpha, size) in MODELS.items():
         if a.only and name not in a.only.split(","):
             continue
-        path = os.path.join(a.out, name + ".tflite")
+        path = os.path.join(a.out, name + ("_fin" if a.float_input else "") + ".tflite")
         with open(path, "wb") as f:
-            f.write(convert(ctor, alpha, size))
+            f.write(convert(ctor, alpha, size, float_input=a.float_input))
         print(path, flush=True)
     return 0
 

@@ -107,14 +107,16 @@ def sweep(xcore: str, src: str, d: str, max_b: int, bands, n_ops: int) -> dict:
 
 
 def run(name: str, xcore: str | None, max_b: int, bands, max_overhead: float,
-        cached: dict | None = None) -> dict:
-    from patches import MODELS
+        cached: dict | None = None, logits: bool = False) -> dict:
+    from patches import MODELS, strip_softmax
 
     from memsched.tflite import tflm
     from memsched.tflite.read import read_tflite
     from memsched.tflite.tile import tile_tflite
 
     data = MODELS[name]() if name in MODELS else open(name, "rb").read()
+    if logits:  # Keras files: TFLM's Python interpreter cannot allocate their final SOFTMAX
+        data = strip_softmax(data)
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "m.tflite")
         with open(src, "wb") as f:
@@ -180,6 +182,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-overhead", type=float, default=0.3)
     ap.add_argument("--json")
     ap.add_argument("--reuse", help="a --json file of an earlier run: its xformer sweeps")
+    ap.add_argument("--logits", action="store_true",
+                    help="measure up to the logits (drop a final SOFTMAX; Keras files)")
     a = ap.parse_args(argv)
     cache = {}
     if a.reuse:
@@ -194,7 +198,7 @@ def main(argv=None) -> int:
           "(arena, ratio, MACs, region, grid) | ahead |", flush=True)
     rows = []
     for name in a.models:
-        row = run(name, a.xformer, a.max_b, bands, a.max_overhead, cache.get(name))
+        row = run(name, a.xformer, a.max_b, bands, a.max_overhead, cache.get(name), a.logits)
         rows.append(row)
         print(_fmt(row), flush=True)
         if a.json:
