@@ -47,6 +47,17 @@ def _input(net, size: int, float_input: bool):
     return x
 
 
+def _pad01(net, t, shape):
+    """Keras' ``ZeroPadding2D(((0, 1), (0, 1)))`` as an explicit ``PAD`` (before a stride-2
+    VALID convolution)."""
+    s = net.s
+    out_shape = [1, shape[1] + 1, shape[2] + 1, shape[3]]
+    out = net.act(f"pad{net.n}", out_shape, like=t)
+    pads = net.const_i32(f"pad{net.n}/p", [[0, 0], [0, 1], [0, 1], [0, 0]])
+    net.b.op("PAD", [t, pads], [out], s.BuiltinOptions.PadOptions, s.PadOptionsT())
+    return out, out_shape
+
+
 def mobilenet_v2(alpha: float = 0.35, size: int = 144, classes: int = 10, seed: int = 0,
                  stages=None, float_input: bool = False) -> bytes:
     from memsched.generators.tflite_synth import _Net
@@ -56,14 +67,7 @@ def mobilenet_v2(alpha: float = 0.35, size: int = 144, classes: int = 10, seed: 
     x = _input(net, size, float_input)
     shape = [1, size, size, 3]
 
-    def pad01(t, shape):
-        out_shape = [1, shape[1] + 1, shape[2] + 1, shape[3]]
-        out = net.act(f"pad{net.n}", out_shape, like=t)
-        pads = net.const_i32(f"pad{net.n}/p", [[0, 0], [0, 1], [0, 1], [0, 0]])
-        net.b.op("PAD", [t, pads], [out], s.BuiltinOptions.PadOptions, s.PadOptionsT())
-        return out, out_shape
-
-    t, shape = pad01(x, shape)
+    t, shape = _pad01(net, x, shape)
     t, shape = net.conv(t, shape, _divisible(32 * alpha), k=3, stride=2, padding="VALID")
     cfg = stages or [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
                      (6, 160, 3, 2), (6, 320, 1, 1)]
@@ -76,7 +80,7 @@ def mobilenet_v2(alpha: float = 0.35, size: int = 144, classes: int = 10, seed: 
             if tt != 1:
                 h, shape = net.conv(h, shape, shape[3] * tt, k=1)
             if stride == 2:
-                h, shape = pad01(h, shape)
+                h, shape = _pad01(net, h, shape)
                 h, shape = net.conv(h, shape, shape[3], depthwise=True, stride=2,
                                     padding="VALID")
             else:
@@ -108,19 +112,12 @@ def mobilenet_v1(alpha: float = 0.25, size: int = 128, classes: int = 10, seed: 
     x = _input(net, size, float_input)
     shape = [1, size, size, 3]
 
-    def pad01(t, shape):
-        out_shape = [1, shape[1] + 1, shape[2] + 1, shape[3]]
-        out = net.act(f"pad{net.n}", out_shape, like=t)
-        pads = net.const_i32(f"pad{net.n}/p", [[0, 0], [0, 1], [0, 1], [0, 0]])
-        net.b.op("PAD", [t, pads], [out], s.BuiltinOptions.PadOptions, s.PadOptionsT())
-        return out, out_shape
-
-    t, shape = pad01(x, shape)
+    t, shape = _pad01(net, x, shape)
     t, shape = net.conv(t, shape, int(32 * alpha), k=3, stride=2, padding="VALID")
     for c, st in [(64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1),
                   (512, 1), (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1)]:
         if st == 2:
-            t, shape = pad01(t, shape)
+            t, shape = _pad01(net, t, shape)
             t, shape = net.conv(t, shape, shape[3], depthwise=True, stride=2, padding="VALID")
         else:
             t, shape = net.conv(t, shape, shape[3], depthwise=True)

@@ -255,6 +255,14 @@ def run(prog: str, parser: argparse.ArgumentParser, argv=None) -> int:
         return 1
 
 
+def bad_input(e: BaseException) -> int:
+    """One line on stderr naming the problem (an OSError by its file), exit status 2: the
+    commands that catch their own errors (``reorder``, ``tile``, ``pack``)."""
+    msg = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
+    print(f"memsched: error: {msg}", file=sys.stderr)
+    return 2
+
+
 def tflite_output(model: str, output: str | None, verb: str, suffix: str) -> str:
     """The ``-o`` file of a command rewriting ``model`` (a .tflite file): checked before any
     work (input kind, a writable directory, not the input itself); default

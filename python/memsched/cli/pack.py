@@ -15,9 +15,8 @@ packing meets exits 1.
 from __future__ import annotations
 
 import json
-import sys
 
-from .common import parse_bytes, seconds
+from .common import bad_input, parse_bytes, seconds
 
 
 def cmd_pack(args) -> int:
@@ -34,9 +33,7 @@ def cmd_pack(args) -> int:
     except BrokenPipeError:
         raise
     except (PackingInputError, ValueError, OSError) as e:
-        msg = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
-        print(f"memsched: error: {msg}", file=sys.stderr)
-        return 2
+        return bad_input(e)
     code = 1 if rep["fits"] is False else 0
     if args.json:
         print(json.dumps(rep))

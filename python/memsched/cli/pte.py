@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import CLIError, _quiet_native_stderr, _status, rewrite_output, seconds
+from .common import (CLIError, _quiet_native_stderr, _status, bad_input, rewrite_output,
+                     seconds)
 
 
 def _needs_executorch() -> None:
@@ -123,9 +124,7 @@ def reorder_pte(args) -> int:
               file=sys.stderr)
         return 1
     except (ValueError, OSError, RuntimeError) as e:
-        msg = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
-        print(f"memsched: error: {msg}", file=sys.stderr)
-        return 2
+        return bad_input(e)
     report["written"] = True
     if args.json:
         print(json.dumps(report))

@@ -24,7 +24,7 @@ import math
 import os
 import sys
 
-from .common import tflite_output
+from .common import bad_input, tflite_output
 
 
 def _time_limit(text: str) -> float:
@@ -70,9 +70,7 @@ def cmd_reorder(args) -> int:
               f"{report['output']!r} not written", file=sys.stderr)
         return 1
     except (ValueError, OSError, RuntimeError) as e:
-        msg = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
-        print(f"memsched: error: {msg}", file=sys.stderr)
-        return 2
+        return bad_input(e)
     report["written"] = True
     if args.json:
         print(json.dumps(report))

@@ -25,7 +25,7 @@ import json
 import os
 import sys
 
-from .common import seconds, tflite_output
+from .common import bad_input, seconds, tflite_output
 
 
 def _errors():
@@ -41,9 +41,7 @@ def cmd_tile(args) -> int:
     except BrokenPipeError:
         raise  # a closed stdout: the CLI's runner ends quietly
     except _errors() as e:
-        msg = f"{e.strerror}: {e.filename}" if isinstance(e, OSError) and e.strerror else str(e)
-        print(f"memsched: error: {msg}", file=sys.stderr)
-        return 2
+        return bad_input(e)
 
 
 def _tile(args) -> int:
