@@ -29,6 +29,13 @@ MODELS = {
     # 13 blocks, width 32, residual ADDs) through TVM's own TFLite frontend (quantize /
     # dequantize around float kernels)
     "tflite-mobilenet_like-int8-96": dict(tflite=dict(quantized=True, size=96)),
+    # squeeze-and-excitation: Keras MobileNetV3Small (alpha 1.0, 128 px) int8 .tflite, built
+    # by benchmarks/patches_keras.py, through TVM's TFLite frontend
+    "mbv3s-1.0-128-int8-keras": dict(tflite_path="/tmp/keras_models/mbv3s_1.0_128.tflite"),
+    # a MobileNetV3-Small-like Relax model (memsched.generators.relax_cnn.mobilenet_v3_small:
+    # hardswish, SE blocks with relu + hardsigmoid), float32 and integer
+    "mbv3s-1.0-128": dict(mbv3=dict(alpha=1.0, size=128)),
+    "mbv3s-1.0-128-int": dict(mbv3=dict(alpha=1.0, size=128, integer=True)),
 }
 DEFAULT = ["mbv2-0.35-144", "mbv2-1.0-96", "mbv2-0.35-144-int8", "mbv2-1.0-96-int8"]
 
@@ -36,6 +43,14 @@ DEFAULT = ["mbv2-0.35-144", "mbv2-1.0-96", "mbv2-0.35-144-int8", "mbv2-1.0-96-in
 def build(name: str):
     """(Relax module, integer outputs?) of a benchmark model."""
     spec = dict(MODELS[name])
+    if "tflite_path" in spec:
+        from memsched.importers.load import load_relax
+
+        return load_relax(spec["tflite_path"], None), True
+    if "mbv3" in spec:
+        from memsched.generators.relax_cnn import mobilenet_v3_small
+
+        return mobilenet_v3_small(**spec["mbv3"]), spec["mbv3"].get("integer", False)
     if "tflite" in spec:
         import os
         import tempfile
@@ -120,7 +135,7 @@ def _conv_pool_overhead(folded, attrs):
     sm = bm.sm
     length = int(attrs["memsched.patches_region_ops"])
     grid = tuple(int(g) for g in str(attrs["memsched.patches_grid"]).split("x"))
-    region = next(r for r in regions(sm)[0] if r.length == length)
+    region = next(r for r in regions(sm, se=True)[0] if r.length == length)
     plan = plan_patches(sm, region, grid)
     conv = [k for k, op in enumerate(sm.ops) if op.cls == "window" and op.kind != "PAD"]
     whole = sum(sm.op_macs(sm.ops[k]) for k in conv)

@@ -1,5 +1,6 @@
 """Relax CNNs built directly with `relax.BlockBuilder` (no frontend, random weights): the
-MobileNetV2 family and small inverted-residual models, float32 or integer (int8 activations,
+MobileNetV2 family, a MobileNetV3-Small-like model (squeeze-and-excitation blocks, hardswish,
+hardsigmoid) and small inverted-residual models, float32 or integer (int8 activations,
 int32 accumulation, a shift-and-clip requantization: outputs are bit-exact across schedules).
 
 Used by the TilePatches tests and `benchmarks/patches_tvm.py`.
@@ -142,6 +143,115 @@ def small_mobilenet(size: int = 32, c0: int = 8, layout: str = "NCHW", integer: 
                 b = n.conv(y, 2 * c0, 3)
                 y = bb.emit(relax.op.concat([m, b], axis=n.c_axis))
             y = n.inverted_residual(y, 2 * c0, 2, 2)
+            out = n.head(y, classes)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+# MobileNetV3-Small: (kernel, expansion channels, out channels, SE, hardswish, stride)
+MBV3S = ((3, 16, 16, True, False, 2), (3, 72, 24, False, False, 2),
+         (3, 88, 24, False, False, 1), (5, 96, 40, True, True, 2), (5, 240, 40, True, True, 1),
+         (5, 240, 40, True, True, 1), (5, 120, 48, True, True, 1), (5, 144, 48, True, True, 1),
+         (5, 288, 96, True, True, 2), (5, 576, 96, True, True, 1), (5, 576, 96, True, True, 1))
+
+
+class _NetV3(_Net):
+    """`_Net` with MobileNetV3's pieces: hardswish, squeeze-and-excitation (global mean,
+    1x1 conv, ReLU, 1x1 conv, hardsigmoid, scale). Integer: the activations are clips (int8
+    stand-ins), the SE block works on int32 (its mean divides with TVM's integer division)."""
+
+    def act(self, y, hswish: bool):
+        bb = self.bb
+        if self.integer:
+            return y  # conv() already clipped to [0, 127]
+        if not hswish:
+            return bb.emit(relax.op.nn.relu(y))
+        t = bb.emit(relax.op.clip(bb.emit(relax.op.add(y, self.const(np.float32(3.0)))),
+                                  0.0, 6.0))
+        return bb.emit(relax.op.divide(bb.emit(relax.op.multiply(y, t)),
+                                       self.const(np.float32(6.0))))
+
+    def conv_act(self, x, cout, k=1, stride=1, groups=1, hswish=False):
+        if self.integer:
+            return self.conv(x, cout, k, stride, groups, act=True)
+        y = self.conv(x, cout, k, stride, groups, act=False)
+        return self.act(y, hswish)
+
+    def se(self, x):
+        bb, c = self.bb, self.channels(x)
+        mid = make_divisible(c / 4)
+        axes = [2, 3] if self.layout == "NCHW" else [1, 2]
+        if self.integer:
+            xi = bb.emit(relax.op.astype(x, "int32"))
+            g = bb.emit(relax.op.mean(xi, axis=axes, keepdims=True))
+            g = self._vconv(g, mid, "int32")
+            g = bb.emit(relax.op.clip(bb.emit(relax.op.right_shift(
+                g, self.const(np.array(4, "int32")))), 0, 127))
+            g = self._vconv(g, c, "int32")
+            g = bb.emit(relax.op.clip(bb.emit(relax.op.add(
+                bb.emit(relax.op.right_shift(g, self.const(np.array(6, "int32")))),
+                self.const(np.array(3, "int32")))), 0, 6))
+            y = bb.emit(relax.op.multiply(xi, g))
+            y = bb.emit(relax.op.clip(bb.emit(relax.op.right_shift(
+                y, self.const(np.array(2, "int32")))), -128, 127))
+            return bb.emit(relax.op.astype(y, "int8"))
+        g = bb.emit(relax.op.mean(x, axis=axes, keepdims=True))
+        g = bb.emit(relax.op.nn.relu(self._vconv(g, mid, "float32")))
+        g = self._vconv(g, c, "float32")
+        g = bb.emit(relax.op.divide(bb.emit(relax.op.clip(bb.emit(relax.op.add(
+            g, self.const(np.float32(3.0)))), 0.0, 6.0)), self.const(np.float32(6.0))))
+        return bb.emit(relax.op.multiply(x, g))
+
+    def _vconv(self, g, cout, dtype):
+        """1x1 conv + bias on the 1x1 vector."""
+        cin = self.channels(g)
+        if dtype == "int32":
+            w = self.rng.integers(-3, 4, (cout, cin, 1, 1)).astype("int32")
+            b = self.rng.integers(-8, 9, cout).astype("int32")
+        else:
+            w = (self.rng.standard_normal((cout, cin, 1, 1)) * np.sqrt(2.0 / cin)
+                 ).astype("float32")
+            b = (self.rng.standard_normal(cout) * 0.1).astype("float32")
+        if self.layout == "NCHW":
+            kl, wt, bshape = "OIHW", w, (1, cout, 1, 1)
+        else:
+            kl, wt, bshape = "HWIO", w.transpose(2, 3, 1, 0), (1, 1, 1, cout)
+        y = self.bb.emit(relax.op.nn.conv2d(g, self.const(wt), 1, 0, data_layout=self.layout,
+                                            kernel_layout=kl, out_dtype=dtype))
+        return self.bb.emit(relax.op.add(y, self.const(b.reshape(bshape))))
+
+    def block(self, x, k, exp, cout, se, hswish, stride):
+        cin = self.channels(x)
+        y = x
+        if exp != cin:
+            y = self.conv_act(y, exp, 1, hswish=hswish)
+        y = self.conv_act(y, exp, k, stride, groups=exp, hswish=hswish)
+        if se:
+            y = self.se(y)
+        y = self.conv(y, cout, 1, act=False)
+        if stride == 1 and cin == cout:
+            y = self.add(x, y)
+        return y
+
+
+def mobilenet_v3_small(alpha: float = 1.0, size: int = 128, layout: str = "NCHW",
+                       integer: bool = False, classes: int = 1000, seed: int = 0
+                       ) -> tvm.IRModule:
+    """MobileNetV3-Small-like (Howard et al. 2019): its block table with width ``alpha`` at
+    ``size`` x ``size`` px, squeeze-and-excitation blocks (mean -> 1x1 conv -> ReLU -> 1x1
+    conv -> hardsigmoid -> scale), hardswish as ``x * clip(x + 3, 0, 6) / 6``, biases for
+    folded batch norm, random weights. Integer: int8 activations, int32 accumulation and SE."""
+    rng = np.random.default_rng(seed)
+    bb = relax.BlockBuilder()
+    x = _input(size, layout, integer)
+    with bb.function("main", [x], attrs={"num_input": 1}):
+        with bb.dataflow():
+            n = _NetV3(bb, rng, layout, integer)
+            y = n.conv_act(x, make_divisible(16 * alpha), 3, 2, hswish=True)
+            for k, exp, c, se, hs, s in MBV3S:
+                y = n.block(y, k, make_divisible(exp * alpha), make_divisible(c * alpha), se,
+                            hs, s)
+            y = n.conv_act(y, make_divisible(576 * alpha), 1, hswish=True)
             out = n.head(y, classes)
         bb.emit_func_output(out)
     return bb.get()

@@ -16,7 +16,8 @@ Element-wise operators (same-shape inputs) and concatenation along channels read
 of every input.
 
 A runtime adapter describes its graph as a `SpatialModel`: every operator with its activation
-inputs, output, class (``window`` / ``eltwise`` / ``concat`` / ``other``), kernel, stride,
+inputs, output, class (``window`` / ``eltwise`` / ``concat`` / ``other``; for
+squeeze-and-excitation blocks ``reduce`` / ``vector`` / ``scale``, see `SOp`), kernel, stride,
 dilation, leading padding, the value implicit padding stands for, and MACs per output element
 (`memsched.tflite.spatial` for a .tflite file, `memsched.transform.tile_patches` for Relax).
 """
@@ -145,7 +146,12 @@ class SOp:
 
     index: int  # operator index in the file (or in a synthetic stack)
     kind: str  # TFLite builtin name (CONV_2D, ...) or a generic name in tests
-    cls: str  # "window", "eltwise", "concat" or "other"
+    # "window", "eltwise", "concat" or "other"; squeeze-and-excitation (regions opt in with
+    # ``se=True``): "reduce" (sum over H and W of a feature map, divided by ``divisor``),
+    # "vector" (any operator whose activations are all reduce results or vector outputs: runs
+    # once, whole), "scale" (a feature map times a vector, broadcast over space: input 0 the
+    # feature map, input 1 the vector)
+    cls: str
     inputs: tuple  # activation tensor indices
     output: int
     kernel: tuple = (1, 1)
@@ -157,6 +163,7 @@ class SOp:
     macs_per_out: int = 1  # multiply-accumulates per output element
     cout: int = 0
     reason: str = ""  # why the op is not spatially local ("other")
+    divisor: int = 1  # "reduce": what the sum over space is divided by (H*W: mean; 1: sum)
 
     def in_window(self, out: Win) -> Win:
         """Input window (unclipped) that output window ``out`` reads (window ops), or ``out``

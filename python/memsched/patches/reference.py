@@ -7,6 +7,13 @@ of the real cells (TFLite averages over the cells inside the tensor); element-wi
 their inputs (an integer stand-in for any same-shape element-wise op); concat stacks channels.
 Not a model of int8 requantization: it checks that every output cell of a patch sees exactly
 the input cells, padding values and taps the whole operator does.
+
+Squeeze-and-excitation (classes ``reduce`` / ``vector`` / ``scale``): a reduction sums over
+H and W and divides by ``SOp.divisor`` (integers: floor division, floats: true division);
+vector ops ``FC`` (weights ``[cout, cin]``), ``RELU``, ``HSIG`` (``clip(x + 3, 0, 6)``, divided
+by 6 for floats); ``scale`` multiplies the feature map by the vector. The patched run adds the
+per-patch partial sums and divides once. Float inputs work too (compare within a tolerance:
+the sums are added in another order).
 """
 from __future__ import annotations
 
@@ -57,7 +64,37 @@ def window_op(op: SOp, x: np.ndarray, weights, out_hw: tuple[int, int],
     return acc
 
 
+def finish_reduce(op: SOp, total: np.ndarray) -> np.ndarray:
+    """A reduction's result from its sum over space."""
+    if op.divisor == 1:
+        return total
+    if np.issubdtype(total.dtype, np.integer):
+        return total // op.divisor
+    return total / op.divisor
+
+
+def vector_op(op: SOp, args: list, weights) -> np.ndarray:
+    x = args[0]
+    if op.kind == "FC":
+        return x @ weights.T
+    if op.kind == "RELU":
+        return np.maximum(x, 0)
+    if op.kind == "HSIG":
+        y = np.clip(x + 3, 0, 6)
+        return y if np.issubdtype(y.dtype, np.integer) else y / 6
+    out = x.copy()
+    for a in args[1:]:
+        out = out + a
+    return out
+
+
 def run_op(sm: SpatialModel, op: SOp, args: list, weights, pads=(0, 0, 0, 0), out_hw=None):
+    if op.cls == "reduce":
+        return finish_reduce(op, args[0].sum(axis=(0, 1), keepdims=True))
+    if op.cls == "vector":
+        return vector_op(op, args, weights)
+    if op.cls == "scale":
+        return args[0] * args[1]
     if op.cls == "window":
         return window_op(op, args[0], weights, out_hw, pads)
     if op.cls == "concat":
@@ -99,6 +136,19 @@ def run_plan(sm: SpatialModel, plan: PatchPlan, weights: dict, inputs: dict) -> 
                        constant_values=_pad_value(nd.pad_value))
         elif nd.kind == "concat":
             v = np.concatenate(args, axis=nd.axis - 1)
+        elif nd.kind in ("partial", "accumulate", "reduce", "vector"):
+            op = sm.ops[nd.op]
+            if nd.kind == "partial":
+                assert args[0].shape[:2] == (nd.win.height, nd.win.width), (nd, args[0].shape)
+                v = args[0].sum(axis=(0, 1), keepdims=True)
+            elif nd.kind == "accumulate":
+                v = args[0] + args[1]
+            elif nd.kind == "reduce":
+                v = finish_reduce(op, args[0])
+            else:
+                v = vector_op(op, args, weights.get(op.index))
+            vals.append(v)
+            continue
         else:
             op = sm.ops[nd.op]
             v = run_op(sm, op, args, weights.get(op.index), nd.pads,
@@ -116,6 +166,9 @@ def random_weights(sm: SpatialModel, rng: np.random.Generator, length: int | Non
             out[op.index] = rng.integers(-3, 4, (op.cout, op.kernel[0], op.kernel[1], cin))
         elif op.kind == "DEPTHWISE_CONV_2D":
             out[op.index] = rng.integers(-3, 4, (1, op.kernel[0], op.kernel[1], op.cout))
+        elif op.kind == "FC":
+            cin = sm.tensors[op.inputs[0]].channels
+            out[op.index] = rng.integers(-3, 4, (op.cout, cin))
     return out
 
 
@@ -124,18 +177,23 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
     """A chain of window ops on a ``1 x h x w x c`` input: ``specs`` items
     ``(kind, kernel, stride, dilation, padding)`` (kernel, stride, dilation: an int or an
     (h, w) pair) with kind one of CONV_2D, DEPTHWISE_CONV_2D,
-    MAX_POOL_2D, AVERAGE_POOL_2D, PAD (kernel = the padding amount) and padding ``SAME`` /
-    ``VALID``. ``residual``: an ADD of the last two same-shape tensors at the end (a DAG).
+    MAX_POOL_2D, AVERAGE_POOL_2D, PAD (kernel = the padding amount), or SE (a
+    squeeze-and-excitation block: MEAN over space, FC to ``kernel`` channels, RELU, FC back,
+    HSIG, scale of the block's input) and padding ``SAME`` / ``VALID``. ``residual``: an ADD
+    of the last two same-shape tensors at the end (a DAG).
     Raises ValueError when a spec leaves no output cell."""
     from .geometry import (PAD_NONE, PAD_ZERO, STensor, same_padding, valid_size)
 
     tensors = {0: STensor(0, "x", (1, h, w, c), 1)}
     ops = []
     cur = 0
-    for n, (kind, k, s, d, padding) in enumerate(specs):
+    for kind, k, s, d, padding in specs:
         (kh, kw), (sh, sw), (dh, dw) = (_pair(k), _pair(s), _pair(d))
         H, W = tensors[cur].hw
         cin = tensors[cur].channels
+        if kind == "SE":
+            cur = _se_block(ops, tensors, cur, max(int(k), 1))
+            continue
         if kind == "PAD":
             oh, ow, pb, pa = H + 2 * k, W + 2 * k, k, k
             op = dict(kernel=(1, 1), stride=(1, 1), dilation=(1, 1), pad=(pb, pb),
@@ -155,9 +213,9 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
                       macs_per_out=kh * kw * (cin if kind == "CONV_2D" else 1))
         if oh < 1 or ow < 1:
             raise ValueError("no output cell left")
-        t = n + 1
+        t = len(tensors)
         tensors[t] = STensor(t, f"t{t}", (1, oh, ow, cout), 1)
-        ops.append(SOp(n, kind, "window", (cur,), t, cout=cout, **op))
+        ops.append(SOp(len(ops), kind, "window", (cur,), t, cout=cout, **op))
         cur = t
     if residual:
         same = [t for t in tensors if t != cur and tensors[t].shape == tensors[cur].shape]
@@ -177,6 +235,31 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
                            macs_per_out=0))
             cur = t
     return SpatialModel(ops, tensors, [0], [cur], name="stack")
+
+
+def _se_block(ops: list, tensors: dict, x: int, mid: int) -> int:
+    """Append a squeeze-and-excitation block on tensor ``x``; return the scaled tensor."""
+    from .geometry import STensor
+
+    (H, W), c = tensors[x].hw, tensors[x].channels
+
+    def new(shape) -> int:
+        t = len(tensors)
+        tensors[t] = STensor(t, f"t{t}", shape, 1)
+        return t
+
+    m = new((1, 1, 1, c))
+    ops.append(SOp(len(ops), "MEAN", "reduce", (x,), m, cout=c, divisor=H * W,
+                   macs_per_out=H * W))
+    cur = m
+    for kind, cout in (("FC", mid), ("RELU", mid), ("FC", c), ("HSIG", c)):
+        t = new((1, 1, 1, cout))
+        ops.append(SOp(len(ops), kind, "vector", (cur,), t, cout=cout,
+                       macs_per_out=tensors[cur].channels if kind == "FC" else 1))
+        cur = t
+    y = new(tensors[x].shape)
+    ops.append(SOp(len(ops), "MUL", "scale", (x, cur), y, cout=c))
+    return y
 
 
 def _pair(x) -> tuple[int, int]:

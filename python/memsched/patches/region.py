@@ -19,6 +19,18 @@ the tensor, and pads the rest explicitly (which is the implicit padding of the o
 on true borders). A reassembly has at most `MAX_CONCAT_INPUTS` inputs per CONCATENATION (TFLite
 Micro's ``kMaxInputNum``): more pieces are chained (the first ten concatenated, then that
 partial tensor and the next nine, ...). A refused region carries the reason (`Refused`).
+
+Squeeze-and-excitation (opt-in: ``regions(..., se=True)``): a region may contain operators of
+classes ``reduce`` (a global sum/mean over H and W), ``vector`` (operators on its result, run
+once) and ``scale`` (a feature map times such a vector). Each tensor has a *stage*: the number
+of reductions it depends on. The patches then run in passes: pass ``p`` computes, patch by
+patch (grid cell ``i`` of each target tensor's own size), the tensors of stage ``p`` that a
+reduction reads and their *partial* sums over the patch's own cells (no halo), added up
+(``accumulate``); after the pass each reduction is finished once (``reduce``: the sum of the
+partials divided by H*W for a mean -- integer sums are exact, float ones differ from the whole
+sum by rounding only) and the ``vector`` operators that can run do; the last pass computes the
+split tensors. Every pass recomputes what it needs from the region's inputs (the MACs count
+it).
 """
 from __future__ import annotations
 
@@ -27,6 +39,8 @@ from dataclasses import dataclass, field
 from .geometry import PAD_NONE, SpatialModel, Win, axis_read, bbox
 
 SPATIAL = ("window", "eltwise", "concat")
+SE_CLASSES = ("reduce", "vector", "scale")  # squeeze-and-excitation (regions opt in: se=True)
+VECTOR = ("reduce", "vector")  # operators whose outputs are vectors (computed once, whole)
 MAX_CONCAT_INPUTS = 10  # TFLite Micro's CONCATENATION kMaxInputNum; more pieces are chained
 MAX_START = 4  # regions may start after the first MAX_START operators (run whole)
 
@@ -50,31 +64,60 @@ class Region:
         return range(self.start, self.length)
 
 
-def regions(sm: SpatialModel, starts=(0,)) -> tuple[list[Region], str]:
+def regions(sm: SpatialModel, starts=(0,), se: bool = False) -> tuple[list[Region], str]:
     """Candidate regions: for each ``start`` (default: the model inputs only), each run of
     spatial operators from ``start`` whose split tensors share one spatial size; and why the
-    spatial prefix from operator 0 ends (the first operator that is not spatial)."""
+    spatial prefix from operator 0 ends (the first operator that is not spatial). ``se``: runs
+    may contain squeeze-and-excitation blocks (``reduce`` / ``vector`` / ``scale`` operators);
+    a run whose vectors are read after it is not a region."""
     out = []
     why = "every operator is spatially local"
+    why_se = ""
     model_out = set(sm.outputs)
+    allowed = SPATIAL + SE_CLASSES if se else SPATIAL
     for start in starts:
         if start >= len(sm.ops):
             continue
         avail = set(sm.inputs) | {sm.ops[k].output for k in range(start)}
         produced: set[int] = set()
+        vec: set[int] = set()
         for k in range(start, len(sm.ops)):
             op = sm.ops[k]
-            if op.cls not in SPATIAL:
+            if op.cls not in allowed:
                 if start == 0:
-                    why = f"operator {op.index} ({op.kind}): {op.reason}"
+                    reason = op.reason or (f"{op.cls} of a squeeze-and-excitation block "
+                                           "(regions through it: se=True)")
+                    why = f"operator {op.index} ({op.kind}): {reason}"
                 break
             if any(t not in produced and t not in avail for t in op.inputs):
                 if start == 0:
                     why = f"operator {op.index} ({op.kind}) reads a tensor not produced before it"
                 break
+            bad = ""
+            if op.cls == "vector" and any(t not in vec for t in op.inputs):
+                bad = "a vector operator reads a tensor that is not a vector of the region"
+            elif op.cls == "scale" and (len(op.inputs) != 2 or op.inputs[0] in vec or
+                                        op.inputs[1] not in vec):
+                bad = "a scale that does not multiply a feature map by a vector of the region"
+            elif op.cls == "reduce" and op.inputs[0] in vec:
+                bad = "a reduction of a vector"
+            elif op.cls in SPATIAL and any(t in vec for t in op.inputs):
+                bad = "a spatial operator reads a vector"
+            if bad:
+                if start == 0:
+                    why = f"operator {op.index} ({op.kind}): {bad}"
+                break
             produced.add(op.output)
+            if op.cls in VECTOR:
+                vec.add(op.output)
             length = k + 1
-            split = [t for t in sorted(produced, key=lambda t: sm.producer[t])
+            if vec and any(t in model_out or any(c >= length for c in sm.consumers.get(t, []))
+                           for t in vec):
+                if start == 0 and not why_se:
+                    why_se = (f"operator {op.index} ({op.kind}): a global reduction whose "
+                              "result is read after every region through it")
+                continue
+            split = [t for t in sorted(produced - vec, key=lambda t: sm.producer[t])
                      if t in model_out or any(c >= length for c in sm.consumers.get(t, []))]
             if not split:
                 continue
@@ -84,7 +127,38 @@ def regions(sm: SpatialModel, starts=(0,)) -> tuple[list[Region], str]:
             ins = sorted({t for j in range(start, length) for t in sm.ops[j].inputs
                           if t not in produced}, key=lambda t: (sm.producer.get(t, -1), t))
             out.append(Region(length, split, ins, hws.pop(), start))
+            if start == 0:
+                why_se = ""  # a region reaches past that reduction
+    if why_se and why == "every operator is spatially local":
+        why = why_se
     return out, why
+
+
+def stages(sm: SpatialModel, region: Region) -> dict[int, int]:
+    """Per tensor of the region (inputs included): how many reductions it depends on."""
+    st = {t: 0 for t in region.inputs}
+    for k in region.ops:
+        op = sm.ops[k]
+        s = max((st.get(t, 0) for t in op.inputs), default=0)
+        st[op.output] = s + 1 if op.cls == "reduce" else s
+    return st
+
+
+def pass_targets(sm: SpatialModel, region: Region) -> list[list[int]]:
+    """The tensors each pass over the patches computes patch by patch: pass ``p`` < last the
+    inputs of the reductions of stage ``p``, the last pass the split tensors (one pass when
+    the region has no reduction)."""
+    reduces = [k for k in region.ops if sm.ops[k].cls == "reduce"]
+    if not reduces:
+        return [list(region.split)]
+    st = stages(sm, region)
+    last = max(st.values())
+    out: list[list[int]] = [[] for _ in range(last)]
+    for k in reduces:
+        t = sm.ops[k].inputs[0]
+        if t not in out[st[t]]:
+            out[st[t]].append(t)
+    return out + [list(region.split)]
 
 
 def grid_cells(h: int, w: int, rows: int, cols: int) -> list[Win]:
@@ -103,8 +177,14 @@ class PNode:
     ``kind``: ``slice`` (window ``win`` of ``tensor`` cut from a source holding window
     ``base`` of it: a model input or another node), ``pad`` (explicit border padding
     ``pads`` = top, bottom, left, right), ``op`` (region operator ``op`` on its input nodes,
-    VALID), ``concat`` (along ``axis``: 1 = H, 2 = W). ``win``: the window of ``tensor`` (the
-    original tensor) this node holds; a pad node holds the padded (unclipped) window.
+    VALID), ``concat`` (along ``axis``: 1 = H, 2 = W); squeeze-and-excitation:
+    ``partial`` (the sum over space of its input window, for reduce operator ``op``; ``win``
+    the patch's own cell of the reduced tensor), ``accumulate`` (the running sum: previous
+    + partial), ``reduce`` (the finished reduction of ``op``: the sum of the partials divided
+    by ``SOp.divisor``), ``vector`` (vector operator ``op``, once); these hold ``tensor`` =
+    the reduce / vector operator's output (``nbytes`` its bytes). ``win``: the window of
+    ``tensor`` (the original tensor) this node holds; a pad node holds the padded (unclipped)
+    window.
     """
 
     kind: str
@@ -117,6 +197,8 @@ class PNode:
     patch: int = -1
     pad_value: str = ""
     base: Win | None = None  # slice: the window of ``tensor`` its source holds
+    phase: int = 0  # the pass over the patches (squeeze-and-excitation regions)
+    nbytes: int = -1  # bytes when not the window of ``tensor`` (vectors, partial sums)
 
 
 @dataclass
@@ -135,22 +217,34 @@ class PatchPlan:
 
     def node_bytes(self, sm: SpatialModel, k: int) -> int:
         nd = self.nodes[k]
+        if nd.nbytes >= 0:
+            return nd.nbytes
         return sm.tensors[nd.tensor].win_bytes(nd.win)
 
 
-def windows(sm: SpatialModel, region: Region, cell: Win):
+def windows(sm: SpatialModel, region: Region, cell: Win, targets: dict | None = None):
     """Back-propagate one patch: (held window per tensor, (needed input window unclipped, clipped)
-    per (op, input position)) for the patch whose split tensors cover ``cell``."""
-    need: dict[int, list[Win]] = {t: [cell] for t in region.split}
+    per (op, input position)) for the patch whose split tensors cover ``cell``; or, with
+    ``targets`` (tensor -> window: one pass of a squeeze-and-excitation region), for those
+    windows, operators not needed by them left out."""
+    lenient = targets is not None
+    need: dict[int, list[Win]] = {t: [w] for t, w in (
+        targets.items() if lenient else ((t, cell) for t in region.split))}
     held: dict[int, Win] = {}
     reads: dict[tuple[int, int], tuple[Win, Win]] = {}
     for k in reversed(region.ops):
         op = sm.ops[k]
+        if op.cls in VECTOR:
+            continue
         wants = need.get(op.output)
         if not wants:
+            if lenient:
+                continue
             raise Refused(f"operator {op.index} ({op.kind}): its output is never used")
         held[op.output] = out = bbox(wants)
         for pos, t in enumerate(op.inputs):
+            if op.cls == "scale" and pos == 1:
+                continue  # the vector: whole
             h, w = sm.tensors[t].hw
             full = op.in_window(out)
             clipped = op.read_window(out, (h, w))
@@ -159,25 +253,35 @@ def windows(sm: SpatialModel, region: Region, cell: Win):
             reads[(k, pos)] = (full, clipped)
             need.setdefault(t, []).append(clipped)
     for t in region.inputs:
-        held[t] = bbox(need[t])
+        if t in need:
+            held[t] = bbox(need[t])
     return held, reads
 
 
-def axis_windows(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int
-                 ) -> dict[int, tuple[int, int]]:
+def axis_windows(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int,
+                 targets: dict | None = None) -> dict[int, tuple[int, int]]:
     """`windows` along one axis (0 = H, 1 = W) for cells covering ``[lo, hi)`` of the split
-    tensors: windows are rectangles whose bounding boxes split by axis, so a grid's windows are
-    the products of its row and column ranges."""
-    need: dict[int, list[tuple[int, int]]] = {t: [(lo, hi)] for t in region.split}
+    tensors (or ``targets``: tensor -> range, one pass of a squeeze-and-excitation region):
+    windows are rectangles whose bounding boxes split by axis, so a grid's windows are the
+    products of its row and column ranges."""
+    lenient = targets is not None
+    need: dict[int, list[tuple[int, int]]] = {t: [r] for t, r in (
+        targets.items() if lenient else ((t, (lo, hi)) for t in region.split))}
     held: dict[int, tuple[int, int]] = {}
     for k in reversed(region.ops):
         op = sm.ops[k]
+        if op.cls in VECTOR:
+            continue
         wants = need.get(op.output)
         if not wants:
+            if lenient:
+                continue
             raise Refused(f"operator {op.index} ({op.kind}): its output is never used")
         a, b = min(w[0] for w in wants), max(w[1] for w in wants)
         held[op.output] = (a, b)
-        for t in op.inputs:
+        for pos, t in enumerate(op.inputs):
+            if op.cls == "scale" and pos == 1:
+                continue
             size = sm.tensors[t].shape[1 + axis]
             if op.cls == "window":
                 rng = axis_read(a, b, op.kernel[axis], op.stride[axis], op.dilation[axis],
@@ -192,6 +296,9 @@ def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int]) -> int:
     """MACs of the region's operators over all patches of ``grid`` (= `plan_patches`'
     ``macs``) in O((rows + cols) x ops): per op, (sum of row extents) x (sum of column
     extents) x channels x MACs per output element."""
+    passes = pass_targets(sm, region)
+    if len(passes) > 1:
+        return _se_grid_macs(sm, region, grid, passes)
     cells = grid_cells(*region.hw, *grid)
     rows, cols = grid
     hs = [axis_windows(sm, region, 0, c.h0, c.h1) for c in cells[::cols]]
@@ -208,6 +315,28 @@ def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int]) -> int:
     return total
 
 
+def _se_grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int], passes) -> int:
+    """`grid_macs` of a squeeze-and-excitation region: every pass, plus the reductions and
+    vector operators once."""
+    rows, cols = grid
+    total = sum(sm.op_macs(sm.ops[k]) for k in region.ops if sm.ops[k].cls in VECTOR)
+    for targets in passes:
+        tc = {t: grid_cells(*sm.tensors[t].hw, rows, cols) for t in targets}
+        hs = [axis_windows(sm, region, 0, 0, 0, {t: (c[i * cols].h0, c[i * cols].h1)
+                                                 for t, c in tc.items()}) for i in range(rows)]
+        ws = [axis_windows(sm, region, 1, 0, 0, {t: (c[j].w0, c[j].w1) for t, c in tc.items()})
+              for j in range(cols)]
+        for k in region.ops:
+            op = sm.ops[k]
+            t = op.output
+            if op.kind in ("PAD", "PADV2") or op.cls in VECTOR or t not in hs[0]:
+                continue
+            sh = sum(h[t][1] - h[t][0] for h in hs)
+            sw = sum(w[t][1] - w[t][0] for w in ws)
+            total += sh * sw * sm.tensors[t].channels * op.macs_per_out
+    return total
+
+
 def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int]) -> PatchPlan:
     """The patched region for ``grid`` = (rows, cols) (see the module docstring)."""
     rows, cols = grid
@@ -219,55 +348,115 @@ def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int]) -> Pat
         nodes.append(nd)
         return len(nodes) - 1
 
-    for p, cell in enumerate(cells):
-        held, reads = windows(sm, region, cell)
-        node_of: dict[int, int] = {}
-        for t in region.inputs:
-            h, w = sm.tensors[t].hw
-            if held[t] == Win(0, h, 0, w):
-                node_of[t] = ("t", t)  # the whole model input, no slice
-            else:
-                node_of[t] = add(PNode("slice", t, held[t], (("t", t),), patch=p,
-                                       base=Win(0, h, 0, w)))
+    passes = pass_targets(sm, region)
+    se = len(passes) > 1
+    vec_node: dict[int, int] = {}  # vector tensor -> its node (squeeze-and-excitation)
+    readers: dict[int, list[int]] = {}  # reduced tensor -> its reduce operators
+    for k in region.ops:
+        if sm.ops[k].cls == "reduce":
+            readers.setdefault(sm.ops[k].inputs[0], []).append(k)
+    computed: set[int] = set()
+    for phase, targets in enumerate(passes):
+        final = phase == len(passes) - 1
+        tcells = {t: grid_cells(*sm.tensors[t].hw, rows, cols) for t in targets}
+        acc: dict[int, int] = {}  # reduce operator -> its running sum
+        for p, cell in enumerate(cells):
+            tw = {t: tcells[t][p] for t in targets}
+            held, reads = windows(sm, region, cell, tw if se else None)
+            node_of: dict[int, int] = {}
+            for t in region.inputs:
+                if t not in held:
+                    continue
+                h, w = sm.tensors[t].hw
+                if held[t] == Win(0, h, 0, w):
+                    node_of[t] = ("t", t)  # the whole model input, no slice
+                else:
+                    node_of[t] = add(PNode("slice", t, held[t], (("t", t),), patch=p,
+                                           base=Win(0, h, 0, w), phase=phase))
 
-        def view(t: int, win: Win) -> int:
-            """Node holding window ``win`` of tensor ``t`` (a crop when ``t``'s is larger)."""
-            src = node_of[t]
-            if held[t] == win:
-                return src
-            return add(PNode("slice", t, win, (src,), patch=p, base=held[t]))
+            def view(t: int, win: Win) -> int:
+                """Node holding window ``win`` of tensor ``t`` (a crop when ``t``'s is
+                larger)."""
+                src = node_of[t]
+                if held[t] == win:
+                    return src
+                return add(PNode("slice", t, win, (src,), patch=p, base=held[t], phase=phase))
 
+            for k in region.ops:
+                op = sm.ops[k]
+                if op.cls in VECTOR or op.output not in held:
+                    continue
+                computed.add(k)
+                ins = []
+                for pos, t in enumerate(op.inputs):
+                    if op.cls == "scale" and pos == 1:
+                        ins.append(vec_node[t])  # the vector, whole
+                        continue
+                    full, clipped = reads[(k, pos)]
+                    src = view(t, clipped)
+                    if full != clipped:
+                        if op.pad_value == PAD_NONE:
+                            raise Refused(f"operator {op.index} ({op.kind}) with SAME padding "
+                                          "on a border patch: explicit padding would change "
+                                          "what it averages over")
+                        if op.kind in ("PAD", "PADV2"):
+                            ins.append(src)  # the op itself pads (with the border amounts)
+                            continue
+                        src = add(PNode("pad", t, full, (src,), pads=full.pads(clipped),
+                                        patch=p, pad_value=op.pad_value, phase=phase))
+                    ins.append(src)
+                out = held[op.output]
+                if op.kind in ("PAD", "PADV2"):
+                    full, clipped = reads[(k, 0)]
+                    if full == clipped:  # an interior patch: the PAD is the identity here
+                        node_of[op.output] = ins[0]
+                        continue
+                    node_of[op.output] = add(PNode("op", op.output, out, tuple(ins), op=k,
+                                                   pads=full.pads(clipped), patch=p,
+                                                   phase=phase))
+                    continue
+                node_of[op.output] = add(PNode("op", op.output, out, tuple(ins), op=k, patch=p,
+                                               phase=phase))
+                plan.macs += sm.op_macs(op, out)
+            if final:
+                for t in region.split:
+                    nd = view(t, cell)
+                    plan.result.setdefault(t, []).append(nd)
+                continue
+            for t in targets:  # partial sums over the patch's own cells
+                src = view(t, tw[t])
+                for k in readers[t]:
+                    o = sm.ops[k].output
+                    nb = sm.tensors[o].nbytes
+                    part = add(PNode("partial", o, tw[t], (src,), op=k, patch=p, phase=phase,
+                                     nbytes=nb))
+                    acc[k] = part if k not in acc else add(
+                        PNode("accumulate", o, tw[t], (acc[k], part), op=k, patch=p,
+                              phase=phase, nbytes=nb))
+        if final:
+            break
+        for k in sorted(acc):  # the reductions of this pass, then the vectors they allow
+            op = sm.ops[k]
+            vec_node[op.output] = add(PNode("reduce", op.output, Win(0, 1, 0, 1), (acc[k],),
+                                            op=k, phase=phase,
+                                            nbytes=sm.tensors[op.output].nbytes))
+            plan.macs += sm.op_macs(op)
+            computed.add(k)
         for k in region.ops:
             op = sm.ops[k]
-            ins = []
-            for pos, t in enumerate(op.inputs):
-                full, clipped = reads[(k, pos)]
-                src = view(t, clipped)
-                if full != clipped:
-                    if op.pad_value == PAD_NONE:
-                        raise Refused(f"operator {op.index} ({op.kind}) with SAME padding on "
-                                      "a border patch: explicit padding would change what it "
-                                      "averages over")
-                    if op.kind in ("PAD", "PADV2"):
-                        ins.append(src)  # the op itself pads (with the border amounts)
-                        continue
-                    src = add(PNode("pad", t, full, (src,), pads=full.pads(clipped), patch=p,
-                                    pad_value=op.pad_value))
-                ins.append(src)
-            out = held[op.output]
-            if op.kind in ("PAD", "PADV2"):
-                full, clipped = reads[(k, 0)]
-                if full == clipped:  # an interior patch: the PAD is the identity here
-                    node_of[op.output] = ins[0]
-                    continue
-                node_of[op.output] = add(PNode("op", op.output, out, tuple(ins), op=k,
-                                               pads=full.pads(clipped), patch=p))
-                continue
-            node_of[op.output] = add(PNode("op", op.output, out, tuple(ins), op=k, patch=p))
-            plan.macs += sm.op_macs(op, out)
-        for t in region.split:
-            nd = view(t, cell)
-            plan.result.setdefault(t, []).append(nd)
+            if op.cls == "vector" and op.output not in vec_node and \
+                    all(t in vec_node for t in op.inputs):
+                vec_node[op.output] = add(PNode("vector", op.output, Win(0, 1, 0, 1),
+                                                tuple(vec_node[t] for t in op.inputs), op=k,
+                                                phase=phase,
+                                                nbytes=sm.tensors[op.output].nbytes))
+                plan.macs += sm.op_macs(op)
+                computed.add(k)
+    if se:
+        for k in region.ops:
+            if k not in computed:
+                op = sm.ops[k]
+                raise Refused(f"operator {op.index} ({op.kind}): its output is never used")
     plan.region_macs = sum(sm.op_macs(sm.ops[k]) for k in region.ops)
     # reassembly: each row's patches along W, then the rows along H
     def concat(t: int, pieces: list[tuple[int, Win]], axis: int) -> tuple[int, Win]:

@@ -283,7 +283,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    memory: RuntimeMemory, *, grids=None, split: str | None = None,
                    max_overhead: float = 0.3, certify: bool = True, time_limit: float = 10.0,
                    frontier_overhead: float | None = None, exclude_split=(),
-                   starts=(0,), extra_grids=()) -> SearchResult:
+                   starts=(0,), extra_grids=(), se: bool = False) -> SearchResult:
     """Evaluate candidates (region, grid) under ``memory`` and return the frontier and the
     default choice.
 
@@ -298,7 +298,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     must not end at (ones the runtime cannot reassemble by concatenation); ``starts``: the
     operator indices a region may start at (the operators before run whole; default: the
     model inputs only); ``extra_grids``: grids tried besides the default ones (not a forced
-    choice, e.g. `BAND_GRIDS`).
+    choice, e.g. `BAND_GRIDS`); ``se``: regions may contain squeeze-and-excitation blocks
+    (`region.regions`; only for runtimes whose adapter rewrites the reduce / vector / scale
+    nodes).
     """
     from ..schedulers import best_heuristic, schedule
 
@@ -340,7 +342,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         if s.peak <= reordered.peak:
             reordered.peak, reordered.note = int(s.peak), "scheduled"
         reordered.lower_bound, reordered.certified = int(s.lower_bound), bool(s.optimal)
-    regs, why = regions(sm, starts)
+    regs, why = regions(sm, starts, se=se)
     excluded = set(exclude_split)
     regs = [r for r in regs if not excluded.intersection(r.split)]
     if split is not None:

@@ -11,8 +11,11 @@ This pass is a thin adapter over `memsched.patches` (plain Python):
    (one operator per binding, NCHW or NHWC feature maps seen as 1 x H x W x C): conv2d
    (groups included: depthwise), max/avg pool2d, nn.pad, element-wise unary/binary ops on
    same-shape tensors or with per-channel/scalar constants (bias, folded batch norm, clip,
-   relu, residual add), concat along channels. Bindings that read no activation (weight
-   reshapes) are kept in front, untouched;
+   relu, residual add), concat along channels; squeeze-and-excitation blocks (a mean/sum over
+   H and W -> ``reduce``, the bindings on its vector -> ``vector``, the feature map times the
+   vector -> ``scale``: `_squeeze_excitation`; regions through them are searched with
+   ``se=True``). Bindings that read no activation (weight reshapes) are kept in front,
+   untouched;
 2. the one patch search (`memsched.patches.search_patches`) chooses the region and grid under
    TVM's planned storage (`TVM_MEMORY`: memsched's ``tvm`` memory model, parameters and the
    returned tensor not planned, nothing kept per operator): MACs, patch-order heuristics and the
@@ -23,7 +26,10 @@ This pass is a thin adapter over `memsched.patches` (plain Python):
    input with its halo, ``nn.pad`` only on the true borders (zero, the dtype's lowest value
    for max pooling), the same conv/pool with ``padding=0``, element-wise ops on the windows,
    and ``concat`` of the patches (rows along W, then along H) bound to the split tensor's own
-   variable, so the rest of the block is unchanged.
+   variable, so the rest of the block is unchanged. Through an SE block: a first pass over
+   the patches with ``relax.sum`` of each patch's own cells, the partial sums added, one
+   ``divide`` by H*W bound to the mean's variable, the vector bindings unchanged, then the
+   patches again with the scale (see docs/patches_tvm.md).
 
 Results are function attributes: ``memsched.patches_split`` (tensor names, comma separated),
 ``memsched.patches_grid`` ("RxC"), ``memsched.patches_region_ops``,
@@ -199,6 +205,7 @@ def describe_block(func: relax.Function, block: relax.DataflowBlock) -> BlockMod
                    [(bd.var.name, _nbytes(bd.var.ty))], source=("op", k))
         gt[out] = b.ops[vid].outputs[0]
         tensor_index.append(out)
+    _squeeze_excitation(ops, op_bindings, paths_all, macs, tensors, layout)
     # a batch norm whose tuple is read other than by ``[0]`` is not spatially local
     for k, op in enumerate(ops):
         if op.kind == "nn.batch_norm" and op.cls == "eltwise" and \
@@ -212,6 +219,70 @@ def describe_block(func: relax.Function, block: relax.DataflowBlock) -> BlockMod
                       name=b.name)
     return BlockModel(sm, b.build(), tensor_index, op_bindings, hoisted, var_of, paths_all,
                       layout, dtype_of)
+
+
+REDUCE = ("relax.mean", "relax.sum")
+SCALE = ("relax.multiply", "relax.add", "relax.subtract", "relax.divide")
+
+
+def _squeeze_excitation(ops, bindings, paths_all, macs, tensors, layout) -> None:
+    """Reclassify, in place, the operators of squeeze-and-excitation blocks: ``mean`` / ``sum``
+    over H and W (and ``adaptive_avg_pool2d`` to 1x1) of a feature map -> ``reduce``; any
+    operator whose activations are all vectors (reduce results or vector outputs) ->
+    ``vector``; a feature map times (plus, minus, divided by) a vector broadcast over space
+    -> ``scale`` (inputs reordered: the feature map first)."""
+    ah, aw, _ = LAYOUTS[layout]
+    vec: set[int] = set()
+    for k, op in enumerate(ops):
+        value = bindings[k].value
+        name = value.op.name if isinstance(value, tvm.ir.Call) and \
+            isinstance(value.op, tvm.ir.Op) else ""
+        o = tensors[op.output]
+        cells = max(o.nbytes // max(o.itemsize, 1), 1)
+        if len(op.inputs) == 1 and op.inputs[0] not in vec and paths_all[k] == [(0,)] and \
+                tensors[op.inputs[0]].spatial and _global_reduce(value, name, layout):
+            x = tensors[op.inputs[0]]
+            h, w = x.hw
+            ops[k] = SOp(k, name.replace("relax.", ""), "reduce", op.inputs, op.output,
+                         macs_per_out=h * w, cout=x.channels,
+                         divisor=1 if name == "relax.sum" else h * w)
+            vec.add(op.output)
+        elif op.inputs and all(t in vec for t in op.inputs):
+            ops[k] = SOp(k, op.kind, "vector", op.inputs, op.output,
+                         macs_per_out=max(1, macs[k] // cells),
+                         cout=int(o.shape[-1]) if o.shape else 0)
+            vec.add(op.output)
+        elif name in SCALE and len(op.inputs) == 2 and len(paths_all[k]) == 2 and \
+                sum(t in vec for t in op.inputs) == 1 and o.spatial:
+            pos = 0 if op.inputs[1] in vec else 1
+            x, v = op.inputs[pos], op.inputs[1 - pos]
+            vs = _shape(_at(value, paths_all[k][1 - pos]).ty) or ()
+            vs = (1,) * (4 - len(vs)) + tuple(vs)
+            if tensors[x].spatial and tensors[x].shape == o.shape and len(vs) == 4 and \
+                    vs[ah] == 1 and vs[aw] == 1 and (name != "relax.divide" or pos == 0) and \
+                    (name != "relax.subtract" or pos == 0):
+                ops[k] = SOp(k, op.kind, "scale", (x, v), op.output, macs_per_out=1,
+                             cout=o.channels)
+                paths_all[k] = [paths_all[k][pos], paths_all[k][1 - pos]]
+        elif any(t in vec for t in op.inputs):
+            ops[k] = _other(k, op.inputs, op.output,
+                            "reads a squeeze-and-excitation vector and a feature map", op.kind)
+
+
+def _global_reduce(value, name: str, layout: str) -> bool:
+    """A mean / sum over exactly the spatial axes (or an adaptive average pool to 1x1)."""
+    ah, aw, _ = LAYOUTS[layout]
+    if name in REDUCE:
+        axis = value.attrs.axis
+        if axis is None:
+            return False
+        return sorted(int(a) % 4 for a in axis) == sorted((ah, aw))
+    if name == "relax.nn.adaptive_avg_pool2d":
+        a = value.attrs
+        return a.output_size is not None and [int(x) for x in a.output_size] in ([1], [1, 1]) \
+            and str(a.layout) == layout and (a.out_layout is None or
+                                             str(a.out_layout) == layout)
+    return False
 
 
 def _is_bn(value) -> bool:
@@ -365,7 +436,8 @@ def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
           sm.ops[sm.producer[t]].kind == "nn.batch_norm"]
     return search_patches(sm, bm.graph, bm.tensor_index, TVM_MEMORY,
                           grids=[tuple(grid)] if grid is not None else None, split=split,
-                          max_overhead=max_overhead, time_limit=time_limit, exclude_split=bn)
+                          max_overhead=max_overhead, time_limit=time_limit, exclude_split=bn,
+                          se=True)
 
 
 # ---------------------------------------------------------------------------- rewrite
@@ -418,6 +490,26 @@ def rewrite_block(bm: BlockModel, plan) -> relax.DataflowBlock:
             expr = relax.op.nn.pad(ins[0], width, "constant", _pad_value(nd.pad_value, dtype))
         elif nd.kind == "concat":
             expr = relax.op.concat(ins, axis=ah if nd.axis == 1 else aw)
+        elif nd.kind == "partial":  # the sum over the patch's own cells
+            value = bm.bindings[nd.op].value
+            keep = bool(value.attrs.keepdims) if sm.ops[nd.op].kind != "nn.adaptive_avg_pool2d" \
+                else True
+            expr = relax.op.sum(ins[0], axis=[ah, aw], keepdims=keep)
+        elif nd.kind == "accumulate":
+            expr = relax.op.add(ins[0], ins[1])
+        elif nd.kind in ("reduce", "vector"):
+            op = sm.ops[nd.op]
+            var = bm.var_of[op.output]  # the vector keeps its variable (read as before)
+            if nd.kind == "vector":
+                expr = bm.bindings[nd.op].value
+            elif op.divisor != 1:
+                expr = norm.normalize(relax.op.divide(
+                    ins[0], relax.const(op.divisor, bm.dtype_of.get(op.output, "float32"))))
+            else:
+                expr = ins[0]
+            nvar.append(var)
+            out_bindings.append(relax.VarBinding(var, expr))
+            continue
         else:
             value = bm.bindings[nd.op].value
             op = sm.ops[nd.op]
@@ -452,7 +544,10 @@ def rewrite_block(bm: BlockModel, plan) -> relax.DataflowBlock:
         if nid in final:
             var = bm.var_of[final[nid]]  # the split tensor keeps its variable
         else:
-            var = relax.DataflowVar(f"p{nd.patch}_{sm.tensors[nd.tensor].name}"
+            pre = {"partial": "part", "accumulate": "acc"}.get(nd.kind, "p")
+            if nd.phase:
+                pre = f"s{nd.phase}{pre}"
+            var = relax.DataflowVar(f"{pre}{nd.patch}_{sm.tensors[nd.tensor].name}"
                                     if nd.patch >= 0 else f"cat_{sm.tensors[nd.tensor].name}",
                                     expr.ty)
         nvar.append(var)

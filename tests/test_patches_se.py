@@ -1,0 +1,196 @@
+"""Patch regions through squeeze-and-excitation blocks (issue 33, item 3): the generic
+geometry (`memsched.patches`: reduce / vector / scale operators, passes over the patches,
+partial sums) against the numpy reference, and TVM's `TilePatches` on MobileNetV3-like Relax
+models (outputs equal, planned bytes lower)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memsched.patches.reference import random_weights, run_plan, run_whole, stack_model
+from memsched.patches.region import (Refused, grid_macs, pass_targets, plan_patches,
+                                     regions)
+
+KINDS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "SE")
+
+
+def _random_stack(rng):
+    specs = []
+    for _ in range(int(rng.integers(2, 7))):
+        kind = KINDS[int(rng.integers(len(KINDS)))]
+        if kind == "SE":
+            specs.append(("SE", int(rng.integers(1, 4)), 1, 1, "SAME"))
+            continue
+        k = int(rng.integers(1, 4))
+        s = int(rng.integers(1, 3))
+        specs.append((kind, k, s, 1, "SAME" if rng.random() < 0.8 else "VALID"))
+    if not any(sp[0] == "SE" for sp in specs):
+        specs.insert(int(rng.integers(len(specs) + 1)), ("SE", 2, 1, 1, "SAME"))
+    return specs
+
+
+def _check(sm, rng, floating: bool):
+    regs, _ = regions(sm, se=True)
+    weights = random_weights(sm, rng)
+    h, w = sm.tensors[0].hw
+    if floating:
+        x = rng.standard_normal((h, w, sm.tensors[0].channels))
+    else:
+        x = rng.integers(-8, 9, (h, w, sm.tensors[0].channels))
+    checked = 0
+    for r in regs:
+        whole = run_whole(sm, r.length, weights, {0: x})
+        for g in ((1, 2), (2, 1), (2, 2), (3, 2), (3, 3)):
+            try:
+                plan = plan_patches(sm, r, g)
+            except Refused:
+                continue
+            assert plan.macs == grid_macs(sm, r, g)
+            got = run_plan(sm, plan, weights, {0: x})
+            for t in r.split:
+                if floating:
+                    np.testing.assert_allclose(got[t], whole[t], rtol=1e-5, atol=1e-5)
+                else:
+                    assert np.array_equal(got[t], whole[t]), (r.length, g, t)
+            checked += len(pass_targets(sm, r)) > 1
+    return checked
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_se_stacks_patched_equal_whole(seed):
+    rng = np.random.default_rng(seed)
+    while True:
+        try:
+            sm = stack_model(_random_stack(rng), int(rng.integers(8, 20)),
+                             int(rng.integers(8, 20)), int(rng.integers(1, 4)),
+                             residual=bool(rng.random() < 0.5))
+            break
+        except ValueError:
+            continue
+    _check(sm, rng, floating=False)
+    _check(sm, rng, floating=True)
+
+
+def test_two_se_blocks_three_passes():
+    specs = [("CONV_2D", 3, 2, 1, "SAME"), ("DEPTHWISE_CONV_2D", 3, 1, 1, "SAME"),
+             ("SE", 2, 1, 1, ""), ("CONV_2D", 1, 1, 1, "SAME"),
+             ("DEPTHWISE_CONV_2D", 3, 2, 1, "SAME"), ("SE", 3, 1, 1, ""),
+             ("CONV_2D", 1, 1, 1, "SAME")]
+    sm = stack_model(specs, 16, 16, 3)
+    regs, _ = regions(sm, se=True)
+    last = max(regs, key=lambda r: r.length)
+    assert last.length == len(sm.ops)
+    assert len(pass_targets(sm, last)) == 3
+    plan = plan_patches(sm, last, (2, 2))
+    kinds = {nd.kind for nd in plan.nodes}
+    assert {"partial", "accumulate", "reduce", "vector"} <= kinds
+    # one reduce node per SE block, the partials over each patch's own cells only
+    assert sum(nd.kind == "reduce" for nd in plan.nodes) == 2
+    for nd in plan.nodes:
+        if nd.kind == "partial":
+            assert sum(nd.win.area for n2 in plan.nodes if n2.kind == "partial"
+                       and n2.op == nd.op and n2.win == nd.win) == nd.win.area
+    assert plan.macs > plan.region_macs  # the passes recompute
+    assert _check(sm, np.random.default_rng(0), floating=False)
+    assert _check(sm, np.random.default_rng(1), floating=True) >= 0
+
+
+def test_se_is_opt_in():
+    sm = stack_model([("CONV_2D", 3, 1, 1, "SAME"), ("SE", 2, 1, 1, ""),
+                      ("CONV_2D", 3, 1, 1, "SAME")], 8, 8, 2)
+    regs, why = regions(sm)
+    assert max(r.length for r in regs) == 1  # stops at the mean, as before
+    assert "se=True" in why
+    regs, why = regions(sm, se=True)
+    assert max(r.length for r in regs) == len(sm.ops)
+
+
+def test_search_prices_se_regions():
+    from memsched.graph import GraphBuilder
+    from memsched.memory import MemoryModel
+    from memsched.patches.search import RuntimeMemory, search_patches
+
+    sm = stack_model([("CONV_2D", 3, 2, 1, "SAME"), ("DEPTHWISE_CONV_2D", 3, 1, 1, "SAME"),
+                      ("SE", 2, 1, 1, ""), ("CONV_2D", 1, 1, 1, "SAME"),
+                      ("CONV_2D", 3, 2, 1, "SAME"), ("CONV_2D", 3, 2, 1, "SAME")], 32, 32, 3)
+    b = GraphBuilder("se")
+    tid = {0: b.input("x", sm.tensors[0].nbytes)}
+    index = [0]
+    for op in sm.ops:
+        v = b.op(f"op{op.index}", op.kind, [tid[t] for t in dict.fromkeys(op.inputs)],
+                 [(sm.tensors[op.output].name, sm.tensors[op.output].nbytes)])
+        tid[op.output] = b.ops[v].outputs[0]
+        index.append(op.output)
+    b.mark_output(tid[sm.outputs[0]])
+    graph = b.build()
+    mem = RuntimeMemory("test", MemoryModel.get("tvm"))
+    plain = search_patches(sm, graph, index, mem, time_limit=2.0)
+    se = search_patches(sm, graph, index, mem, time_limit=2.0, se=True)
+    assert all(c.region_ops <= 2 for c in plain.frontier)
+    # regions through the SE block were planned and priced by the one evaluator
+    priced = [k for k, p in se.plans.items() if len(pass_targets(sm, p.region)) > 1]
+    assert priced and se.evaluated > plain.evaluated
+    assert se.choice is None or se.choice.total < se.reordered.total
+
+
+# ---------------------------------------------------------------------------- TVM
+def _tvm_run(mod, x, pipe=None):
+    import tvm
+    from tvm import relax
+
+    ex = tvm.compile(mod, target="llvm", relax_pipeline=pipe) if pipe is not None \
+        else tvm.compile(mod, target="llvm")
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return vm["main"](tvm.runtime.tensor(x)).numpy()
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("integer,layout", [(True, "NCHW"), (False, "NHWC")])
+def test_tile_patches_through_se_small(integer, layout):
+    from tvm import relax
+
+    from memsched.generators.relax_cnn import mobilenet_v3_small, random_input
+    from memsched.transform.tile_patches import TilePatches
+
+    mod = mobilenet_v3_small(alpha=0.5, size=48, layout=layout, integer=integer, classes=10)
+    folded = relax.transform.FoldConstant()(mod)
+    # force a region through the first SE block: up to its scale (multiply)
+    seen_mean, split = False, None
+    for b in folded["main"].body.blocks[0].bindings:
+        name = getattr(getattr(b.value, "op", None), "name", "")
+        seen_mean |= name == "relax.mean"
+        if seen_mean and name == "relax.multiply" and \
+                int(b.var.ty.shape.values[1 if layout == "NHWC" else 2]) > 1:
+            split = b.var.name
+            break
+    tiled = TilePatches(grid=(2, 2), split=split, time_limit=3.0)(folded)
+    attrs = tiled["main"].attrs
+    assert "memsched.patches_grid" in attrs, attrs.get("memsched.patches_skipped")
+    names = [b.var.name for b in tiled["main"].body.blocks[0].bindings]
+    assert any(n.startswith("part") for n in names)  # partial sums emitted
+    x = random_input(mod, 3)
+    ref = _tvm_run(mod, x)
+    out = _tvm_run(tiled, x)
+    if integer:
+        assert np.array_equal(ref, out)
+    else:
+        np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.heavy
+def test_mbv3_small_int_planned_bytes_halved():
+    import memsched
+    from tvm import relax
+
+    from memsched.generators.relax_cnn import mobilenet_v3_small, random_input
+    from memsched.transform.tile_patches import TilePatches
+
+    mod = mobilenet_v3_small(alpha=1.0, size=128, integer=True)
+    folded = relax.transform.FoldConstant()(mod)
+    tiled = TilePatches(time_limit=10.0)(folded)
+    assert int(tiled["main"].attrs["memsched.patches_region_ops"]) > 0
+    before = memsched.planned_bytes(mod)
+    after = memsched.planned_bytes(tiled)
+    assert before >= 2 * after, (before, after)
+    x = random_input(mod, 1)
+    assert np.array_equal(_tvm_run(mod, x), _tvm_run(tiled, x, memsched.pipeline()))
