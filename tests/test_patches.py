@@ -394,3 +394,25 @@ def test_mobilenet_v2_tflm_total_arena(tmp_path):
     est = res.choice.persistent + (res.offline_arena or res.choice.peak)
     assert res.offline_arena is None or res.offline_arena >= res.peak
     assert abs(est - m["tflm_arena_patched"]) <= 0.01 * m["tflm_arena_patched"]
+
+
+def test_tflite_region_ends_at_a_global_mean_with_the_reason():
+    """A .tflite region stops before a MEAN over the feature map (squeeze-and-excitation
+    blocks): TFLite Micro cannot combine per-patch partial sums bit-exactly; the reason says
+    so."""
+    import importlib.util
+    import os
+
+    from memsched.patches import regions
+    from memsched.tflite.read import read_tflite
+    from memsched.tflite.spatial import spatial_model
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "patches.py")
+    spec = importlib.util.spec_from_file_location("bench_patches_mean", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    sm = spatial_model(read_tflite(bench.mobilenet_v2(0.35, 32)))
+    means = [op for op in sm.ops if op.kind == "MEAN"]
+    assert means and "bit-exactly" in means[0].reason
+    regs, why = regions(sm)
+    assert all(r.length <= means[0].index for r in regs)

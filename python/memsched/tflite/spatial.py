@@ -64,6 +64,15 @@ def _classify(v, kind, op, ins, a_ins, outs, sg, ten, const) -> SOp:
     if len(outs) != 1:
         return other(f"{kind} has {len(outs)} outputs")
     o = ten(outs[0])
+    if kind in ("MEAN", "SUM") and a_ins and ten(a_ins[0]).spatial:
+        # a squeeze-and-excitation block's global pooling: the patch search could carry it
+        # (patches.search with se=True, as TVM's TilePatches and ExecuTorch do), but a .tflite
+        # file must stay bit-equal and TFLite Micro's builtin kernels cannot combine per-patch
+        # partial sums exactly
+        return other(f"{kind} over the feature map (global pooling, e.g. of a squeeze-and-"
+                     "excitation block): TFLite Micro's builtin MEAN/SUM requantize (int8) or "
+                     "round (float) their result, so per-patch partial sums cannot be combined "
+                     "bit-exactly; the region ends before it")
     if not o.spatial or not a_ins or any(not ten(t).spatial for t in a_ins):
         return other(f"{kind} on a tensor that is not a 1xHxWxC feature map")
     opts = op.builtinOptions
