@@ -85,12 +85,76 @@ MCUNET_BLOCKS = ((1, 8, 1, 1), (4, 16, 2, 2), (3, 24, 3, 2), (6, 40, 3, 2), (5, 
 MCUNET_KERNELS = (3, 7, 3, 5, 5, 3, 7, 5, 3, 5, 5, 7, 5, 3, 7)
 
 
+class SqueezeExcite(nn.Module):
+    """MobileNetV3's SE: mean over H, W -> 1x1 conv -> ReLU -> 1x1 conv -> hardsigmoid, times
+    the feature map."""
+
+    def __init__(self, c: int, squeeze: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Conv2d(c, squeeze, 1), nn.Conv2d(squeeze, c, 1)
+
+    def forward(self, x):
+        s = nn.functional.adaptive_avg_pool2d(x, 1)
+        return x * nn.functional.hardsigmoid(self.fc2(torch.relu(self.fc1(s))))
+
+
+class V3Block(nn.Module):
+    def __init__(self, cin: int, k: int, exp: int, cout: int, se: bool, hs: bool, s: int):
+        super().__init__()
+        act = nn.Hardswish if hs else nn.ReLU
+        layers = [nn.Conv2d(cin, exp, 1), act()] if exp != cin else []
+        layers += [nn.Conv2d(exp, exp, k, s, k // 2, groups=exp), act()]
+        if se:
+            layers.append(SqueezeExcite(exp, make_divisible(exp / 4)))
+        layers.append(nn.Conv2d(exp, cout, 1))
+        self.body = nn.Sequential(*layers)
+        self.residual = s == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.body(x)
+        return x + y if self.residual else y
+
+
+# torchvision's MobileNetV3-Small: (kernel, expansion, out, SE, hardswish, stride)
+MBV3S_BLOCKS = ((3, 16, 16, 1, 0, 2), (3, 72, 24, 0, 0, 2), (3, 88, 24, 0, 0, 1),
+                (5, 96, 40, 1, 1, 2), (5, 240, 40, 1, 1, 1), (5, 240, 40, 1, 1, 1),
+                (5, 120, 48, 1, 1, 1), (5, 144, 48, 1, 1, 1), (5, 288, 96, 1, 1, 2),
+                (5, 576, 96, 1, 1, 1), (5, 576, 96, 1, 1, 1))
+
+
+class MobileNetV3Small(nn.Module):
+    """torchvision's MobileNetV3-Small layer list (hardswish stem 3x3/2 to 16, the blocks
+    above with SE squeeze make_divisible(exp / 4), 1x1 to 576, mean, 1024, 1000), width
+    ``alpha``; batch norm folded (no BN layers)."""
+
+    def __init__(self, alpha: float = 1.0, classes: int = 1000):
+        super().__init__()
+        c = make_divisible(16 * alpha)
+        layers = [nn.Conv2d(3, c, 3, 2, 1), nn.Hardswish()]
+        for k, exp, out, se, hs, s in MBV3S_BLOCKS:
+            exp, out = make_divisible(exp * alpha), make_divisible(out * alpha)
+            layers.append(V3Block(c, k, exp, out, bool(se), bool(hs), s))
+            c = out
+        last = make_divisible(576 * alpha)
+        layers += [nn.Conv2d(c, last, 1), nn.Hardswish()]
+        self.features = nn.Sequential(*layers)
+        self.head = nn.Sequential(nn.Linear(last, 1024), nn.Hardswish(),
+                                  nn.Linear(1024, classes))
+
+    def forward(self, x):
+        return self.head(self.features(x).mean((2, 3)))
+
+
 def build(name: str):
-    """(module, input) of a model name: ``mbv2-ALPHA-RES`` or ``mcunet-like-RES``."""
+    """(module, input) of a model name: ``mbv2-ALPHA-RES``, ``mbv3s-ALPHA-RES`` (MobileNetV3-
+    Small-like, squeeze-and-excitation blocks) or ``mcunet-like-RES``."""
     parts = name.split("-")
     if parts[0] == "mbv2":
         alpha, res = float(parts[1]), int(parts[2])
         m = MobileNetV2(alpha)
+    elif parts[0] == "mbv3s":
+        alpha, res = float(parts[1]), int(parts[2])
+        m = MobileNetV3Small(alpha)
     elif name.startswith("mcunet-like"):
         res = int(parts[2])
         m = MobileNetV2(1.0, blocks=MCUNET_BLOCKS, kernels=MCUNET_KERNELS, stem=16, last=640)

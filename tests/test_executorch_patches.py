@@ -238,3 +238,76 @@ def test_random_stacks_equal_unpatched(seed):
     else:  # only a reason the geometry states, never a failed rewrite
         assert "rewrite failed" not in rep.skipped and "cannot model" not in rep.skipped, \
             rep.skipped
+
+
+# ------------------------------------------------------------------ squeeze-and-excitation
+class SE(nn.Module):
+    """Squeeze-and-excitation (MobileNetV3): mean over H, W -> 1x1 conv -> ReLU -> 1x1 conv
+    -> hardsigmoid, times the feature map; ``linear``: the same with nn.Linear on [N, C]."""
+
+    def __init__(self, c, r=4, linear=False):
+        super().__init__()
+        self.linear = linear
+        lay = nn.Linear if linear else (lambda a, b: nn.Conv2d(a, b, 1))
+        self.fc1, self.fc2 = lay(c, c // r), lay(c // r, c)
+
+    def forward(self, x):
+        s = x.mean((2, 3)) if self.linear else nn.functional.adaptive_avg_pool2d(x, 1)
+        s = nn.functional.hardsigmoid(self.fc2(torch.relu(self.fc1(s))))
+        return x * (s.view(s.shape[0], -1, 1, 1) if self.linear else s)
+
+
+class MobileV3Like(nn.Module):
+    """MobileNetV3-Small-like: hardswish stem, a stride-2 depthwise block with SE, then an
+    inverted residual whose expansion is the largest tensor (after the SE block)."""
+
+    def __init__(self, linear=False):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1), nn.Hardswish())
+        self.dw = nn.Sequential(nn.Conv2d(16, 16, 3, 2, 1, groups=16), nn.ReLU())
+        self.se = SE(16, linear=linear)
+        self.pw = nn.Conv2d(16, 16, 1)
+        self.ir = nn.Sequential(nn.Conv2d(16, 72, 1), nn.ReLU(),
+                                nn.Conv2d(72, 72, 3, 2, 1, groups=72), nn.ReLU(),
+                                nn.Conv2d(72, 24, 1))
+        self.head = nn.Linear(24, 10)
+
+    def forward(self, x):
+        y = self.ir(self.pw(self.se(self.dw(self.stem(x)))))
+        return self.head(y.mean((2, 3)))
+
+
+def _mean_index(model, x) -> int:
+    em = describe_graph(_edge(model, x).exported_program().graph_module)
+    classes = [op.cls for op in em.sm.ops]
+    assert "vector" in classes and "scale" in classes
+    assert classes.count("reduce") == 1  # the SE mean; the head's mean stays "other"
+    return classes.index("reduce")
+
+
+@pytest.mark.parametrize("linear", [False, True], ids=["conv-se", "linear-se"])
+def test_squeeze_excitation_patched_in_runtime(linear):
+    """Regions through an SE block: partial sums per patch, one division, the SE vector once,
+    the patches recomputed and scaled; the region reaches past the block (the expansion after
+    it is the largest tensor)."""
+    torch.manual_seed(4)
+    model, x = MobileV3Like(linear=linear), torch.randn(1, 3, 64, 64)
+    grid = (2, 2) if linear else (3, 3)
+    # linear-se also with constant propagation: its ``_prop_tensor_constant`` placeholders
+    # (hardswish's 3.0 / 6.0) are constants, not model inputs
+    opts = {"do_quant_fusion_and_const_prop": True} if linear else {}
+    cfg = mx.backend_config(time_limit=3, tile_patches=True, grid=grid, max_overhead=1.0,
+                            **opts)
+    got, want, planned, default = _compare(model, x, cfg)
+    diff = _max_diff(got, want)
+    equal = all(torch.equal(u, v) for u, v in zip(got, want))
+    tr = list(mx.report(cfg).values())[0].patches
+    print(f"\nmobilenetv3-like ({'linear' if linear else 'conv'} SE) 64 px, grid "
+          f"{grid[0]}x{grid[1]}: max abs diff {diff:.3g} "
+          f"({'bit-equal' if equal else 'not bit-equal'}), planned {planned:,} B vs default "
+          f"{default:,} B, {tr.summary()}")
+    assert tr.patched, tr.skipped
+    assert tr.grid == f"{grid[0]}x{grid[1]}"
+    assert tr.region_ops > _mean_index(model, x) + 8  # past the SE block's scale
+    assert diff <= TOL
+    assert planned < default

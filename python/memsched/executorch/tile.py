@@ -13,10 +13,17 @@ The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
    ``max_pool2d_with_indices`` with its ``getitem 0`` (indices unused), ``avg_pool2d``,
    ``constant_pad_nd`` on H/W, element-wise ops on same-shape activations or with scalar /
    per-channel constants (``relu``, ``hardtanh`` = ReLU6, ``clamp``, residual ``add``, ...),
-   ``cat`` along channels. Nodes that read no activation (weight permutes) are left where they
-   are and not modelled.
+   ``cat`` along channels. Squeeze-and-excitation blocks (`_squeeze_excitation`): a
+   floating-point ``mean.dim`` / ``sum.dim_IntList`` over H and W (or an adaptive average pool
+   to 1x1) -> ``reduce``, the nodes on its [N, C, 1, 1] or [N, C] vector (1x1 convolution,
+   ``relu``, ``hardsigmoid`` / its decomposition, ``addmm`` / ``view_copy`` of an nn.Linear,
+   ...) -> ``vector``, ``mul.Tensor`` (``add`` / ``sub`` / ``div``) of the feature map by the
+   vector -> ``scale``; only whole blocks (a mean whose vector reaches a classifier head or a
+   model output stays ``other``). Nodes that read no activation (weight permutes) are left
+   where they are and not modelled.
 2. **Search.** `memsched.patches.search.search_patches` with ``RuntimeMemory("executorch",
-   EXECUTORCH_MODEL)``: region (a prefix ending at its split tensors) and grid, the lowest
+   EXECUTORCH_MODEL)`` and ``se=True``: region (a prefix ending at its split tensors) and
+   grid, the lowest
    peak within ``max_overhead`` extra MACs, only if it beats the unpatched graph in its best
    order (a forced ``grid``/``split`` is applied even when it does not).
 3. **Rewrite** (on a copy of the graph module; the input module is never changed): per patch
@@ -24,7 +31,13 @@ The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
    true borders (zero; ``-inf`` / the dtype's minimum before a max pool), the same
    convolution / pool with padding 0, element-wise ops on the windows; ``cat`` of each row's
    patches along W, then of the rows along H, into the split tensor; its consumers are
-   redirected to the reassembled tensor and the region's original nodes removed.
+   redirected to the reassembled tensor and the region's original nodes removed. Through an
+   SE block: first passes over the patches with ``sum.dim_IntList`` (keepdim as the original)
+   of each patch's own cells, the partial sums chained with ``add.Tensor``, one ``div.Scalar``
+   by H*W for a mean (divide, not multiply by 1/(H*W): the same operation as the mean's
+   kernel), copies of the vector nodes on it, then the last pass recomputes the patches and
+   scales them with a copy of the ``mul.Tensor``. fp32 results may differ from the unpatched
+   program in the last bits (the partial sums change the summation order).
 
 The pass (`TilePatchesPass`) keeps a `TileReport` per method in ``report``; it never raises on
 a graph it cannot patch: it returns the graph unchanged with the reason in the report.
@@ -141,13 +154,18 @@ def _nbytes(v) -> int:
     return int(v.numel()) * v.element_size()
 
 
-def _is_user_input(node) -> bool:
-    """A placeholder that is a user input (not a lifted parameter, buffer or constant)."""
+def _is_user_input(node, described: bool = False) -> bool:
+    """A placeholder that is a user input (not a lifted parameter, buffer or constant).
+    ``described``: the graph's placeholders carry export's ``desc``; one without it was added
+    later (``do_quant_fusion_and_const_prop``'s ``_prop_tensor_constant``s): a constant."""
     desc = node.meta.get("desc")
     if desc is not None:
         return type(desc).__name__ == "PlainAOTInput"
+    if described:
+        return False
     name = node.name
-    return not (name.startswith(("p_", "b_", "c_")) or "lifted_tensor_constant" in name)
+    return not (name.startswith(("p_", "b_", "c_", "_prop_tensor_constant")) or
+                "lifted_tensor_constant" in name)
 
 
 def _const_ok(v) -> bool:
@@ -180,7 +198,8 @@ def describe_graph(gm) -> EdgeModel:
     convolution or pooling on a 1-batch NCHW feature map)."""
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    inputs = [n for n in placeholders if _is_user_input(n)]
+    described = any(n.meta.get("desc") is not None for n in placeholders)
+    inputs = [n for n in placeholders if _is_user_input(n, described)]
     acts = set(inputs)
     tensors: dict[int, STensor] = {}
     index: dict = {}
@@ -269,6 +288,7 @@ def describe_graph(gm) -> EdgeModel:
     for t in dict.fromkeys(outputs):
         if t in gt:
             b.mark_output(gt[t])
+    _squeeze_excitation(ops, nodes, act_pos, macs, tensors, set(outputs))
     sm = SpatialModel(ops, tensors, [index[n] for n in inputs], list(dict.fromkeys(outputs)),
                       macs=macs, name="edge")
     return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of)
@@ -383,6 +403,109 @@ def _classify(k, n, name, ins, out, pos, tensors, pool_ok) -> SOp:
     return _other(k, ins, out, f"{kind} is not spatially local", kind)
 
 
+REDUCE = {"mean.dim": True, "sum.dim_IntList": False, "_adaptive_avg_pool2d.default": True,
+          "adaptive_avg_pool2d.default": True}  # name -> a mean (divided by H*W)
+SCALE = ("mul.Tensor", "add.Tensor", "sub.Tensor", "div.Tensor")
+
+
+def _global_reduce(n, name: str, x: STensor) -> bool:
+    """A floating-point mean / sum over exactly H and W of a 1-batch NCHW feature map (or an
+    adaptive average pool to 1x1)."""
+    if name not in REDUCE or not x.spatial or x.hw == (1, 1):
+        return False
+    val = _val(n.args[0])
+    if not _is_tensor(val) or not val.dtype.is_floating_point:
+        return False
+    args = list(n.args)
+    if "adaptive_avg_pool2d" in name:
+        return len(args) > 1 and [int(v) for v in _flat([args[1]])] in ([1], [1, 1])
+    if len(args) < 2 or args[1] is None or len(args) > 3 or n.kwargs.get("dtype") is not None:
+        return False
+    return sorted(int(a) % 4 for a in args[1]) == [2, 3]
+
+
+def _keepdim(n, name: str) -> bool:
+    if "adaptive_avg_pool2d" in name:
+        return True
+    return bool(n.args[2]) if len(n.args) > 2 else bool(n.kwargs.get("keepdim", False))
+
+
+def _squeeze_excitation(ops, nodes, act_pos, macs, tensors, model_out) -> None:
+    """Reclassify, in place, the operators of squeeze-and-excitation blocks: a mean / sum over
+    H and W (and an adaptive average pool to 1x1) of a feature map -> ``reduce``; an operator
+    whose activations are all vectors (reduce results or vector outputs) -> ``vector``; a
+    feature map times (plus, minus, divided by) a vector broadcast over space -> ``scale``
+    (inputs and their positions reordered: the feature map first). Only whole blocks: a
+    reduction whose vectors reach a model output or an operator other than a vector or scale
+    one (a classifier head) keeps its original class, and so do its vector operators."""
+    orig = {k: (op, act_pos[k]) for k, op in enumerate(ops)}
+    vec: set[int] = set()
+    for k, op in enumerate(ops):
+        n = nodes[k]
+        name = _aten_name(n.target)
+        o = tensors[op.output]
+        cells = max(o.nbytes // max(o.itemsize, 1), 1)
+        if len(op.inputs) == 1 and op.inputs[0] not in vec and act_pos[k] == [(0,)] and \
+                _global_reduce(n, name, tensors[op.inputs[0]]):
+            x = tensors[op.inputs[0]]
+            h, w = x.hw
+            ops[k] = SOp(k, op.kind, "reduce", op.inputs, op.output, macs_per_out=h * w,
+                         cout=x.channels, divisor=h * w if REDUCE[name] else 1)
+            vec.add(op.output)
+        elif op.inputs and all(t in vec for t in op.inputs) and ("kw",) not in act_pos[k]:
+            ops[k] = SOp(k, op.kind, "vector", op.inputs, op.output,
+                         macs_per_out=max(1, macs[k] // cells),
+                         cout=int(o.shape[-1]) if o.shape else 0)
+            vec.add(op.output)
+        elif _aten_name(n.target) in SCALE and len(op.inputs) == 2 and \
+                len(act_pos[k]) == 2 and sum(t in vec for t in op.inputs) == 1 and o.spatial:
+            pos = 0 if op.inputs[1] in vec else 1
+            x, v = op.inputs[pos], op.inputs[1 - pos]
+            vs = _val(_arg_at(n, act_pos[k][1 - pos]))
+            vs = tuple(int(d) for d in vs.shape) if _is_tensor(vs) else ()
+            vs = (1,) * (4 - len(vs)) + vs
+            if tensors[x].spatial and tensors[x].shape == o.shape and len(vs) == 4 and \
+                    vs[0] == 1 and vs[2] == 1 and vs[3] == 1 and vs[1] in (1, o.channels) and \
+                    (name not in ("sub.Tensor", "div.Tensor") or pos == 0) and \
+                    len(n.args) == 2 and not n.kwargs:
+                ops[k] = SOp(k, op.kind, "scale", (x, v), op.output, macs_per_out=1,
+                             cout=o.channels)
+                act_pos[k] = [act_pos[k][pos], act_pos[k][1 - pos]]
+        elif any(t in vec for t in op.inputs):
+            ops[k] = _other(k, op.inputs, op.output,
+                            "reads a squeeze-and-excitation vector and a feature map", op.kind)
+    # keep whole blocks only: undo reductions whose vectors leave the block
+    consumers: dict[int, list[int]] = {}
+    for k, op in enumerate(ops):
+        for t in op.inputs:
+            consumers.setdefault(t, []).append(k)
+    changed = True
+    while changed:
+        changed = False
+        for k, op in enumerate(ops):
+            if op.cls in ("reduce", "vector"):
+                cons = consumers.get(op.output, [])
+                if op.output in model_out or any(
+                        ops[c].cls not in ("vector", "scale") or
+                        (ops[c].cls == "scale" and ops[c].inputs[1] != op.output)
+                        for c in cons) or (op.cls == "vector" and any(
+                        ops[p].cls not in ("reduce", "vector") for p in _producers(ops, op))):
+                    ops[k], act_pos[k] = orig[k]
+                    changed = True
+            elif op.cls == "scale" and ops[_producer(ops, op.inputs[1])].cls not in \
+                    ("reduce", "vector"):
+                ops[k], act_pos[k] = orig[k]
+                changed = True
+
+
+def _producer(ops, t: int) -> int:
+    return next(k for k, op in enumerate(ops) if op.output == t)
+
+
+def _producers(ops, op) -> list[int]:
+    return [_producer(ops, t) for t in op.inputs]
+
+
 def _pair(v) -> tuple[int, int]:
     v = [int(x) for x in v] if isinstance(v, (tuple, list)) else [int(v)]
     return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
@@ -426,7 +549,7 @@ def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
     """The one patch search under ExecuTorch's activation-only memory model."""
     return search_patches(em.sm, em.graph, em.tensor_index, EXECUTORCH_MEMORY,
                           grids=[tuple(grid)] if grid is not None else None, split=split,
-                          max_overhead=max_overhead, time_limit=time_limit)
+                          max_overhead=max_overhead, time_limit=time_limit, se=True)
 
 
 # ---------------------------------------------------------------------------- rewrite
@@ -499,6 +622,20 @@ def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
                                                         value])
         elif nd.kind == "concat":
             node = call(aten.cat.default, [list(ins), 3 if nd.axis == 2 else 2])
+        elif nd.kind == "partial":  # the sum over the patch's own cells (ins[0]: that window)
+            orig = em.nodes[nd.op]
+            node = call(aten.sum.dim_IntList,
+                        [ins[0], [2, 3], _keepdim(orig, _aten_name(orig.target))], orig)
+        elif nd.kind == "accumulate":
+            node = call(aten.add.Tensor, [ins[0], ins[1]], em.nodes[nd.op])
+        elif nd.kind == "reduce":  # the sum of the partials, divided by H*W for a mean
+            op = sm.ops[nd.op]
+            node = ins[0] if op.divisor == 1 else \
+                call(aten.div.Scalar, [ins[0], float(op.divisor)], em.nodes[nd.op])
+        elif nd.kind == "vector":  # the vector operator, once, on the new vectors
+            orig = em.nodes[nd.op]
+            node = _copy_call(graph, first, fake, orig, _with_acts(orig, em.act_pos[nd.op],
+                                                                    ins))
         else:
             orig = em.nodes[nd.op]
             op = sm.ops[nd.op]
@@ -526,22 +663,8 @@ def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
             elif name == "cat.default":
                 node = call(orig.target, [list(ins)] + args[1:], orig)
             else:
-                for p, x in zip(em.act_pos[nd.op], ins):
-                    if len(p) == 1:
-                        args[p[0]] = x
-                    else:
-                        lst = list(args[p[0]])
-                        lst[p[1]] = x
-                        args[p[0]] = lst
-                if n_kw := dict(orig.kwargs):
-                    with graph.inserting_before(first):
-                        node = graph.call_function(orig.target, tuple(args), n_kw)
-                    with fake:
-                        node.meta["val"] = orig.target(*[_fake_of(a) for a in args],
-                                                       **{k: _fake_of(v)
-                                                          for k, v in n_kw.items()})
-                else:
-                    node = call(orig.target, args, orig)
+                node = _copy_call(graph, first, fake, orig,
+                                  _with_acts(orig, em.act_pos[nd.op], ins))
         made.append(node)
         if nid in final:
             old = em.node_of[final[nid]]
@@ -557,6 +680,39 @@ def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
     gm.recompile()
     after = sum(1 for n in graph.nodes if n.op == "call_function")
     return len(graph.nodes) - values_before, after - before
+
+
+def _with_acts(orig, act_pos, ins) -> list:
+    """``orig``'s args with its activation args (at ``act_pos``) replaced by ``ins``."""
+    args = list(orig.args)
+    for p, x in zip(act_pos, ins):
+        if len(p) == 1:
+            args[p[0]] = x
+        else:
+            lst = list(args[p[0]])
+            lst[p[1]] = x
+            args[p[0]] = lst
+    return args
+
+
+def _copy_call(graph, first, fake, orig, args):
+    """A copy of call ``orig`` (its target and kwargs, its metadata) on ``args``, inserted
+    before ``first``."""
+    def fake_of(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(fake_of(x) for x in a)
+        return a.meta["val"] if hasattr(a, "op") else a
+
+    kw = dict(orig.kwargs)
+    with graph.inserting_before(first):
+        node = graph.call_function(orig.target, tuple(args), kw)
+    with fake:
+        node.meta["val"] = orig.target(*[fake_of(a) for a in args],
+                                       **{k: fake_of(v) for k, v in kw.items()})
+    for key in ("stack_trace", "nn_module_stack", "debug_handle", "from_node"):
+        if key in orig.meta:
+            node.meta[key] = orig.meta[key]
+    return node
 
 
 def _region_nodes(em: EdgeModel, plan) -> set:
