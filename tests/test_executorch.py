@@ -548,3 +548,30 @@ def test_control_flow_submodule_planned_around():
             assert torch.equal(u, v)
     rep = next(iter(mx.report(config).values()))
     assert any(a.graph == "submodule" for a in rep.arenas) or rep.order is not None
+
+
+def test_cli_export_pt2_to_pte(tmp_path, capsys):
+    """``memsched export model.pt2 -o model.pte --measure``: the .pte memsched plans, never
+    above ExecuTorch's default plan, bit-equal in its runtime; bad input one line, exit 2."""
+    import json
+
+    from memsched.cli import main
+
+    torch.manual_seed(1)
+    x = torch.randn(1, 3, 16, 16)
+    src = tmp_path / "inter.pt2"
+    torch.export.save(torch.export.export(Interleaved().eval(), (x,)), str(src))
+    out = tmp_path / "inter.pte"
+    assert main(["export", str(src), "-o", str(out), "--measure", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["written"] and out.exists() and rep["max_abs_diff"] == 0.0
+    ours, base = rep["planned_bytes"]["forward"], rep["executorch_default_bytes"]["forward"]
+    assert ours == _planned(out.read_bytes()) < base  # the interleaved branches: reordered
+    default = _export(Interleaved().eval().requires_grad_(False), x)
+    assert base == _planned(default.buffer)
+    for argv in (["export", str(tmp_path / "missing.pt2")], ["export", str(out)],
+                 ["export", str(src), "-o", str(tmp_path / "x.tflite")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("memsched: error:"), err
+    assert not (tmp_path / "x.tflite").exists()

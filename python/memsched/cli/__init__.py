@@ -31,13 +31,13 @@ import argparse
 import sys
 
 from .. import __version__
-from . import analyze, compile, pack, partition, pipeline, reorder, split, tile
+from . import analyze, compile, export, pack, partition, pipeline, reorder, split, tile
 from .common import CLIError, _interrupted, _Parser, run, seconds  # noqa: F401 (public names)
 from .compile import _unschedulable  # noqa: F401 (tests)
 
 # The commands in `memsched --help` order; a new one is a module of this package with a
 # ``register(subparsers)`` function, named here.
-COMMANDS = (analyze, compile, partition, reorder, tile, pack, pipeline, split)
+COMMANDS = (analyze, compile, partition, reorder, tile, pack, export, pipeline, split)
 
 
 def build_parser() -> argparse.ArgumentParser:
