@@ -255,6 +255,18 @@ def run(prog: str, parser: argparse.ArgumentParser, argv=None) -> int:
         return 1
 
 
+def positive_seconds(text) -> float:
+    """``--time-limit`` of the commands that rewrite a file (``reorder``, ``export``): a
+    positive, finite number of seconds, else a one-line `ValueError`."""
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"bad --time-limit {text!r}: not a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"bad --time-limit {text!r}: must be a positive number of seconds")
+    return v
+
+
 def bad_input(e: BaseException) -> int:
     """One line on stderr naming the problem (an OSError by its file), exit status 2: the
     commands that catch their own errors (``reorder``, ``tile``, ``pack``)."""

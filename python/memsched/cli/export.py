@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from .common import CLIError, _quiet_native_stderr, _status, bad_input, seconds
+from .common import CLIError, _quiet_native_stderr, _status, bad_input, positive_seconds
 
 PATCH_TOLERANCE = 1e-5  # max abs difference of float outputs accepted with --tile-patches
 
@@ -78,13 +78,7 @@ def cmd_export(args) -> int:
     try:
         _needs_executorch()
         out = _output(args.model, args.output)
-        try:
-            limit = seconds(str(args.time_limit))
-        except Exception:  # noqa: BLE001 - argparse's type error: one line
-            limit = 0.0
-        if limit <= 0:
-            raise CLIError(f"bad --time-limit {args.time_limit!r}: must be a positive number "
-                           "of seconds")
+        limit = positive_seconds(args.time_limit)
         from ..executorch import backend_config, pte
         from ..executorch import report as plan_report
         from ..importers.pt2 import load_exported_program

@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import (CLIError, _quiet_native_stderr, _status, bad_input, rewrite_output,
-                     seconds)
+from .common import (CLIError, _quiet_native_stderr, _status, bad_input, positive_seconds,
+                     rewrite_output)
 
 
 def _needs_executorch() -> None:
@@ -95,13 +95,7 @@ def reorder_pte(args) -> int:
         if args.offline_plan:
             raise CLIError("--offline-plan is for .tflite files: a .pte program always gets "
                            "memsched's offsets")
-        try:
-            limit = seconds(str(args.time_limit))
-        except Exception:  # noqa: BLE001 - argparse's type error: one line
-            limit = 0.0
-        if limit <= 0:
-            raise CLIError(f"bad --time-limit {args.time_limit!r}: must be a positive number "
-                           "of seconds")
+        limit = positive_seconds(args.time_limit)
         out = rewrite_output(args.model, args.output, "reorder", ".memsched.pte", ".pte")
         from ..executorch import pte
 

@@ -20,21 +20,10 @@ permissions.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 
-from .common import bad_input, tflite_output
-
-
-def _time_limit(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise ValueError(f"bad --time-limit {text!r}: not a number") from None
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"bad --time-limit {text!r}: must be a positive number of seconds")
-    return v
+from .common import bad_input, positive_seconds, tflite_output
 
 
 class OutputsDiffer(RuntimeError):
@@ -51,7 +40,7 @@ def cmd_reorder(args) -> int:
 
     report = None
     try:
-        limit = _time_limit(args.time_limit)
+        limit = positive_seconds(args.time_limit)
         out = tflite_output(args.model, args.output, "reorder", ".memsched.tflite")
         data, res = reorder_tflite(args.model, None, offline_plan=args.offline_plan,
                                    time_limit=limit)
