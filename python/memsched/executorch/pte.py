@@ -481,7 +481,7 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
         return data, report
     out = bytes(serialize_pte_binary(pte, extract_delegate_segments=True))
     if measure:
-        for plan in read_program(out).program.execution_plan:
+        for plan in pte.program.execution_plan:  # the written program, still in memory
             if not report[plan.name].get("changed"):
                 continue
             xs = random_inputs(plan, seed)
