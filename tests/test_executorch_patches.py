@@ -311,3 +311,49 @@ def test_squeeze_excitation_patched_in_runtime(linear):
     assert tr.region_ops > _mean_index(model, x) + 8  # past the SE block's scale
     assert diff <= TOL
     assert planned < default
+
+
+class RandomSEStack(nn.Module):
+    """A random conv / depthwise stack with one or two SE blocks (conv or Linear squeeze) at
+    random places, then a head: the SE path of the adapter on shapes nobody picked."""
+
+    def __init__(self, rng: random.Random):
+        super().__init__()
+        c = rng.choice([4, 8])
+        self.cin = rng.choice([1, 3])
+        steps = [nn.Sequential(nn.Conv2d(self.cin, c, 3, rng.choice([1, 2]), 1), nn.Hardswish())]
+        for _ in range(rng.randint(2, 5)):
+            kind = rng.choice(["conv", "dw", "se", "se"])
+            if kind == "conv":
+                co = rng.choice([8, 12, 16])
+                steps.append(nn.Sequential(nn.Conv2d(c, co, rng.choice([1, 3]), 1,
+                                                     "same"), nn.ReLU()))
+                c = co
+            elif kind == "dw":
+                steps.append(nn.Sequential(nn.Conv2d(c, c, 3, rng.choice([1, 2]), 1, groups=c),
+                                           nn.ReLU6()))
+            else:
+                steps.append(SE(c, r=rng.choice([2, 4]), linear=rng.random() < 0.5))
+        self.steps = nn.Sequential(*steps)
+        self.head = nn.Linear(c, 3)
+
+    def forward(self, x):
+        return self.head(self.steps(x).mean((2, 3)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_se_stacks_equal_unpatched(seed):
+    """Random stacks with SE blocks, grid forced: outputs within TOL of the unpatched program in
+    ExecuTorch's runtime; a refusal names a geometric reason, never a failed rewrite."""
+    rng = random.Random(100 + seed)
+    torch.manual_seed(seed)
+    model = RandomSEStack(rng)
+    x = torch.randn(1, model.cin, rng.choice([24, 32]), rng.choice([24, 32]))
+    grid = (rng.randint(1, 3), rng.randint(2, 3))
+    cfg = mx.backend_config(time_limit=2, tile_patches=True, grid=grid, max_overhead=3.0)
+    got, want, _, _ = _compare(model, x, cfg)
+    tr = list(mx.report(cfg).values())[0].patches
+    assert _max_diff(got, want) <= TOL, (seed, grid, tr.summary())
+    if not tr.patched:
+        assert "rewrite failed" not in tr.skipped and "cannot model" not in tr.skipped, \
+            tr.skipped
