@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import math
 import os
 import re
@@ -265,6 +266,24 @@ def positive_seconds(text) -> float:
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"bad --time-limit {text!r}: must be a positive number of seconds")
     return v
+
+
+def not_written(args, report: dict | None, message: str, path: str) -> int:
+    """``--measure`` found the rewritten file computing something else: the JSON report (with
+    ``written: false``) when asked, one line naming the difference, exit status 1."""
+    if args.json and report is not None:
+        print(json.dumps({**report, "written": False}))
+    print(f"memsched: error: {message}; {path!r} not written", file=sys.stderr)
+    return 1
+
+
+def print_written(args, report: dict) -> bool:
+    """Mark ``report`` written; with ``--json`` print it and return True (nothing else to
+    print)."""
+    report["written"] = True
+    if args.json:
+        print(json.dumps(report))
+    return bool(args.json)
 
 
 def bad_input(e: BaseException) -> int:

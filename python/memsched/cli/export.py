@@ -15,11 +15,10 @@ line and exit status 2.
 """
 from __future__ import annotations
 
-import json
 import os
-import sys
 
-from .common import CLIError, _quiet_native_stderr, _status, bad_input, positive_seconds
+from .common import (CLIError, _quiet_native_stderr, _status, bad_input, not_written,
+                     positive_seconds, print_written)
 
 PATCH_TOLERANCE = 1e-5  # max abs difference of float outputs accepted with --tile-patches
 
@@ -119,16 +118,11 @@ def cmd_export(args) -> int:
 
         write_atomic(out, data)
     except OutputsDiffer as e:
-        if args.json and report is not None:
-            print(json.dumps({**report, "written": False}))
-        print(f"memsched: error: the exported program computes something else ({e}); "
-              f"{args.output or 'the output'!r} not written", file=sys.stderr)
-        return 1
+        return not_written(args, report, f"the exported program computes something else ({e})",
+                           args.output or "the output")
     except (ValueError, OSError, RuntimeError) as e:
         return bad_input(e)
-    report["written"] = True
-    if args.json:
-        print(json.dumps(report))
+    if print_written(args, report):
         return 0
     for name, planned in report["planned_bytes"].items():
         base = report.get("executorch_default_bytes", {}).get(name)

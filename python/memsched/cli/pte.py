@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import (CLIError, _quiet_native_stderr, _status, bad_input, positive_seconds,
-                     rewrite_output)
+from .common import (CLIError, _quiet_native_stderr, _status, bad_input, not_written,
+                     positive_seconds, print_written, rewrite_output)
 
 
 def _needs_executorch() -> None:
@@ -112,16 +112,10 @@ def reorder_pte(args) -> int:
 
         write_atomic(out, data)
     except OutputsDifferError as e:
-        if args.json and report is not None:
-            print(json.dumps({**report, "written": False}))
-        print(f"memsched: error: {e}; {args.output or 'the output'!r} not written",
-              file=sys.stderr)
-        return 1
+        return not_written(args, report, str(e), args.output or "the output")
     except (ValueError, OSError, RuntimeError) as e:
         return bad_input(e)
-    report["written"] = True
-    if args.json:
-        print(json.dumps(report))
+    if print_written(args, report):
         return 0
     for name, row in methods.items():
         if "error" in row:

@@ -19,11 +19,10 @@ permissions.
 """
 from __future__ import annotations
 
-import json
 import os
-import sys
 
-from .common import bad_input, positive_seconds, tflite_output
+from .common import (bad_input, not_written, positive_seconds, print_written,
+                     tflite_output)
 
 
 class OutputsDiffer(RuntimeError):
@@ -52,17 +51,11 @@ def cmd_reorder(args) -> int:
                 raise OutputsDiffer(report["measured"]["difference"])
         write_model(out, data)
     except OutputsDiffer as e:
-        report["written"] = False
-        if args.json:
-            print(json.dumps(report))
-        print(f"memsched: error: the reordered model computes something else ({e}); "
-              f"{report['output']!r} not written", file=sys.stderr)
-        return 1
+        return not_written(args, report, f"the reordered model computes something else ({e})",
+                           report["output"])
     except (ValueError, OSError, RuntimeError) as e:
         return bad_input(e)
-    report["written"] = True
-    if args.json:
-        print(json.dumps(report))
+    if print_written(args, report):
         return 0
     for note in res.notes:
         print(f"note: {note}")
