@@ -58,12 +58,23 @@ def _pad01(net, t, shape):
     return out, out_shape
 
 
+def _head(net, t, shape, classes: int) -> bytes:
+    """Keras' classifier: global MEAN over H and W, FULLY_CONNECTED; the finished file."""
+    s = net.s
+    mean = net.act("mean", [1, shape[3]], 0.05, -3)
+    axes = net.const_i32("mean/axes", [1, 2])
+    o = s.ReducerOptionsT()
+    o.keepDims = False
+    net.b.op("MEAN", [t, axes], [mean], s.BuiltinOptions.ReducerOptions, o)
+    net.b.outputs = [net.fc(mean, shape[3], classes)]
+    return net.b.finish()
+
+
 def mobilenet_v2(alpha: float = 0.35, size: int = 144, classes: int = 10, seed: int = 0,
                  stages=None, float_input: bool = False) -> bytes:
     from memsched.generators.tflite_synth import _Net
 
     net = _Net(f"mbv2_{alpha}_{size}", True, seed)
-    s = net.s
     x = _input(net, size, float_input)
     shape = [1, size, size, 3]
 
@@ -91,14 +102,7 @@ def mobilenet_v2(alpha: float = 0.35, size: int = 144, classes: int = 10, seed: 
             t = h
     last = 1280 if alpha <= 1.0 else _divisible(1280 * alpha)
     t, shape = net.conv(t, shape, last, k=1)
-    mean = net.act("mean", [1, shape[3]], 0.05, -3)
-    axes = net.const_i32("mean/axes", [1, 2])
-    o = s.ReducerOptionsT()
-    o.keepDims = False
-    net.b.op("MEAN", [t, axes], [mean], s.BuiltinOptions.ReducerOptions, o)
-    y = net.fc(mean, shape[3], classes)
-    net.b.outputs = [y]
-    return net.b.finish()
+    return _head(net, t, shape, classes)
 
 
 def mobilenet_v1(alpha: float = 0.25, size: int = 128, classes: int = 10, seed: int = 0,
@@ -108,7 +112,6 @@ def mobilenet_v1(alpha: float = 0.25, size: int = 128, classes: int = 10, seed: 
     from memsched.generators.tflite_synth import _Net
 
     net = _Net(f"mbv1_{alpha}_{size}", True, seed)
-    s = net.s
     x = _input(net, size, float_input)
     shape = [1, size, size, 3]
 
@@ -122,14 +125,7 @@ def mobilenet_v1(alpha: float = 0.25, size: int = 128, classes: int = 10, seed: 
         else:
             t, shape = net.conv(t, shape, shape[3], depthwise=True)
         t, shape = net.conv(t, shape, int(c * alpha), k=1)
-    mean = net.act("mean", [1, shape[3]], 0.05, -3)
-    axes = net.const_i32("mean/axes", [1, 2])
-    o = s.ReducerOptionsT()
-    o.keepDims = False
-    net.b.op("MEAN", [t, axes], [mean], s.BuiltinOptions.ReducerOptions, o)
-    y = net.fc(mean, shape[3], classes)
-    net.b.outputs = [y]
-    return net.b.finish()
+    return _head(net, t, shape, classes)
 
 
 MODELS = {
