@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..graph import GraphBuilder
 from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
-from ..patches.region import Refused
+from ..patches.region import Refused, partial_se_blocks
 from ..patches.search import RuntimeMemory, SearchResult, search_patches
 from .errors import ExecutorchError
 from .model import EXECUTORCH_MODEL
@@ -474,36 +474,9 @@ def _squeeze_excitation(ops, nodes, act_pos, macs, tensors, model_out) -> None:
         elif any(t in vec for t in op.inputs):
             ops[k] = _other(k, op.inputs, op.output,
                             "reads a squeeze-and-excitation vector and a feature map", op.kind)
-    # keep whole blocks only: undo reductions whose vectors leave the block
-    consumers: dict[int, list[int]] = {}
-    for k, op in enumerate(ops):
-        for t in op.inputs:
-            consumers.setdefault(t, []).append(k)
-    changed = True
-    while changed:
-        changed = False
-        for k, op in enumerate(ops):
-            if op.cls in ("reduce", "vector"):
-                cons = consumers.get(op.output, [])
-                if op.output in model_out or any(
-                        ops[c].cls not in ("vector", "scale") or
-                        (ops[c].cls == "scale" and ops[c].inputs[1] != op.output)
-                        for c in cons) or (op.cls == "vector" and any(
-                        ops[p].cls not in ("reduce", "vector") for p in _producers(ops, op))):
-                    ops[k], act_pos[k] = orig[k]
-                    changed = True
-            elif op.cls == "scale" and ops[_producer(ops, op.inputs[1])].cls not in \
-                    ("reduce", "vector"):
-                ops[k], act_pos[k] = orig[k]
-                changed = True
-
-
-def _producer(ops, t: int) -> int:
-    return next(k for k, op in enumerate(ops) if op.output == t)
-
-
-def _producers(ops, op) -> list[int]:
-    return [_producer(ops, t) for t in op.inputs]
+    # keep whole blocks only (a classifier head's mean keeps its own class)
+    for k in partial_se_blocks(ops, model_out):
+        ops[k], act_pos[k] = orig[k]
 
 
 def _pair(v) -> tuple[int, int]:

@@ -64,6 +64,41 @@ class Region:
         return range(self.start, self.length)
 
 
+def partial_se_blocks(ops, outputs) -> set[int]:
+    """Operators an adapter classified ``reduce`` / ``vector`` / ``scale`` that are not part of
+    a whole squeeze-and-excitation block, to be given back their own class: a reduction or
+    vector whose result reaches a model output (``outputs``) or an operator other than a
+    vector one or the vector side of a scale (a classifier head's mean), a vector fed by
+    anything else, a scale whose vector is no longer one; to a fixpoint."""
+    cls = [op.cls for op in ops]
+    producer = {op.output: k for k, op in enumerate(ops)}
+    consumers: dict[int, list[int]] = {}
+    for k, op in enumerate(ops):
+        for t in op.inputs:
+            consumers.setdefault(t, []).append(k)
+    outputs = set(outputs)
+    partial: set[int] = set()
+    changed = True
+    while changed:
+        changed = False
+        for k, op in enumerate(ops):
+            if k in partial:
+                continue
+            if cls[k] in VECTOR:
+                bad = op.output in outputs or any(
+                    cls[c] not in ("vector", "scale") or
+                    (cls[c] == "scale" and ops[c].inputs[1] != op.output)
+                    for c in consumers.get(op.output, [])) or (cls[k] == "vector" and any(
+                        cls[producer[t]] not in VECTOR for t in op.inputs))
+            else:
+                bad = cls[k] == "scale" and cls[producer[op.inputs[1]]] not in VECTOR
+            if bad:
+                partial.add(k)
+                cls[k] = "other"
+                changed = True
+    return partial
+
+
 def regions(sm: SpatialModel, starts=(0,), se: bool = False) -> tuple[list[Region], str]:
     """Candidate regions: for each ``start`` (default: the model inputs only), each run of
     spatial operators from ``start`` whose split tensors share one spatial size; and why the
