@@ -144,6 +144,30 @@ class OpenList {
     }
     return e;
   }
+  // put back an entry just popped (nothing pushed since) where it was: at the head of its
+  // bucket, so a run stopped at a limit and resumed pops exactly what one run would
+  void unpop(const Entry& e) {
+    auto it = levels_.find(e.f);
+    if (it == levels_.end()) {
+      it = levels_.emplace(e.f, Level()).first;
+      it->second.by_depth.resize(n_ + 1);
+      it->second.head.resize(n_ + 1, 0);
+      bytes_ += (n_ + 1) * sizeof(std::vector<Item>);
+    }
+    Level& L = it->second;
+    std::vector<Item>& bucket = L.by_depth[e.depth];
+    size_t& head = L.head[e.depth];
+    if (head > 0) {
+      bucket[--head] = {e.g, e.state};
+    } else {
+      size_t cap = bucket.capacity();
+      bucket.insert(bucket.begin(), {e.g, e.state});
+      bytes_ += (bucket.capacity() - cap) * sizeof(Item);
+    }
+    L.top = std::max(L.top, e.depth);
+    ++L.count;
+    ++size_;
+  }
   int64_t min_f() const { return levels_.begin()->first; }
   size_t bytes() const { return bytes_; }
 
@@ -293,6 +317,7 @@ SearchResult AstarSearch::Impl::Run(const SearchLimits& limits) {
 
   while (!heap.empty()) {
     Entry e = heap.pop();
+    const Entry popped = e;
     int s = e.state;
     int64_t g = e.g;
     if (st.g[s] < g) continue;  // stale
@@ -323,7 +348,7 @@ SearchResult AstarSearch::Impl::Run(const SearchLimits& limits) {
       StopReason why = stop_reason();
       if (why != StopReason::kDone) {
         res.reason = why;
-        heap.push(e);  // not expanded: the next run starts with it
+        heap.unpop(popped);  // not expanded: the next run starts with it
         --states;
         exhausted = false;
         break;

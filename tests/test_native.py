@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import memsched
 from memsched import native
@@ -236,6 +236,7 @@ def test_add_subdirectory_from_parent_project(tmp_path):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), n=st.integers(8, 40), chunk=st.integers(1, 200))
+@example(seed=70, n=35, chunk=1)  # a stopped run used to re-queue its entry at the back
 def test_resumed_search_equals_one_run(seed, n, chunk):
     """A search stopped every ``chunk`` expansions and resumed ends exactly where one
     uninterrupted run does: same order, peak, bound and expansions."""
