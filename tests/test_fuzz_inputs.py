@@ -34,7 +34,8 @@ FUZZ_CASES: Counter = Counter()
 EXTS = [".onnx", ".tflite", ".pt2", ".txt", ""]
 CI = dict(deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
-HEAVY = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck))
+HEAVY = dict(deadline=None, database=None, derandomize=False,
+             suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 from tvm import relax
 
@@ -184,7 +184,14 @@ def _property(size, c, layers, grid, seed, tail):
         tiled = TilePatches(grid=grid)(mod)
     a = _attrs(tiled)
     x = np.random.default_rng(seed).standard_normal((1, c, size, size)).astype("float32")
-    ref = _run(mod, x)
+    try:
+        ref = _run(mod, x)
+    except tvm.error.InternalError as e:
+        if "LLVM module verification failed" not in str(e):
+            raise
+        # TVM's own LLVM codegen rejects this unpatched stack ("Instruction does not dominate
+        # all uses", seen on a max/avg pool stack): no reference to compare with
+        reject()
     got = _run(tiled, x)
     assert ref.shape == got.shape
     # measured max abs difference 0.0 on every example tried
