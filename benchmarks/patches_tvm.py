@@ -110,6 +110,7 @@ def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0) ->
         else None,
         "split": str(attrs["memsched.patches_split"]) if "memsched.patches_split" in attrs
         else None,
+        "se_patches": str(attrs.get("memsched.patches_se", "")),
         "region_ops": int(attrs["memsched.patches_region_ops"])
         if "memsched.patches_region_ops" in attrs else 0,
         "ratio_vs_plain": round(plain / patched, 2), "ratio_vs_mas": round(mas / patched, 2),
@@ -136,7 +137,7 @@ def _conv_pool_overhead(folded, attrs):
     length = int(attrs["memsched.patches_region_ops"])
     grid = tuple(int(g) for g in str(attrs["memsched.patches_grid"]).split("x"))
     region = next(r for r in regions(sm, se=True)[0] if r.length == length)
-    plan = plan_patches(sm, region, grid)
+    plan = plan_patches(sm, region, grid, keep=str(attrs.get("memsched.patches_se")) == "keep")
     conv = [k for k, op in enumerate(sm.ops) if op.cls == "window" and op.kind != "PAD"]
     whole = sum(sm.op_macs(sm.ops[k]) for k in conv)
     extra = sum(sm.op_macs(sm.ops[nd.op], nd.win) for nd in plan.nodes
@@ -166,7 +167,8 @@ def main(argv=None) -> int:
             if r["outputs_equal"] is not None else f"max abs diff {r['max_abs_diff']:.2g}"
         print(f"| {r['model']} | {r['ops']} | {r['plain_tvm_bytes']:,} | "
               f"{r['mas_arena_bytes']:,} | {r['patched_bytes']:,} | "
-              f"{r['grid']} @ {r['split']} {r['split_shape']} ({r['region_ops']}) | "
+              f"{r['grid']} @ {r['split']} {r['split_shape']} ({r['region_ops']})"
+              f"{', SE: ' + r['se_patches'] if r['se_patches'] else ''} | "
               f"{r['ratio_vs_plain']}x / {r['ratio_vs_mas']}x | "
               f"+{100 * r['mac_overhead']:.1f} % ({_pct(r['conv_pool_mac_overhead'])}) | "
               f"{r['search_seconds']} | {eq} |", flush=True)

@@ -343,17 +343,21 @@ class RandomSEStack(nn.Module):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_random_se_stacks_equal_unpatched(seed):
-    """Random stacks with SE blocks, grid forced: outputs within TOL of the unpatched program in
-    ExecuTorch's runtime; a refusal names a geometric reason, never a failed rewrite."""
+    """Random stacks with SE blocks, grid forced, recomputing or keeping the feature maps after
+    the means (alternately): outputs within TOL of the unpatched program in ExecuTorch's
+    runtime; a refusal names a geometric reason, never a failed rewrite."""
     rng = random.Random(100 + seed)
     torch.manual_seed(seed)
     model = RandomSEStack(rng)
     x = torch.randn(1, model.cin, rng.choice([24, 32]), rng.choice([24, 32]))
     grid = (rng.randint(1, 3), rng.randint(2, 3))
-    cfg = mx.backend_config(time_limit=2, tile_patches=True, grid=grid, max_overhead=3.0)
+    mode = ("recompute", "keep")[seed % 2]  # both ways through the SE blocks
+    cfg = mx.backend_config(time_limit=2, tile_patches=True, grid=grid, max_overhead=3.0,
+                            se_patches=mode)
     got, want, _, _ = _compare(model, x, cfg)
     tr = list(mx.report(cfg).values())[0].patches
     assert _max_diff(got, want) <= TOL, (seed, grid, tr.summary())
+    assert tr.se_patches in ("", mode)
     if not tr.patched:
         assert "rewrite failed" not in tr.skipped and "cannot model" not in tr.skipped, \
             tr.skipped

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from memsched.patches.reference import random_weights, run_plan, run_whole, stack_model
-from memsched.patches.region import (Refused, grid_macs, pass_targets, plan_patches,
+from memsched.patches.region import (Refused, grid_macs, is_se, pass_targets, plan_patches,
                                      regions)
 
 KINDS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "SE")
@@ -41,18 +41,23 @@ def _check(sm, rng, floating: bool):
     for r in regs:
         whole = run_whole(sm, r.length, weights, {0: x})
         for g in ((1, 2), (2, 1), (2, 2), (3, 2), (3, 3)):
-            try:
-                plan = plan_patches(sm, r, g)
-            except Refused:
-                continue
-            assert plan.macs == grid_macs(sm, r, g)
-            got = run_plan(sm, plan, weights, {0: x})
-            for t in r.split:
-                if floating:
-                    np.testing.assert_allclose(got[t], whole[t], rtol=1e-5, atol=1e-5)
-                else:
-                    assert np.array_equal(got[t], whole[t]), (r.length, g, t)
-            checked += len(pass_targets(sm, r)) > 1
+            for keep in (False, True) if is_se(sm, r) else (False,):
+                try:
+                    plan = plan_patches(sm, r, g, keep=keep)
+                except Refused:
+                    continue
+                assert plan.macs == grid_macs(sm, r, g, keep=keep)
+                got = run_plan(sm, plan, weights, {0: x})
+                for t in r.split:
+                    if floating:
+                        np.testing.assert_allclose(got[t], whole[t], rtol=1e-5, atol=1e-5)
+                    else:
+                        assert np.array_equal(got[t], whole[t]), (r.length, g, t, keep)
+                if keep:
+                    # every operator once per patch: never more MACs than recomputing
+                    assert plan.macs <= grid_macs(sm, r, g)
+                    assert plan.se_mode == "keep"
+                checked += is_se(sm, r)
     return checked
 
 
@@ -105,14 +110,10 @@ def test_se_is_opt_in():
     assert max(r.length for r in regs) == len(sm.ops)
 
 
-def test_search_prices_se_regions():
+def _graph_of(sm):
+    """The `OpGraph` of a stack model (op v = operator v) and its tensor index."""
     from memsched.graph import GraphBuilder
-    from memsched.memory import MemoryModel
-    from memsched.patches.search import RuntimeMemory, search_patches
 
-    sm = stack_model([("CONV_2D", 3, 2, 1, "SAME"), ("DEPTHWISE_CONV_2D", 3, 1, 1, "SAME"),
-                      ("SE", 2, 1, 1, ""), ("CONV_2D", 1, 1, 1, "SAME"),
-                      ("CONV_2D", 3, 2, 1, "SAME"), ("CONV_2D", 3, 2, 1, "SAME")], 32, 32, 3)
     b = GraphBuilder("se")
     tid = {0: b.input("x", sm.tensors[0].nbytes)}
     index = [0]
@@ -122,7 +123,20 @@ def test_search_prices_se_regions():
         tid[op.output] = b.ops[v].outputs[0]
         index.append(op.output)
     b.mark_output(tid[sm.outputs[0]])
-    graph = b.build()
+    return b.build(), index
+
+
+SE_STACK = [("CONV_2D", 3, 2, 1, "SAME"), ("DEPTHWISE_CONV_2D", 3, 1, 1, "SAME"),
+            ("SE", 2, 1, 1, ""), ("CONV_2D", 1, 1, 1, "SAME"), ("CONV_2D", 3, 2, 1, "SAME"),
+            ("CONV_2D", 3, 2, 1, "SAME")]
+
+
+def test_search_prices_se_regions():
+    from memsched.memory import MemoryModel
+    from memsched.patches.search import RuntimeMemory, search_patches
+
+    sm = stack_model(SE_STACK, 32, 32, 3)
+    graph, index = _graph_of(sm)
     mem = RuntimeMemory("test", MemoryModel.get("tvm"))
     plain = search_patches(sm, graph, index, mem, time_limit=2.0)
     se = search_patches(sm, graph, index, mem, time_limit=2.0, se=True)
@@ -131,6 +145,35 @@ def test_search_prices_se_regions():
     priced = [k for k, p in se.plans.items() if len(pass_targets(sm, p.region)) > 1]
     assert priced and se.evaluated > plain.evaluated
     assert se.choice is None or se.choice.total < se.reordered.total
+    # both ways through the SE block were priced, keeping never costs more MACs
+    keys = {k[:3] for k, p in se.plans.items() if len(pass_targets(sm, p.region)) > 1}
+    for k in keys:
+        if (*k, True) in se.plans and (*k, False) in se.plans:
+            assert se.plans[(*k, True)].macs <= se.plans[(*k, False)].macs
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_search_takes_the_cheaper_se_variant(seed):
+    """Region and grid forced through an SE block: left to itself the search returns the
+    lower total of the two variants (recompute, keep), each forced on its own."""
+    from memsched.memory import MemoryModel
+    from memsched.patches.search import RuntimeMemory, search_patches
+
+    rng = np.random.default_rng(seed)
+    sm = stack_model(SE_STACK, int(rng.integers(16, 40)), int(rng.integers(16, 40)),
+                     int(rng.integers(1, 4)), residual=bool(seed % 2))
+    graph, index = _graph_of(sm)
+    mem = RuntimeMemory("test", MemoryModel.get("tvm"))
+    split = sm.tensors[sm.ops[-2].output].name
+    grid = ((2, 2), (3, 1), (2, 3), (4, 4))[seed]
+    got = {mode: search_patches(sm, graph, index, mem, grids=[grid], split=split, se=True,
+                                time_limit=4.0, se_patches=mode).choice
+           for mode in (None, "recompute", "keep")}
+    assert got["keep"].keep and not got["recompute"].keep
+    assert got[None].total == min(got["keep"].total, got["recompute"].total)
+    assert got[None].keep == (got["keep"].total < got["recompute"].total) or \
+        got["keep"].total == got["recompute"].total
+    assert got["keep"].macs < got["recompute"].macs  # the halo'd pass is not run again
 
 
 # ---------------------------------------------------------------------------- TVM
@@ -194,3 +237,43 @@ def test_mbv3_small_int_planned_bytes_halved():
     assert before >= 2 * after, (before, after)
     x = random_input(mod, 1)
     assert np.array_equal(_tvm_run(mod, x), _tvm_run(tiled, x, memsched.pipeline()))
+
+
+def _last_spatial(func, layout: str) -> str:
+    """The last binding with H > 1 (the region's end: everything before the head)."""
+    ax = 2 if layout == "NCHW" else 1
+    names = [b.var.name for b in func.body.blocks[0].bindings
+             if getattr(b.var.ty, "shape", None) is not None and
+             len(b.var.ty.shape.values) == 4 and int(b.var.ty.shape.values[ax]) > 1]
+    return names[-1]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_se_stacks_through_tvm(seed):
+    """Random conv / depthwise / pool / SE stacks (`relax_cnn.random_se_stack`) through
+    TVM's `TilePatches`, the region forced to end before the head (so through every SE
+    block) with either way of getting the feature maps after a mean: built and run in TVM's
+    VM, outputs equal to the unpatched module's (integer: bit-equal; float: within 1e-5)."""
+    from tvm import relax
+
+    from memsched.generators.relax_cnn import random_input, random_se_stack
+    from memsched.transform.tile_patches import TilePatches
+
+    integer = seed % 2 == 0
+    layout = "NCHW" if seed % 3 else "NHWC"
+    mod = random_se_stack(seed, layout, integer)
+    folded = relax.transform.FoldConstant()(mod)
+    x = random_input(mod, seed)
+    ref = _tvm_run(mod, x)
+    split = _last_spatial(folded["main"], layout)
+    grid = ((2, 2), (1, 3), (3, 1))[seed % 3]
+    for mode in ("recompute", "keep"):
+        tiled = TilePatches(grid=grid, split=split, time_limit=2.0, se_patches=mode)(folded)
+        attrs = tiled["main"].attrs
+        assert "memsched.patches_grid" in attrs, attrs.get("memsched.patches_skipped")
+        assert str(attrs["memsched.patches_se"]) == mode
+        out = _tvm_run(tiled, x)
+        if integer:
+            assert np.array_equal(ref, out), mode
+        else:
+            np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)

@@ -35,9 +35,11 @@ The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
    SE block: first passes over the patches with ``sum.dim_IntList`` (keepdim as the original)
    of each patch's own cells, the partial sums chained with ``add.Tensor``, one ``div.Scalar``
    by H*W for a mean (divide, not multiply by 1/(H*W): the same operation as the mean's
-   kernel), copies of the vector nodes on it, then the last pass recomputes the patches and
-   scales them with a copy of the ``mul.Tensor``. fp32 results may differ from the unpatched
-   program in the last bits (the partial sums change the summation order).
+   kernel), copies of the vector nodes on it, then the last pass scales the patches with a
+   copy of the ``mul.Tensor``: recomputed from the region's inputs, or the first pass's
+   pieces kept live (``TileReport.se_patches``), whichever the search prices lower. fp32
+   results may differ from the unpatched program in the last bits (the partial sums change
+   the summation order).
 
 The pass (`TilePatchesPass`) keeps a `TileReport` per method in ``report``; it never raises on
 a graph it cannot patch: it returns the graph unchanged with the reason in the report.
@@ -95,6 +97,7 @@ class TileReport:
     peak_before: int = 0  # the scheduler's peak of the unpatched graph (this pass's model)
     peak_after: int = 0  # the same of the patched graph
     certified: bool = False
+    se_patches: str = ""  # through SE blocks: "recompute" or "keep" (the evaluator's choice)
     prefix_end: str = ""
     frontier: list = field(default_factory=list)  # "grid@split:peak:overhead"
     values_added: int = 0
@@ -112,7 +115,9 @@ class TileReport:
     def summary(self) -> str:
         if self.skipped:
             return f"patches: left unchanged: {self.skipped}"
-        return (f"patches: grid {self.grid} @ {','.join(self.split)} ({self.region_ops} ops), "
+        se = f", SE: {self.se_patches}" if self.se_patches else ""
+        return (f"patches: grid {self.grid} @ {','.join(self.split)} ({self.region_ops} ops"
+                f"{se}), "
                 f"MACs {self.macs_before:,} -> {self.macs:,} (+{100 * self.mac_overhead:.1f} %),"
                 f" modelled peak {self.peak_before:,} B -> {self.peak_after:,} B "
                 f"({'certified' if self.certified else 'not proven'}), "
@@ -518,11 +523,12 @@ def _macs(n, name, tensors, op: SOp) -> int:
 
 # ---------------------------------------------------------------------------- search
 def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
-           time_limit: float = 10.0) -> SearchResult:
+           time_limit: float = 10.0, se_patches: str | None = None) -> SearchResult:
     """The one patch search under ExecuTorch's activation-only memory model."""
     return search_patches(em.sm, em.graph, em.tensor_index, EXECUTORCH_MEMORY,
                           grids=[tuple(grid)] if grid is not None else None, split=split,
-                          max_overhead=max_overhead, time_limit=time_limit, se=True)
+                          max_overhead=max_overhead, time_limit=time_limit, se=True,
+                          se_patches=se_patches)
 
 
 # ---------------------------------------------------------------------------- rewrite
@@ -698,14 +704,14 @@ def _region_nodes(em: EdgeModel, plan) -> set:
 
 
 def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
-                      time_limit: float = 10.0):
+                      time_limit: float = 10.0, se_patches: str | None = None):
     """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed."""
     t0 = time.perf_counter()
     rep = TileReport()
     try:
         em = describe_graph(gm)
         res = search(em, max_overhead=max_overhead, grid=grid, split=split,
-                     time_limit=time_limit)
+                     time_limit=time_limit, se_patches=se_patches)
     except Refused as e:
         rep.skipped, rep.seconds = str(e), time.perf_counter() - t0
         return None, rep
@@ -718,7 +724,7 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
     rep.peak_before = int(res.reordered.peak)
     rep.macs_before = int(res.original.macs)
     rep.prefix_end = res.prefix_end
-    rep.frontier = [f"{c.grid[0]}x{c.grid[1]}@{','.join(c.split)}:{c.peak}:{c.overhead:.3f}"
+    rep.frontier = [f"{c.label}@{','.join(c.split)}:{c.peak}:{c.overhead:.3f}"
                     for c in res.frontier[:12]]
     c = res.choice
     if c is None:
@@ -744,6 +750,7 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
         return None, rep
     rep.grid = f"{c.grid[0]}x{c.grid[1]}"
     rep.split = list(c.split)
+    rep.se_patches = plan.se_mode
     rep.region_ops = int(c.region_ops)
     rep.macs = int(c.macs)
     rep.mac_overhead = float(c.overhead)
@@ -795,9 +802,13 @@ class TilePatchesPass:
     copy is returned, or the same module when nothing is patched."""
 
     def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
-                 time_limit: float = 10.0):
+                 time_limit: float = 10.0, se_patches: str | None = None):
         if max_overhead < 0:
             raise TilePatchesError("max_overhead must be >= 0")
+        if se_patches not in (None, "recompute", "keep"):
+            raise TilePatchesError(f"se_patches must be 'recompute' or 'keep', not "
+                                   f"{se_patches!r}")
+        self.se_patches = se_patches
         self.max_overhead = float(max_overhead)
         self.grid = _grid(grid)
         self.split = split
@@ -809,7 +820,7 @@ class TilePatchesPass:
 
         new, rep = tile_graph_module(graph_module, max_overhead=self.max_overhead,
                                      grid=self.grid, split=self.split,
-                                     time_limit=self.time_limit)
+                                     time_limit=self.time_limit, se_patches=self.se_patches)
         self.report.append(rep)
         if new is None:
             return PassResult(graph_module, False)

@@ -257,6 +257,48 @@ def mobilenet_v3_small(alpha: float = 1.0, size: int = 128, layout: str = "NCHW"
     return bb.get()
 
 
+def random_se_stack(seed: int, layout: str = "NCHW", integer: bool = True, size: int = 0
+                    ) -> tvm.IRModule:
+    """A random stack for property tests: a stem conv, then 2-5 steps among 1x1 / 3x3 convs,
+    depthwise 3x3 (stride 1 or 2), 3x3 max pools, squeeze-and-excitation blocks and
+    MobileNetV3 blocks (expansion, depthwise, SE, projection, residual when shapes allow), at
+    least one SE block, then a mean + matmul head. ``size``: the input's H = W (default:
+    random in 16..32)."""
+    rng = np.random.default_rng(seed)
+    size = size or int(rng.integers(16, 33))
+    cin = int(rng.choice([1, 3]))
+    bb = relax.BlockBuilder()
+    x = _input(size, layout, integer, cin)
+    with bb.function("main", [x], attrs={"num_input": 1}):
+        with bb.dataflow():
+            n = _NetV3(bb, rng, layout, integer)
+            y = n.conv_act(x, int(rng.choice([4, 8])), 3, int(rng.choice([1, 2])),
+                           hswish=True)
+            steps = [str(rng.choice(["conv", "dw", "pool", "se", "block"]))
+                     for _ in range(int(rng.integers(2, 6)))]
+            if not {"se", "block"} & set(steps):
+                steps.insert(int(rng.integers(len(steps) + 1)), "se")
+            axes = (2, 3) if layout == "NCHW" else (1, 2)
+            for kind in steps:
+                c = n.channels(y)
+                h = int(y.ty.shape.values[axes[0]])
+                stride = int(rng.choice([1, 2])) if h >= 6 else 1
+                if kind == "conv":
+                    y = n.conv_act(y, int(rng.choice([8, 12, 16])), int(rng.choice([1, 3])))
+                elif kind == "dw":
+                    y = n.conv_act(y, c, 3, stride, groups=c, hswish=bool(rng.random() < 0.5))
+                elif kind == "pool":
+                    y = bb.emit(relax.op.nn.max_pool2d(y, 3, stride, 1, layout=layout))
+                elif kind == "se":
+                    y = n.se(y)
+                else:
+                    y = n.block(y, 3, 2 * c, int(rng.choice([c, 8])), True,
+                                bool(rng.random() < 0.5), stride)
+            out = n.head(y, 4)
+        bb.emit_func_output(out)
+    return bb.get()
+
+
 def random_input(mod: tvm.IRModule, seed: int = 0) -> np.ndarray:
     ty = mod["main"].params[0].ty
     shape = [int(d) for d in ty.shape.values]

@@ -29,8 +29,15 @@ reduction reads and their *partial* sums over the patch's own cells (no halo), a
 (``accumulate``); after the pass each reduction is finished once (``reduce``: the sum of the
 partials divided by H*W for a mean -- integer sums are exact, float ones differ from the whole
 sum by rounding only) and the ``vector`` operators that can run do; the last pass computes the
-split tensors. Every pass recomputes what it needs from the region's inputs (the MACs count
-it).
+split tensors. Two ways to get the feature maps a later pass reads (the search prices both and
+keeps whichever its evaluator prefers):
+
+* **recompute** (default): every pass recomputes what it needs from the region's inputs (the
+  MACs count it; only patch-sized tensors live across a reduction);
+* **keep** (``keep=True``): every operator runs once per patch, on the bounding box of what
+  all passes need of its output; pass ``p`` runs the operators of stage ``p`` and the pieces a
+  later pass reads stay live until it does (no extra MACs; the pieces of those feature maps,
+  halos included, live across the reduction).
 """
 from __future__ import annotations
 
@@ -179,6 +186,26 @@ def stages(sm: SpatialModel, region: Region) -> dict[int, int]:
     return st
 
 
+def kept_floor(sm: SpatialModel, region: Region) -> int:
+    """Bytes `plan_patches`' keep mode holds at least: when pass ``p`` ends, the pieces of
+    every reduced tensor of stage ``p`` that a later pass reads are all live, and they cover
+    the whole tensor (each holds its patch's own cell); the largest such sum over the
+    passes."""
+    st = stages(sm, region)
+    later: dict[int, int] = {}  # tensor -> the latest stage of an operator reading it
+    for k in region.ops:
+        op = sm.ops[k]
+        if op.cls not in VECTOR:
+            for t in op.inputs:
+                later[t] = max(later.get(t, 0), st[op.output])
+    per: dict[int, set] = {}
+    for k in region.ops:
+        op = sm.ops[k]
+        if op.cls == "reduce" and later.get(op.inputs[0], -1) > st[op.inputs[0]]:
+            per.setdefault(st[op.inputs[0]], set()).add(op.inputs[0])
+    return max((sum(sm.tensors[t].nbytes for t in ts) for ts in per.values()), default=0)
+
+
 def pass_targets(sm: SpatialModel, region: Region) -> list[list[int]]:
     """The tensors each pass over the patches computes patch by patch: pass ``p`` < last the
     inputs of the reductions of stage ``p``, the last pass the split tensors (one pass when
@@ -194,6 +221,15 @@ def pass_targets(sm: SpatialModel, region: Region) -> list[list[int]]:
         if t not in out[st[t]]:
             out[st[t]].append(t)
     return out + [list(region.split)]
+
+
+def _merged(targets: dict, split, cell: Win) -> dict:
+    """``targets`` (tensor -> window) with the split tensors' ``cell``, a tensor in both
+    getting the bounding box."""
+    out = dict(targets)
+    for t in split:
+        out[t] = bbox([out[t], cell]) if t in out else cell
+    return out
 
 
 def grid_cells(h: int, w: int, rows: int, cols: int) -> list[Win]:
@@ -245,6 +281,15 @@ class PatchPlan:
     result: dict = field(default_factory=dict)  # split tensor -> node id of its reassembly
     macs: int = 0  # MACs of the region's operators over all patches
     region_macs: int = 0  # MACs of the region unpatched
+    keep: bool = False  # squeeze-and-excitation: later passes read kept pieces (no recompute)
+
+    @property
+    def se_mode(self) -> str:
+        """How later passes of a squeeze-and-excitation region get their feature maps:
+        ``keep`` / ``recompute``; "" for a region without one."""
+        if self.keep:
+            return "keep"
+        return "recompute" if any(nd.phase for nd in self.nodes) else ""
 
     @property
     def patches(self) -> int:
@@ -327,81 +372,123 @@ def axis_windows(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int,
     return held
 
 
-def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int]) -> int:
+def is_se(sm: SpatialModel, region: Region) -> bool:
+    """Does the region contain a squeeze-and-excitation block (passes over the patches)?"""
+    return any(sm.ops[k].cls == "reduce" for k in region.ops)
+
+
+def _keep_targets(passes: list[list[int]]) -> list[list[int]]:
+    """The one pass of `plan_patches`' keep mode, as far as windows go: every target at once."""
+    return [list(dict.fromkeys(t for ts in passes for t in ts))]
+
+
+def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
+              keep: bool = False, cache: dict | None = None) -> int:
     """MACs of the region's operators over all patches of ``grid`` (= `plan_patches`'
-    ``macs``) in O((rows + cols) x ops): per op, (sum of row extents) x (sum of column
-    extents) x channels x MACs per output element."""
+    ``macs``, ``keep`` as there) in O((rows + cols) x ops): per op, (sum of row extents) x
+    (sum of column extents) x channels x MACs per output element. The sums along one axis
+    depend on that axis's band count only: ``cache`` (a dict the caller keeps) shares them
+    between the grids of one region (e.g. the rows of 2x1, 2x2, 2x3, 2x4)."""
     passes = pass_targets(sm, region)
-    if len(passes) > 1:
-        return _se_grid_macs(sm, region, grid, passes)
-    cells = grid_cells(*region.hw, *grid)
-    rows, cols = grid
-    hs = [axis_windows(sm, region, 0, c.h0, c.h1) for c in cells[::cols]]
-    ws = [axis_windows(sm, region, 1, c.w0, c.w1) for c in cells[:cols]]
-    total = 0
-    for k in region.ops:
-        op = sm.ops[k]
-        t = op.output
-        if op.kind in ("PAD", "PADV2"):
-            continue
-        sh = sum(h[t][1] - h[t][0] for h in hs)
-        sw = sum(w[t][1] - w[t][0] for w in ws)
-        total += sh * sw * sm.tensors[t].channels * op.macs_per_out
-    return total
-
-
-def _se_grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int], passes) -> int:
-    """`grid_macs` of a squeeze-and-excitation region: every pass, plus the reductions and
-    vector operators once."""
-    rows, cols = grid
+    se = len(passes) > 1
+    groups = (_keep_targets(passes) if keep else passes) if se else [None]
+    hs = _band_sums(sm, region, 0, grid[0], groups, keep, cache)
+    ws = _band_sums(sm, region, 1, grid[1], groups, keep, cache)
     total = sum(sm.op_macs(sm.ops[k]) for k in region.ops if sm.ops[k].cls in VECTOR)
-    for targets in passes:
-        tc = {t: grid_cells(*sm.tensors[t].hw, rows, cols) for t in targets}
-        hs = [axis_windows(sm, region, 0, 0, 0, {t: (c[i * cols].h0, c[i * cols].h1)
-                                                 for t, c in tc.items()}) for i in range(rows)]
-        ws = [axis_windows(sm, region, 1, 0, 0, {t: (c[j].w0, c[j].w1) for t, c in tc.items()})
-              for j in range(cols)]
+    for sh, sw in zip(hs, ws):
         for k in region.ops:
             op = sm.ops[k]
             t = op.output
-            if op.kind in ("PAD", "PADV2") or op.cls in VECTOR or t not in hs[0]:
+            if op.kind in ("PAD", "PADV2") or op.cls in VECTOR or t not in sh:
                 continue
-            sh = sum(h[t][1] - h[t][0] for h in hs)
-            sw = sum(w[t][1] - w[t][0] for w in ws)
-            total += sh * sw * sm.tensors[t].channels * op.macs_per_out
+            total += sh[t] * sw[t] * sm.tensors[t].channels * op.macs_per_out
     return total
 
 
-def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int]) -> PatchPlan:
-    """The patched region for ``grid`` = (rows, cols) (see the module docstring)."""
+def _band_sums(sm: SpatialModel, region: Region, axis: int, n: int, groups, keep: bool,
+               cache: dict | None) -> list[dict]:
+    """Per pass group (None: the region without reductions, cut at its split tensors): per
+    tensor computed in the first band, the sum of its extents along ``axis`` over ``n``
+    bands (`axis_windows`)."""
+    key = (region.start, region.length, axis, n, keep)
+    if cache is not None and key in cache:
+        return cache[key]
+    out = []
+    for group in groups:
+        sums: dict[int, int] = {}
+        for i in range(n):
+            if group is None:
+                size = region.hw[axis]
+                if n > size:
+                    raise Refused(f"{n} bands do not fit a size of {size}")
+                held = axis_windows(sm, region, axis, round(i * size / n),
+                                    round((i + 1) * size / n))
+            else:
+                rng = {}
+                for t in group:
+                    size = sm.tensors[t].hw[axis]
+                    if n > size:
+                        raise Refused(f"{n} bands do not fit a size of {size}")
+                    rng[t] = (round(i * size / n), round((i + 1) * size / n))
+                held = axis_windows(sm, region, axis, 0, 0, rng)
+            if i == 0:
+                sums = {t: 0 for t in held}
+            for t in sums:
+                a, b = held.get(t, (0, 0))
+                sums[t] += b - a
+        out.append(sums)
+    if cache is not None:
+        cache[key] = out
+    return out
+
+
+def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int],
+                 keep: bool = False) -> PatchPlan:
+    """The patched region for ``grid`` = (rows, cols) (see the module docstring; ``keep``:
+    the feature maps later passes read are kept, not recomputed; only for a region with a
+    squeeze-and-excitation block)."""
     rows, cols = grid
     cells = grid_cells(*region.hw, rows, cols)
-    plan = PatchPlan(region, (rows, cols), cells)
+    passes = pass_targets(sm, region)
+    se = len(passes) > 1
+    if keep and not se:
+        raise Refused("keep: the region has no squeeze-and-excitation block")
+    plan = PatchPlan(region, (rows, cols), cells, keep=keep)
     nodes = plan.nodes
 
     def add(nd: PNode) -> int:
         nodes.append(nd)
         return len(nodes) - 1
 
-    passes = pass_targets(sm, region)
-    se = len(passes) > 1
     vec_node: dict[int, int] = {}  # vector tensor -> its node (squeeze-and-excitation)
     readers: dict[int, list[int]] = {}  # reduced tensor -> its reduce operators
     for k in region.ops:
         if sm.ops[k].cls == "reduce":
             readers.setdefault(sm.ops[k].inputs[0], []).append(k)
     computed: set[int] = set()
+    tcells = {t: grid_cells(*sm.tensors[t].hw, rows, cols) for ts in passes for t in ts}
+    stage = stages(sm, region) if keep else {}
+    if keep:  # one back-propagation per patch: every pass's targets at once
+        kept = [windows(sm, region, cell, _merged(
+            {t: tcells[t][p] for ts in passes for t in ts}, region.split, cell))
+            for p, cell in enumerate(cells)]
+        kept_nodes: list[dict] = [{} for _ in cells]  # per patch: tensor -> node, all passes
     for phase, targets in enumerate(passes):
         final = phase == len(passes) - 1
-        tcells = {t: grid_cells(*sm.tensors[t].hw, rows, cols) for t in targets}
         acc: dict[int, int] = {}  # reduce operator -> its running sum
         for p, cell in enumerate(cells):
             tw = {t: tcells[t][p] for t in targets}
-            held, reads = windows(sm, region, cell, tw if se else None)
-            node_of: dict[int, int] = {}
+            if keep:
+                held, reads = kept[p]
+                node_of = kept_nodes[p]
+            else:
+                held, reads = windows(sm, region, cell, tw if se else None)
+                node_of = {}
             for t in region.inputs:
-                if t not in held:
-                    continue
+                if t not in held or (keep and t not in tw and not any(
+                        t in sm.ops[k].inputs and stage[sm.ops[k].output] == phase
+                        for k in region.ops if sm.ops[k].output in held)):
+                    continue  # keep: sliced in each pass that reads it
                 h, w = sm.tensors[t].hw
                 if held[t] == Win(0, h, 0, w):
                     node_of[t] = ("t", t)  # the whole model input, no slice
@@ -419,7 +506,8 @@ def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int]) -> Pat
 
             for k in region.ops:
                 op = sm.ops[k]
-                if op.cls in VECTOR or op.output not in held:
+                if op.cls in VECTOR or op.output not in held or \
+                        (keep and stage[op.output] != phase):
                     continue
                 computed.add(k)
                 ins = []

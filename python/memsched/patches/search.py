@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 from ..graph import GraphBuilder, OpGraph
 from ..memory import MemoryModel, Problem
 from .geometry import SOp, SpatialModel
-from .region import PatchPlan, Refused, Region, grid_macs, plan_patches, regions
+from .region import (PatchPlan, Refused, Region, grid_macs, is_se, kept_floor, plan_patches,
+                     regions)
 
+ENUMERATE_SHARE = 0.3  # of the time limit: counting candidates' MACs (then building them)
 REFINE_SECONDS = 0.2  # the scheduler's limit per refined candidate
 REFINE_WINDOW = 1.25  # refine candidates whose heuristic total is within this of the best
 HEURISTIC_CUTS = 24  # patch-order variants per candidate (model-input slices moved earlier)
@@ -88,6 +90,7 @@ class Candidate:
     certified: bool = False  # peak proven optimal for the patched graph
     lower_bound: int = 0
     note: str = ""
+    keep: bool = False  # squeeze-and-excitation: later passes read kept pieces (no recompute)
 
     @property
     def total(self) -> int:
@@ -99,7 +102,12 @@ class Candidate:
 
     @property
     def key(self) -> tuple:
-        return (self.region_start, self.region_ops, self.grid)
+        return (self.region_start, self.region_ops, self.grid, self.keep)
+
+    @property
+    def label(self) -> str:
+        """``RxC``, with ``+keep`` when a squeeze-and-excitation region keeps its pieces."""
+        return f"{self.grid[0]}x{self.grid[1]}" + ("+keep" if self.keep else "")
 
     def as_dict(self) -> dict:
         return {"split": self.split, "region_start": self.region_start,
@@ -108,6 +116,7 @@ class Candidate:
                 "peak_bytes": self.peak, "persistent_bytes": self.persistent,
                 "total_bytes": self.total, "macs": self.macs,
                 "mac_overhead": round(self.overhead, 4), "ops": self.ops,
+                "se_patches": "keep" if self.keep else None,
                 "certified": self.certified, "note": self.note}
 
 
@@ -283,7 +292,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    memory: RuntimeMemory, *, grids=None, split: str | None = None,
                    max_overhead: float = 0.3, certify: bool = True, time_limit: float = 10.0,
                    frontier_overhead: float | None = None, exclude_split=(),
-                   starts=(0,), extra_grids=(), se: bool = False) -> SearchResult:
+                   starts=(0,), extra_grids=(), se: bool = False,
+                   se_patches: str | None = None) -> SearchResult:
     """Evaluate candidates (region, grid) under ``memory`` and return the frontier and the
     default choice.
 
@@ -300,10 +310,15 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     model inputs only); ``extra_grids``: grids tried besides the default ones (not a forced
     choice, e.g. `BAND_GRIDS`); ``se``: regions may contain squeeze-and-excitation blocks
     (`region.regions`; only for runtimes whose adapter rewrites the reduce / vector / scale
-    nodes).
+    nodes); ``se_patches``: how the passes after a reduction get their feature maps,
+    ``"recompute"`` or ``"keep"`` (`region.plan_patches`; default: both priced, the
+    evaluator chooses).
     """
     from ..schedulers import best_heuristic, schedule
 
+    if se_patches not in (None, "recompute", "keep"):
+        raise Refused(f"se_patches must be 'recompute' or 'keep', not {se_patches!r}")
+    modes = {None: (False, True), "recompute": (False,), "keep": (True,)}[se_patches]
     t0 = time.perf_counter()
     model = memory.activations
     forced = bool(grids) or split is not None
@@ -360,52 +375,62 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     region_price = [0]
     for op in sm.ops:
         region_price.append(region_price[-1] + memory.copy_price(op))
-    for g in grids:
-        over_cap, at = 0, None
-        for r in regs:
-            if r.start != at:  # regions by start, then length
-                over_cap, at = 0, r.start
-            elif over_cap >= 3:
+    # regions by start, then length; the grids side by side, so a long search drops the
+    # deepest regions (for every grid) when ENUMERATE_SHARE of the time limit is spent
+    over_cap: dict = {}
+    at = None
+    enumerate_until = t0 + ENUMERATE_SHARE * time_limit
+    for r in regs:
+        if r.start != at:
+            over_cap, at = {g: 0 for g in grids}, r.start
+        if cands and time.perf_counter() > enumerate_until:
+            break
+        mac_cache: dict = {}  # this region's sums along one axis, per band count
+        for gi, g in enumerate(grids):
+            if over_cap[g] >= 3 or g[0] > r.hw[0] or g[1] > r.hw[1]:
                 continue
-            if g[0] > r.hw[0] or g[1] > r.hw[1]:
-                continue
-            try:
-                pm = grid_macs(sm, r, g)
-            except Refused as e:
-                _refuse(refused, sm, r, g, e)
-                continue
-            macs = total_macs - sum(op_macs[k] for k in r.ops) + pm
-            over = macs / total_macs - 1 if total_macs else 0.0
-            if over > cap:
-                # halos only grow with depth: three regions in a row over the cap end the grid
-                over_cap += 1
-                continue
-            over_cap = 0
-            cands.append((macs, g[0] * g[1], r.length - r.start, g, r))
-    cands.sort(key=lambda c: (c[0], c[1], c[2]))
+            fits = over = False
+            # a squeeze-and-excitation region: recompute or keep, both priced
+            for keep in modes if is_se(sm, r) else (False,):
+                try:
+                    pm = grid_macs(sm, r, g, keep, mac_cache)
+                except Refused as e:
+                    _refuse(refused, sm, r, g, e)
+                    continue
+                macs = total_macs - sum(op_macs[k] for k in r.ops) + pm
+                if total_macs and macs / total_macs - 1 > cap:
+                    over = True
+                    continue
+                fits = True
+                cands.append((macs, g[0] * g[1], r.length - r.start, keep, gi, r.start, g, r))
+            # halos only grow with depth: three regions in a row over the cap end the grid
+            if fits or over:
+                over_cap[g] = 0 if fits else over_cap[g] + 1
+    cands.sort(key=lambda c: c[:6])  # ties: the grids' order, then the regions'
     evaluated = skipped = 0
     results: list[Candidate] = []
     best_total = None
     build_until = t0 + time_limit / 2
-    for macs, patches, length, g, r in cands:
+    for macs, patches, length, keep, _, _, g, r in cands:
         if results and time.perf_counter() > build_until:
             break
         reassembly = _reassembly(sm, r.split, model)
         # copies of the region's operators are the least the patches add to the persistent part
         length = r.length
-        lb = max(suffix[length], reassembly, prefix[r.start]) + base_persist + \
-            (patches - 1) * (region_price[length] - region_price[r.start])
+        floor = max(suffix[length], reassembly, prefix[r.start],
+                    kept_floor(sm, r) if keep else 0)
+        lb = floor + base_persist + (patches - 1) * (region_price[length] -
+                                                     region_price[r.start])
         if best_total is not None and lb >= best_total:
             skipped += 1
             continue
         try:
-            plan = plan_patches(sm, r, g)
+            plan = plan_patches(sm, r, g, keep)
         except Refused as e:
             _refuse(refused, sm, r, g, e)
             continue
         persist = base_persist + memory.plan_persistent_delta(sm, plan)
-        if best_total is not None and \
-                max(suffix[length], reassembly, prefix[r.start]) + persist >= best_total:
+        if best_total is not None and floor + persist >= best_total:
             skipped += 1
             continue
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
@@ -417,7 +442,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         evaluated += 1
         c = Candidate([sm.tensors[t].name for t in r.split], list(r.split), length, g, peak,
                       persist, macs, macs / total_macs - 1 if total_macs else 0.0,
-                      len(sm.ops) - length + r.start + len(plan.nodes), r.start)
+                      len(sm.ops) - length + r.start + len(plan.nodes), r.start, keep=keep)
         results.append(c)
         plans[c.key] = plan
         if best_total is None or c.total < best_total:

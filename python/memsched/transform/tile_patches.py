@@ -29,14 +29,18 @@ This pass is a thin adapter over `memsched.patches` (plain Python):
    variable, so the rest of the block is unchanged. Through an SE block: a first pass over
    the patches with ``relax.sum`` of each patch's own cells, the partial sums added, one
    ``divide`` by H*W bound to the mean's variable, the vector bindings unchanged, then the
-   patches again with the scale (see docs/patches_tvm.md).
+   patches again with the scale: recomputed from the region's inputs, or read from the
+   first pass's pieces kept live, whichever the search prices lower (see
+   docs/patches_tvm.md).
 
 Results are function attributes: ``memsched.patches_split`` (tensor names, comma separated),
 ``memsched.patches_grid`` ("RxC"), ``memsched.patches_region_ops``,
 ``memsched.patches_peak_before`` / ``memsched.patches_peak_after`` (bytes, the scheduler's
 peaks under the ``tvm`` model, unpatched and patched), ``memsched.patches_mac_overhead``,
-``memsched.patches_macs``, ``memsched.patches_certified``, ``memsched.patches_frontier``
-(``grid@split:peak:overhead`` entries), ``memsched.patches_seconds``; and
+``memsched.patches_macs``, ``memsched.patches_certified``, ``memsched.patches_se``
+(``recompute`` / ``keep`` through SE blocks, else ""), ``memsched.patches_frontier``
+(``grid@split:peak:overhead`` entries, ``RxC+keep`` for kept pieces),
+``memsched.patches_seconds``; and
 ``memsched.patches_skipped`` (the reason) when a function is left unchanged.
 
 Use it before MemoryAwareSchedule + PlanArena, so those allocate the patched optimum::
@@ -428,7 +432,7 @@ TVM_MEMORY = RuntimeMemory("tvm", TVM_MODEL)  # planned storage: activations onl
 
 
 def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
-           time_limit: float = 10.0) -> SearchResult:
+           time_limit: float = 10.0, se_patches: str | None = None) -> SearchResult:
     """The one patch search (`memsched.patches.search_patches`) under TVM's planned storage."""
     sm = bm.sm
     # a batch norm's tuple cannot be reassembled by concat: its [0] is the split tensor
@@ -437,7 +441,7 @@ def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
     return search_patches(sm, bm.graph, bm.tensor_index, TVM_MEMORY,
                           grids=[tuple(grid)] if grid is not None else None, split=split,
                           max_overhead=max_overhead, time_limit=time_limit, exclude_split=bn,
-                          se=True)
+                          se=True, se_patches=se_patches)
 
 
 # ---------------------------------------------------------------------------- rewrite
@@ -573,10 +577,14 @@ class TilePatches:
         Seconds of search per function (default 10).
     functions : list of str, optional
         Only these functions (default: every Relax function).
+    se_patches : {"recompute", "keep"}, optional
+        Through a squeeze-and-excitation block, the patches after its mean recompute their
+        feature maps from the region's inputs, or read the first pass's pieces kept live
+        (default: whichever the search prices lower).
     """
 
     def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
-                 time_limit: float = 10.0, functions=None):
+                 time_limit: float = 10.0, functions=None, se_patches: str | None = None):
         if grid is not None:
             if isinstance(grid, str):
                 grid = tuple(int(x) for x in grid.lower().split("x"))
@@ -585,6 +593,9 @@ class TilePatches:
                 raise ValueError(f"bad grid {grid!r}: give (rows, cols) >= 1")
         if max_overhead < 0:
             raise ValueError("max_overhead must be >= 0")
+        if se_patches not in (None, "recompute", "keep"):
+            raise ValueError(f"se_patches must be 'recompute' or 'keep', not {se_patches!r}")
+        self.se_patches = se_patches
         self.max_overhead = float(max_overhead)
         self.grid = grid
         self.split = split
@@ -613,7 +624,8 @@ class TilePatches:
             if not bm.sm.ops:
                 raise Refused("the block has no operator on the inputs")
             res = search(bm, max_overhead=self.max_overhead, grid=self.grid,
-                         split=self.split, time_limit=self.time_limit)
+                         split=self.split, time_limit=self.time_limit,
+                         se_patches=self.se_patches)
         except Refused as e:
             return self._skip(func, name, str(e))
         except (KeyboardInterrupt, MemoryError):
@@ -626,7 +638,7 @@ class TilePatches:
             "memsched.patches_candidates": int(res.evaluated),
             "memsched.patches_prefix_end": res.prefix_end,
             "memsched.patches_frontier": "; ".join(
-                f"{c.grid[0]}x{c.grid[1]}@{','.join(c.split)}:{c.peak}:{c.overhead:.3f}"
+                f"{c.label}@{','.join(c.split)}:{c.peak}:{c.overhead:.3f}"
                 for c in res.frontier[:12]),
         }
         if choice is None:
@@ -654,6 +666,7 @@ class TilePatches:
             "memsched.patches_macs": int(choice.macs),
             "memsched.patches_mac_overhead": float(round(choice.overhead, 6)),
             "memsched.patches_certified": int(choice.certified),
+            "memsched.patches_se": plan.se_mode,
             "memsched.patches_seconds": float(round(time.perf_counter() - t0, 4)),
         })
         return new.with_attrs(attrs)
