@@ -6,7 +6,9 @@ three times and lowered with ExecuTorch's default ``ExecutorchBackendConfig()``,
 ``backend_config(tile_patches=True)``. Planned bytes are read back from each written program
 (``non_const_buffer_sizes``); MACs are the patch pass's count from the edge graph; latency is
 the median of ``--runs`` executions in ``executorch.runtime`` (portable fp32 kernels); outputs
-of the patched program are compared with the default program's on one random input.
+of the patched program are compared with the default program's on one random input; the
+method allocator's bytes are measured by loading each program in libexecutorch
+(`executorch_method_bytes.py`, needs g++).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/executorch_patches.py \
         --models mbv2-0.35-144,mbv2-1.0-224,mcunet-like-160
@@ -197,11 +199,13 @@ def pte_counts(buffer: bytes) -> tuple[int, int]:
 
 
 def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=None,
-            const_prop: bool = True) -> dict:
+            const_prop: bool = True, se_patches: str | None = None) -> dict:
     from executorch.exir import ExecutorchBackendConfig
 
     import memsched.executorch as mx
     from memsched.executorch.pte import planned_sizes
+
+    from executorch_method_bytes import method_allocator_bytes
 
     model, x = build(name)
     with torch.no_grad():
@@ -219,7 +223,8 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
     progs["memsched"] = et.buffer
     row["memsched_s"] = round(s, 1)
     cfg = mx.backend_config(time_limit=time_limit, tile_patches=True,
-                            max_overhead=max_overhead, grid=grid, **opts)
+                            max_overhead=max_overhead, grid=grid, se_patches=se_patches,
+                            **opts)
     et, s = lower(model, x, cfg)
     progs["patches"] = et.buffer
     row["patches_s"] = round(s, 1)
@@ -234,8 +239,12 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
         row[f"{k}_diff"] = float((out - base).abs().max())
         row[f"{k}_vs_eager"] = float((out - ref).abs().max())
         row[f"{k}_values"], row[f"{k}_instructions"] = pte_counts(buf)
+        # the method allocator's records (values, tensors, instructions), measured by loading
+        # the program in libexecutorch (benchmarks/executorch_method_bytes.py)
+        row[f"{k}_method_bytes"] = method_allocator_bytes(buf)["bytes"]
     row["bit_equal"] = row["patches_diff"] == 0.0
-    row.update({"grid": tr.grid, "split": ",".join(tr.split), "region_ops": tr.region_ops,
+    row.update({"grid": tr.grid, "se_patches": tr.se_patches, "split": ",".join(tr.split),
+                "region_ops": tr.region_ops,
                 "macs": tr.macs_before, "macs_patched": tr.macs or tr.macs_before,
                 "mac_overhead": tr.mac_overhead, "skipped": tr.skipped,
                 "certified_order": bool(rep.order and rep.order.optimal)})
@@ -245,13 +254,15 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
 def table(rows: list[dict]) -> str:
     head = ("| model | MACs | ExecuTorch default (B) | memsched (B) | memsched + patches (B) | "
             "default / patches | grid @ split (region ops) | MAC overhead | "
-            "+values / +instructions (.pte) | latency default / memsched / patches (ms) | "
+            "+values / +instructions (.pte) | method allocator memsched -> patches (B) | "
+            "latency default / memsched / patches (ms) | "
             "max abs diff vs default |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|"]
+    lines = [head, "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|"]
     for r in rows:
         ratio = r["default_bytes"] / r["patches_bytes"]
         diff = "0 (bit-equal)" if r["bit_equal"] else f"{r['patches_diff']:.2e}"
-        where = f"{r['grid']} @ {r['split']} ({r['region_ops']})" if r["grid"] else \
+        se = f" SE: {r['se_patches']}" if r.get("se_patches") else ""
+        where = f"{r['grid']} @ {r['split']} ({r['region_ops']}){se}" if r["grid"] else \
             f"none: {r['skipped']}"
         lines.append(
             f"| {r['model']} | {r['macs']:,} | {r['default_bytes']:,} | {r['memsched_bytes']:,}"
@@ -259,6 +270,7 @@ def table(rows: list[dict]) -> str:
             f"+{100 * r['mac_overhead']:.1f} % | "
             f"+{r['patches_values'] - r['memsched_values']} / "
             f"+{r['patches_instructions'] - r['memsched_instructions']} | "
+            f"{r['memsched_method_bytes']:,} -> {r['patches_method_bytes']:,} | "
             f"{r['default_ms']} / {r['memsched_ms']} / {r['patches_ms']} | {diff} |")
     return "\n".join(lines)
 
@@ -272,12 +284,14 @@ def main(argv=None) -> int:
     ap.add_argument("--grid", default=None)
     ap.add_argument("--no-const-prop", action="store_true",
                     help="lower without do_quant_fusion_and_const_prop")
+    ap.add_argument("--se-patches", choices=("recompute", "keep"), default=None,
+                    help="force how patches after an SE block's mean get their feature maps")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
         row = measure(name, args.runs, args.time_limit, args.max_overhead, args.grid,
-                      not args.no_const_prop)
+                      not args.no_const_prop, args.se_patches)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     print(json.dumps(rows, indent=1) if args.json else table(rows))
