@@ -152,6 +152,8 @@ def test_input_module_never_changed_and_refusal_reported():
         mx.backend_config(tile_patches=True, grid="0x3")
     with pytest.raises(mx.TilePatchesError):
         TilePatchesPass(max_overhead=-1)
+    with pytest.raises(mx.TilePatchesError, match="se_patches"):
+        mx.backend_config(tile_patches=True, se_patches="both")
 
 
 def test_description_of_edge_ops():

@@ -107,6 +107,8 @@ def test_registered():
     assert TilePatches().info.name == "TilePatches"
     with pytest.raises(ValueError):
         TilePatches(grid=(0, 2))
+    with pytest.raises(ValueError, match="se_patches"):
+        TilePatches(se_patches="sometimes")
 
 
 # ---------------------------------------------------------------------------- property test

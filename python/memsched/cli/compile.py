@@ -342,9 +342,12 @@ def _compile(args, out, names, schedule, arena, others, target, config):
     if attrs is not None and "memsched.patches_grid" in attrs:  # TilePatches' choice
         result["patches"] = {"grid": str(attrs["memsched.patches_grid"]),
                              "split": str(attrs["memsched.patches_split"]),
-                             "mac_overhead": float(attrs["memsched.patches_mac_overhead"])}
+                             "mac_overhead": float(attrs["memsched.patches_mac_overhead"]),
+                             "se_patches": str(attrs.get("memsched.patches_se", "")) or None}
+        se = result["patches"]["se_patches"]
         msg += (f"; patches {result['patches']['grid']} at {result['patches']['split']} "
-                f"(+{100 * result['patches']['mac_overhead']:.1f} % MACs)")
+                f"(+{100 * result['patches']['mac_overhead']:.1f} % MACs"
+                f"{f', SE: {se}' if se else ''})")
     elif attrs is not None and "memsched.patches_skipped" in attrs:
         result["patches"] = {"skipped": str(attrs["memsched.patches_skipped"])}
     if cut:
