@@ -244,7 +244,8 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
         row[f"{k}_method_bytes"] = method_allocator_bytes(buf)["bytes"]
     row["bit_equal"] = row["patches_diff"] == 0.0
     row.update({"grid": tr.grid, "se_patches": tr.se_patches, "split": ",".join(tr.split),
-                "region_ops": tr.region_ops,
+                "region_ops": tr.region_ops, "second_grid": tr.second_grid,
+                "second_split": ",".join(tr.second_split), "second_region": tr.second_region,
                 "macs": tr.macs_before, "macs_patched": tr.macs or tr.macs_before,
                 "mac_overhead": tr.mac_overhead, "skipped": tr.skipped,
                 "certified_order": bool(rep.order and rep.order.optimal)})
@@ -262,6 +263,8 @@ def table(rows: list[dict]) -> str:
         ratio = r["default_bytes"] / r["patches_bytes"]
         diff = "0 (bit-equal)" if r["bit_equal"] else f"{r['patches_diff']:.2e}"
         se = f" SE: {r['se_patches']}" if r.get("se_patches") else ""
+        if r.get("second_grid"):
+            se += f"; then {r['second_grid']} @ {r['second_split']}"
         where = f"{r['grid']} @ {r['split']} ({r['region_ops']}){se}" if r["grid"] else \
             f"none: {r['skipped']}"
         lines.append(

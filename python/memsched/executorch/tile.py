@@ -102,6 +102,12 @@ class TileReport:
     frontier: list = field(default_factory=list)  # "grid@split:peak:overhead"
     values_added: int = 0
     instructions_added: int = 0
+    # a second region after the first one's reassembly (operators [start, end) of the
+    # once-patched graph), when one lowers the peak further
+    second_grid: str = ""
+    second_split: list = field(default_factory=list)
+    second_region: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
     seconds: float = 0.0
     skipped: str = ""
 
@@ -116,6 +122,10 @@ class TileReport:
         if self.skipped:
             return f"patches: left unchanged: {self.skipped}"
         se = f", SE: {self.se_patches}" if self.se_patches else ""
+        if self.second_grid:
+            se += (f"; then grid {self.second_grid} @ {','.join(self.second_split)} "
+                   f"(ops {self.second_region[0]}-{self.second_region[1] - 1} of the "
+                   "once-patched graph)")
         return (f"patches: grid {self.grid} @ {','.join(self.split)} ({self.region_ops} ops"
                 f"{se}), "
                 f"MACs {self.macs_before:,} -> {self.macs:,} (+{100 * self.mac_overhead:.1f} %),"
@@ -704,8 +714,12 @@ def _region_nodes(em: EdgeModel, plan) -> set:
 
 
 def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
-                      time_limit: float = 10.0, se_patches: str | None = None):
-    """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed."""
+                      time_limit: float = 10.0, se_patches: str | None = None,
+                      second_region: bool = True):
+    """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed.
+    ``second_region`` (when neither ``grid`` nor ``split`` is forced): then a second region,
+    starting right after the first one's reassembly, searched on the once-patched graph with
+    what is left of the MAC budget (`_second_region`)."""
     t0 = time.perf_counter()
     rep = TileReport()
     try:
@@ -757,8 +771,188 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
     rep.peak_after = int(c.peak)
     rep.certified = bool(c.certified)
     rep.values_added, rep.instructions_added = values, instructions
+    if second_region and grid is None and split is None:
+        new = _two_regions(gm, em, res, new, nmap, rep, max_overhead, time_limit, se_patches)
     rep.seconds = time.perf_counter() - t0
     return new, rep
+
+
+SECOND_REGION_TRIES = 4  # first-region choices (the search's, then finer grids) tried
+
+
+def _two_regions(gm, em: EdgeModel, res: SearchResult, new, nmap, rep: TileReport,
+                 max_overhead: float, time_limit: float, se_patches):
+    """A second patch region after the first one's reassembly (each region with its own
+    grid: e.g. the stem's stage in many patches, then the next stage in a few), as
+    `memsched.tflite.tile` does for .tflite files. First regions tried: the search's choice,
+    then its region with finer grids within the MAC budget (alone they were no better: the
+    operators after the region bound the peak, which a second region lowers), by the peak
+    of their patched part. For each, the once-patched graph is searched again under the
+    same memory model, regions starting right after the first one, within the MAC budget
+    left; the lowest total is kept if it beats one region. Returns the graph module to use
+    and fills ``rep``; ``time_limit`` bounds the whole of it."""
+    deadline = time.perf_counter() + time_limit
+    first0 = res.choice
+    best = None  # (total, graph module, first candidate, first plan, second candidate, counts)
+    for first, plan1 in _first_choices(em, res, max_overhead, time_limit / 8):
+        left = deadline - time.perf_counter()
+        if left < 0.5:
+            break
+        try:
+            if first is first0:
+                g1, m1, counts1 = new, nmap, (rep.values_added, rep.instructions_added)
+            else:
+                g1, m1 = _copy_module(gm)
+                e1 = EdgeModel(em.sm, em.graph, em.tensor_index, [m1[n] for n in em.nodes],
+                               {t: m1[n] for t, n in em.node_of.items()}, em.act_pos,
+                               em.dtype_of)
+                counts1 = rewrite(g1, e1, plan1)
+            post = {m1[n] for n in em.nodes[plan1.region.length:]}
+            out = _second_region(g1, post, first, res.original.macs, max_overhead,
+                                 min(left, time_limit / 2), se_patches)
+        except (KeyboardInterrupt, MemoryError):
+            raise
+        except Exception as e:  # noqa: BLE001 - keep what we have
+            rep.notes.append(f"second region after {first.label}: {type(e).__name__}: {e}")
+            continue
+        if out is None:
+            continue
+        g2, c2, counts2 = out
+        if c2.total < first0.total and (best is None or c2.total < best[0]):
+            best = (c2.total, g2, first, plan1, c2,
+                    (counts1[0] + counts2[0], counts1[1] + counts2[1]))
+    if best is None:
+        rep.notes.append(f"second region: none lowers the peak below {first0.total:,} B")
+        return new
+    _, g2, first, plan1, c2, (values, instructions) = best
+    rep.grid = f"{first.grid[0]}x{first.grid[1]}"
+    rep.split = list(first.split)
+    rep.se_patches = plan1.se_mode
+    rep.region_ops = int(first.region_ops)
+    rep.second_grid = f"{c2.grid[0]}x{c2.grid[1]}"
+    rep.second_split = list(c2.split)
+    rep.second_region = [int(c2.region_start), int(c2.region_ops)]
+    rep.macs = int(c2.macs)
+    rep.mac_overhead = float(c2.overhead)
+    rep.peak_after = int(c2.peak)
+    rep.certified = bool(c2.certified)
+    rep.values_added, rep.instructions_added = values, instructions
+    return g2
+
+
+def _first_choices(em: EdgeModel, res: SearchResult, max_overhead: float, time_limit: float):
+    """(candidate, plan) first regions for `_two_regions`: the search's choice, then its
+    region with more patches within the MAC budget, lowest patched-part peak first (the
+    rest of the model not counted: a second region will lower it)."""
+    from ..memory import Problem
+    from ..patches.region import grid_macs, plan_patches
+    from ..patches.search import DEFAULT_GRIDS, Candidate, heuristic_peak, patched_graph
+
+    c0 = res.choice
+    plan0 = res.plan_of(c0)
+    yield c0, plan0
+    sm, r, keep = em.sm, plan0.region, plan0.keep
+    t_end = time.perf_counter() + time_limit
+    region_macs = sum(sm.op_macs(sm.ops[k]) if sm.ops[k].cls != "other" else sm.macs[k]
+                      for k in r.ops)
+    scored = []
+    for g in DEFAULT_GRIDS:
+        if time.perf_counter() > t_end:
+            break
+        if g[0] * g[1] <= c0.patches or g[0] > r.hw[0] or g[1] > r.hw[1]:
+            continue
+        try:
+            macs = res.original.macs - region_macs + grid_macs(sm, r, g, keep)
+            over = macs / res.original.macs - 1 if res.original.macs else 0.0
+            if over > max_overhead:
+                continue
+            plan = plan_patches(sm, r, g, keep)
+        except Refused:
+            continue
+        pg = patched_graph(sm, em.graph, em.tensor_index, plan, prefix_only=True)
+        peak = heuristic_peak(pg, plan, Problem.from_graph(pg, EXECUTORCH_MODEL),
+                              baselines=False)
+        scored.append((peak, g[0] * g[1], Candidate(
+            list(c0.split), list(c0.split_index), c0.region_ops, g, peak, 0, macs, over, 0,
+            c0.region_start, keep=keep, note="first of two regions"), plan))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    for _, _, c, plan in scored[:SECOND_REGION_TRIES - 1]:
+        yield c, plan
+
+
+def _second_region(gm, post: set, first, macs0: int, max_overhead: float, time_limit: float,
+                   se_patches):
+    """The second search on the once-patched graph module ``gm`` (``post``: its nodes of the
+    operators after the first region): regions starting at the first of those operators,
+    within the MAC budget left. Returns (the twice-patched copy, the second candidate,
+    (values, instructions) added) or None."""
+    em = describe_graph(gm)
+    # the search runs the operators before a region in file order: put the once-patched
+    # graph in the scheduler's order first (the first region's patches, as the search priced
+    # them), or its file order's peak would hide what a second region saves
+    _in_scheduled_order(gm, em, time_limit / 4)
+    em = describe_graph(gm)
+    start = next((k for k, n in enumerate(em.nodes) if n in post), None)
+    if start is None:
+        return None
+    # the budget left, in the once-patched graph's own MAC count (its slices, pads and
+    # concatenations count as the search counts them there): what the second region adds to
+    # the first's MACs stays within max_overhead of the original
+    sm = em.sm
+    macs1 = sum(sm.op_macs(op) if op.cls != "other" else sm.macs[k]
+                for k, op in enumerate(sm.ops))
+    budget = ((1 + max_overhead) * macs0 - first.macs) / macs1 if macs1 else 0.0
+    res = search_patches(em.sm, em.graph, em.tensor_index, EXECUTORCH_MEMORY,
+                         max_overhead=max(budget, 0.0), time_limit=time_limit, se=True,
+                         se_patches=se_patches, starts=[start])
+    c = res.choice
+    if c is None:
+        return None
+    c.macs = first.macs + c.macs - macs1  # in the original graph's count
+    c.overhead = c.macs / macs0 - 1 if macs0 else 0.0
+    new, nmap = _copy_module(gm)
+    em2 = EdgeModel(em.sm, em.graph, em.tensor_index, [nmap[n] for n in em.nodes],
+                    {t: nmap[n] for t, n in em.node_of.items()}, em.act_pos, em.dtype_of)
+    return new, c, rewrite(new, em2, res.plan_of(c))
+
+
+def _in_scheduled_order(gm, em: EdgeModel, time_limit: float) -> None:
+    """Move ``gm``'s nodes (in place) into the order of memsched's scheduler on ``em``'s op
+    graph: a topological order of all FX nodes by the rank of their operator in the
+    schedule, nodes that are no operator of ``em`` (placeholders, getitems, constants)
+    right after their last input."""
+    import heapq
+
+    from ..schedulers import schedule
+    from .reorder import apply_node_order
+
+    s = schedule(em.graph, "auto", EXECUTORCH_MODEL, time_limit=max(time_limit, 0.1))
+    nodes = list(gm.graph.nodes)
+    index = {n: i for i, n in enumerate(nodes)}
+    rank = {em.nodes[v]: r for r, v in enumerate(s.order)}
+    preds = {n: [a for a in n.all_input_nodes] for n in nodes}
+    succs: dict = {n: [] for n in nodes}
+    for n in nodes:
+        for a in preds[n]:
+            succs[a].append(n)
+    key: dict = {}
+    waiting = {n: len(preds[n]) for n in nodes}
+    heap = []
+    for n in nodes:
+        if not preds[n]:
+            key[n] = rank.get(n, -1)
+            heapq.heappush(heap, (key[n], index[n], n))
+    order = []
+    while heap:
+        _, _, n = heapq.heappop(heap)
+        order.append(n)
+        for c in succs[n]:
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                key[c] = len(nodes) if c.op == "output" else \
+                    rank.get(c, max(key[a] for a in preds[c]))
+                heapq.heappush(heap, (key[c], index[c], c))
+    apply_node_order(gm, order)
 
 
 def _copy_module(gm):
@@ -802,13 +996,15 @@ class TilePatchesPass:
     copy is returned, or the same module when nothing is patched."""
 
     def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
-                 time_limit: float = 10.0, se_patches: str | None = None):
+                 time_limit: float = 10.0, se_patches: str | None = None,
+                 second_region: bool = True):
         if max_overhead < 0:
             raise TilePatchesError("max_overhead must be >= 0")
         if se_patches not in (None, "recompute", "keep"):
             raise TilePatchesError(f"se_patches must be 'recompute' or 'keep', not "
                                    f"{se_patches!r}")
         self.se_patches = se_patches
+        self.second_region = bool(second_region)
         self.max_overhead = float(max_overhead)
         self.grid = _grid(grid)
         self.split = split
@@ -820,7 +1016,8 @@ class TilePatchesPass:
 
         new, rep = tile_graph_module(graph_module, max_overhead=self.max_overhead,
                                      grid=self.grid, split=self.split,
-                                     time_limit=self.time_limit, se_patches=self.se_patches)
+                                     time_limit=self.time_limit, se_patches=self.se_patches,
+                                     second_region=self.second_region)
         self.report.append(rep)
         if new is None:
             return PassResult(graph_module, False)
