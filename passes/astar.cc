@@ -108,21 +108,12 @@ class OpenList {
   explicit OpenList(int n) : n_(n) {}
   bool empty() const { return size_ == 0; }
   void push(const Entry& e) {
-    auto it = levels_.find(e.f);
-    if (it == levels_.end()) {
-      it = levels_.emplace(e.f, Level()).first;
-      it->second.by_depth.resize(n_ + 1);
-      it->second.head.resize(n_ + 1, 0);
-      bytes_ += (n_ + 1) * sizeof(std::vector<Item>);
-    }
-    Level& L = it->second;
+    Level& L = level(e.f);
     std::vector<Item>& bucket = L.by_depth[e.depth];
     size_t cap = bucket.capacity();
     bucket.push_back({e.g, e.state});
     bytes_ += (bucket.capacity() - cap) * sizeof(Item);
-    L.top = std::max(L.top, e.depth);
-    ++L.count;
-    ++size_;
+    added(L, e.depth);
   }
   // the entry to expand next (precondition: !empty())
   Entry pop() {
@@ -147,14 +138,7 @@ class OpenList {
   // put back an entry just popped (nothing pushed since) where it was: at the head of its
   // bucket, so a run stopped at a limit and resumed pops exactly what one run would
   void unpop(const Entry& e) {
-    auto it = levels_.find(e.f);
-    if (it == levels_.end()) {
-      it = levels_.emplace(e.f, Level()).first;
-      it->second.by_depth.resize(n_ + 1);
-      it->second.head.resize(n_ + 1, 0);
-      bytes_ += (n_ + 1) * sizeof(std::vector<Item>);
-    }
-    Level& L = it->second;
+    Level& L = level(e.f);
     std::vector<Item>& bucket = L.by_depth[e.depth];
     size_t& head = L.head[e.depth];
     if (head > 0) {
@@ -164,9 +148,7 @@ class OpenList {
       bucket.insert(bucket.begin(), {e.g, e.state});
       bytes_ += (bucket.capacity() - cap) * sizeof(Item);
     }
-    L.top = std::max(L.top, e.depth);
-    ++L.count;
-    ++size_;
+    added(L, e.depth);
   }
   int64_t min_f() const { return levels_.begin()->first; }
   size_t bytes() const { return bytes_; }
@@ -182,6 +164,22 @@ class OpenList {
     int top = -1;
     size_t count = 0;
   };
+  // the level of f, created empty when there is none
+  Level& level(int64_t f) {
+    auto it = levels_.find(f);
+    if (it == levels_.end()) {
+      it = levels_.emplace(f, Level()).first;
+      it->second.by_depth.resize(n_ + 1);
+      it->second.head.resize(n_ + 1, 0);
+      bytes_ += (n_ + 1) * sizeof(std::vector<Item>);
+    }
+    return it->second;
+  }
+  void added(Level& L, int depth) {
+    L.top = std::max(L.top, depth);
+    ++L.count;
+    ++size_;
+  }
   int n_;
   size_t size_ = 0, bytes_ = 0;
   std::map<int64_t, Level> levels_;

@@ -751,10 +751,7 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
     plan = res.plan_of(c)
     try:
         # rewrite a copy: the caller's module stays as it was, whatever happens below
-        new, nmap = _copy_module(gm)
-        em2 = EdgeModel(em.sm, em.graph, em.tensor_index, [nmap[n] for n in em.nodes],
-                        {t: nmap[n] for t, n in em.node_of.items()}, em.act_pos, em.dtype_of)
-        values, instructions = rewrite(new, em2, plan)
+        new, nmap, (values, instructions) = _rewritten_copy(gm, em, plan)
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - the rewrite failed: the original stays
@@ -802,11 +799,7 @@ def _two_regions(gm, em: EdgeModel, res: SearchResult, new, nmap, rep: TileRepor
             if first is first0:
                 g1, m1, counts1 = new, nmap, (rep.values_added, rep.instructions_added)
             else:
-                g1, m1 = _copy_module(gm)
-                e1 = EdgeModel(em.sm, em.graph, em.tensor_index, [m1[n] for n in em.nodes],
-                               {t: m1[n] for t, n in em.node_of.items()}, em.act_pos,
-                               em.dtype_of)
-                counts1 = rewrite(g1, e1, plan1)
+                g1, m1, counts1 = _rewritten_copy(gm, em, plan1)
             post = {m1[n] for n in em.nodes[plan1.region.length:]}
             out = _second_region(g1, post, first, res.original.macs, max_overhead,
                                  min(left, time_limit / 2), se_patches)
@@ -910,10 +903,8 @@ def _second_region(gm, post: set, first, macs0: int, max_overhead: float, time_l
         return None
     c.macs = first.macs + c.macs - macs1  # in the original graph's count
     c.overhead = c.macs / macs0 - 1 if macs0 else 0.0
-    new, nmap = _copy_module(gm)
-    em2 = EdgeModel(em.sm, em.graph, em.tensor_index, [nmap[n] for n in em.nodes],
-                    {t: nmap[n] for t, n in em.node_of.items()}, em.act_pos, em.dtype_of)
-    return new, c, rewrite(new, em2, res.plan_of(c))
+    new, _, counts = _rewritten_copy(gm, em, res.plan_of(c))
+    return new, c, counts
 
 
 def _in_scheduled_order(gm, em: EdgeModel, time_limit: float) -> None:
@@ -953,6 +944,15 @@ def _in_scheduled_order(gm, em: EdgeModel, time_limit: float) -> None:
                     rank.get(c, max(key[a] for a in preds[c]))
                 heapq.heappush(heap, (key[c], index[c], c))
     apply_node_order(gm, order)
+
+
+def _rewritten_copy(gm, em: EdgeModel, plan):
+    """(a copy of ``gm`` rewritten by ``plan``, the map old node -> new node, (values,
+    instructions) added); ``gm`` itself is not changed."""
+    new, nmap = _copy_module(gm)
+    em2 = EdgeModel(em.sm, em.graph, em.tensor_index, [nmap[n] for n in em.nodes],
+                    {t: nmap[n] for t, n in em.node_of.items()}, em.act_pos, em.dtype_of)
+    return new, nmap, rewrite(new, em2, plan)
 
 
 def _copy_module(gm):

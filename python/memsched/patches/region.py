@@ -468,6 +468,7 @@ def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int],
     computed: set[int] = set()
     tcells = {t: grid_cells(*sm.tensors[t].hw, rows, cols) for ts in passes for t in ts}
     stage = stages(sm, region) if keep else {}
+    in_readers = {t: [k for k in region.ops if t in sm.ops[k].inputs] for t in region.inputs}
     if keep:  # one back-propagation per patch: every pass's targets at once
         kept = [windows(sm, region, cell, _merged(
             {t: tcells[t][p] for ts in passes for t in ts}, region.split, cell))
@@ -486,8 +487,8 @@ def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int],
                 node_of = {}
             for t in region.inputs:
                 if t not in held or (keep and t not in tw and not any(
-                        t in sm.ops[k].inputs and stage[sm.ops[k].output] == phase
-                        for k in region.ops if sm.ops[k].output in held)):
+                        stage[sm.ops[k].output] == phase and sm.ops[k].output in held
+                        for k in in_readers[t])):
                     continue  # keep: sliced in each pass that reads it
                 h, w = sm.tensors[t].hw
                 if held[t] == Win(0, h, 0, w):
