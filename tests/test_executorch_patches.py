@@ -1,4 +1,4 @@
-"""Patch-based execution in ExecuTorch (`memsched.executorch.tile`, issue 33).
+"""Patch-based execution in ExecuTorch (`memsched.executorch.patch_pass`, issue 33).
 
 Small plain torch.nn stacks (MobileNetV2-like inverted residuals with ReLU6, stride-2
 depthwise convolutions, max and average pooling, channel concatenation) are exported, lowered
@@ -23,7 +23,7 @@ from executorch.runtime import Runtime  # noqa: E402
 
 import memsched.executorch as mx  # noqa: E402
 from memsched.executorch import pte  # noqa: E402
-from memsched.executorch.tile import TilePatchesPass, describe_graph  # noqa: E402
+from memsched.executorch.patch_pass import TilePatchesPass, describe_graph  # noqa: E402
 
 TOL = 1e-5
 
@@ -386,7 +386,7 @@ def test_second_region_after_the_first():
     grid, starting right after the first one's reassembly) lowers it within the same MAC
     budget; the twice-patched program runs in ExecuTorch's runtime within TOL of the default
     one and plans fewer bytes."""
-    from memsched.executorch.tile import tile_graph_module
+    from memsched.executorch.patch_pass import tile_graph_module
 
     torch.manual_seed(5)
     model, x = MBV2Small(), torch.randn(1, 3, 64, 64)

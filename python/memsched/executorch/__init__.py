@@ -22,5 +22,5 @@ from .model import PlanFlags, ProgramModel, build_model, liveness_peak  # noqa: 
 from .packer import ArenaReport, MemschedAlgo, memsched_algo  # noqa: F401
 from .planning import MemschedPlanningPass, PlanReport, backend_config, report  # noqa: F401
 from .reorder import OrderReport, reorder_graph_module  # noqa: F401
-from .tile import (EXECUTORCH_MEMORY, TilePatchesError, TilePatchesPass,  # noqa: F401
-                   TileReport, tile_graph_module)
+from .patch_pass import (EXECUTORCH_MEMORY, TilePatchesError, TilePatchesPass,  # noqa: F401
+                         TileReport, tile_graph_module)

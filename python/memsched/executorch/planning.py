@@ -174,7 +174,7 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
 
     ``time_limit``: seconds for the scheduler and for each arena's packer (and for the patch
     search). ``tile_patches``: run the spatial prefix patch by patch
-    (`memsched.executorch.tile.TilePatchesPass`, appended to ``passes``) within
+    (`memsched.executorch.patch_pass.TilePatchesPass`, appended to ``passes``) within
     ``max_overhead`` extra MACs; ``grid`` ("RxC" or (rows, cols)) and ``split`` (a node name)
     force the choice, and so does ``se_patches`` ("recompute" / "keep": how the patches after a
     squeeze-and-excitation block's mean get their feature maps; default: the cheaper one);
@@ -187,7 +187,7 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     from executorch.exir import ExecutorchBackendConfig
 
     if tile_patches:
-        from .tile import TilePatchesPass
+        from .patch_pass import TilePatchesPass
 
         tp = TilePatchesPass(max_overhead=max_overhead, grid=grid, split=split,
                              se_patches=se_patches, second_region=second_region,

@@ -1,0 +1,211 @@
+"""The rewrite half of the ExecuTorch patch adapter: apply a patch plan of `memsched.patches`
+to an edge-dialect graph module described by `memsched.executorch.patch_describe` (per patch
+slices, border pads, the region's operators on the windows, reassembly by ``cat``).
+"""
+from __future__ import annotations
+
+import copy
+import operator
+
+from ..patches.geometry import PAD_MIN
+from ..patches.region import Refused
+from .patch_describe import EdgeModel, _aten_name, _keepdim, _pair
+
+def _min_value(dtype):
+    import torch
+
+    if dtype.is_floating_point:
+        return float("-inf")
+    return int(torch.iinfo(dtype).min)
+
+
+def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
+    """Apply ``plan`` to ``gm`` in place (the module whose nodes ``em`` names): returns
+    (values added, instructions added)."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from torch._guards import detect_fake_mode
+
+    aten = exir_ops.edge.aten
+    sm = em.sm
+    graph = gm.graph
+    fake = detect_fake_mode([n.meta["val"] for n in graph.nodes if "val" in n.meta])
+    before = sum(1 for n in graph.nodes if n.op == "call_function")
+    values_before = len(graph.nodes)
+    final = {nid: t for t, nid in plan.result.items()}
+    region_nodes = _region_nodes(em, plan)
+    # the patches go right after the region's last node: everything they read (region inputs,
+    # weights) is defined before it, and nothing before it reads what they make
+    first = max(region_nodes, key=list(graph.nodes).index).next
+    made: list = []
+
+    def call(target, args, like=None):
+        with graph.inserting_before(first):
+            node = graph.call_function(target, tuple(args))
+        fargs = [_fake_of(a) for a in args]
+        with fake:
+            val = target(*fargs)
+        node.meta["val"] = val
+        if like is not None:
+            for key in ("stack_trace", "nn_module_stack", "debug_handle", "from_node"):
+                if key in like.meta:
+                    node.meta[key] = like.meta[key]
+        return node
+
+    def _fake_of(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(_fake_of(x) for x in a)
+        if hasattr(a, "op"):
+            return a.meta["val"]
+        return a
+
+    def src(s):
+        return em.node_of[s[1]] if isinstance(s, tuple) else made[s]
+
+    for nid, nd in enumerate(plan.nodes):
+        ins = [src(s) for s in nd.inputs]
+        dtype = em.dtype_of.get(nd.tensor)
+        if nd.kind == "slice":
+            x, base = ins[0], nd.base
+            h0, h1 = nd.win.h0 - base.h0, nd.win.h1 - base.h0
+            w0, w1 = nd.win.w0 - base.w0, nd.win.w1 - base.w0
+            if (h0, h1) != (0, base.height):
+                x = call(aten.slice_copy.Tensor, [x, 2, h0, h1, 1])
+            if (w0, w1) != (0, base.width) or x is ins[0]:
+                x = call(aten.slice_copy.Tensor, [x, 3, w0, w1, 1])
+            node = x
+        elif nd.kind == "pad":
+            top, bottom, left, right = nd.pads
+            value = _min_value(dtype) if nd.pad_value == PAD_MIN else 0.0
+            node = call(aten.constant_pad_nd.default, [ins[0], [left, right, top, bottom],
+                                                        value])
+        elif nd.kind == "concat":
+            node = call(aten.cat.default, [list(ins), 3 if nd.axis == 2 else 2])
+        elif nd.kind == "partial":  # the sum over the patch's own cells (ins[0]: that window)
+            orig = em.nodes[nd.op]
+            node = call(aten.sum.dim_IntList,
+                        [ins[0], [2, 3], _keepdim(orig, _aten_name(orig.target))], orig)
+        elif nd.kind == "accumulate":
+            node = call(aten.add.Tensor, [ins[0], ins[1]], em.nodes[nd.op])
+        elif nd.kind == "reduce":  # the sum of the partials, divided by H*W for a mean
+            op = sm.ops[nd.op]
+            node = ins[0] if op.divisor == 1 else \
+                call(aten.div.Scalar, [ins[0], float(op.divisor)], em.nodes[nd.op])
+        elif nd.kind == "vector":  # the vector operator, once, on the new vectors
+            orig = em.nodes[nd.op]
+            node = _copy_call(graph, first, fake, orig, _with_acts(orig, em.act_pos[nd.op],
+                                                                    ins))
+        else:
+            orig = em.nodes[nd.op]
+            op = sm.ops[nd.op]
+            name = _aten_name(orig.target)
+            args = list(orig.args)
+            if op.kind == "PAD":
+                top, bottom, left, right = nd.pads
+                node = call(orig.target, [ins[0], [left, right, top, bottom]] + args[2:3],
+                            orig)
+            elif name == "convolution.default":
+                args[0], args[4] = ins[0], [0, 0]
+                node = call(orig.target, args, orig)
+            elif name == "max_pool2d_with_indices.default":
+                ks = list(_pair(args[1]))
+                st = list(_pair(args[2])) if len(args) > 2 and args[2] else ks
+                dl = list(_pair(args[4])) if len(args) > 4 else [1, 1]
+                pool = call(orig.target, [ins[0], ks, st, [0, 0], dl, False], orig)
+                node = call(operator.getitem, [pool, 0], em.node_of[op.output])
+            elif name == "avg_pool2d.default":
+                ks = list(_pair(args[1]))
+                st = list(_pair(args[2])) if len(args) > 2 and args[2] else ks
+                include = bool(args[5]) if len(args) > 5 else True
+                div = args[6] if len(args) > 6 else None
+                node = call(orig.target, [ins[0], ks, st, [0, 0], False, include, div], orig)
+            elif name == "cat.default":
+                node = call(orig.target, [list(ins)] + args[1:], orig)
+            else:
+                node = _copy_call(graph, first, fake, orig,
+                                  _with_acts(orig, em.act_pos[nd.op], ins))
+        made.append(node)
+        if nid in final:
+            old = em.node_of[final[nid]]
+            old.replace_all_uses_with(node, delete_user_cb=lambda u: u not in region_nodes)
+    # remove the region's original nodes (consumers now read the reassembled tensors)
+    for n in reversed(list(graph.nodes)):
+        if n in region_nodes and not n.users:
+            graph.erase_node(n)
+    left = [n for n in region_nodes if n.graph is graph and n in set(graph.nodes)]
+    if left:
+        raise Refused(f"region node {left[0].name} is still read after the rewrite")
+    graph.lint()
+    gm.recompile()
+    after = sum(1 for n in graph.nodes if n.op == "call_function")
+    return len(graph.nodes) - values_before, after - before
+
+
+def _with_acts(orig, act_pos, ins) -> list:
+    """``orig``'s args with its activation args (at ``act_pos``) replaced by ``ins``."""
+    args = list(orig.args)
+    for p, x in zip(act_pos, ins):
+        if len(p) == 1:
+            args[p[0]] = x
+        else:
+            lst = list(args[p[0]])
+            lst[p[1]] = x
+            args[p[0]] = lst
+    return args
+
+
+def _copy_call(graph, first, fake, orig, args):
+    """A copy of call ``orig`` (its target and kwargs, its metadata) on ``args``, inserted
+    before ``first``."""
+    def fake_of(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(fake_of(x) for x in a)
+        return a.meta["val"] if hasattr(a, "op") else a
+
+    kw = dict(orig.kwargs)
+    with graph.inserting_before(first):
+        node = graph.call_function(orig.target, tuple(args), kw)
+    with fake:
+        node.meta["val"] = orig.target(*[fake_of(a) for a in args],
+                                       **{k: fake_of(v) for k, v in kw.items()})
+    for key in ("stack_trace", "nn_module_stack", "debug_handle", "from_node"):
+        if key in orig.meta:
+            node.meta[key] = orig.meta[key]
+    return node
+
+
+def _region_nodes(em: EdgeModel, plan) -> set:
+    out = set()
+    for k in plan.region.ops:
+        n = em.nodes[k]
+        out.add(n)
+        out.update(u for u in n.users if u.target is operator.getitem)
+    return out
+
+
+def _rewritten_copy(gm, em: EdgeModel, plan):
+    """(a copy of ``gm`` rewritten by ``plan``, the map old node -> new node, (values,
+    instructions) added); ``gm`` itself is not changed."""
+    new, nmap = _copy_module(gm)
+    em2 = EdgeModel(em.sm, em.graph, em.tensor_index, [nmap[n] for n in em.nodes],
+                    {t: nmap[n] for t, n in em.node_of.items()}, em.act_pos, em.dtype_of)
+    return new, nmap, rewrite(new, em2, plan)
+
+
+def _copy_module(gm):
+    """A new GraphModule over a copy of ``gm``'s graph (node metadata shallow-copied, fake
+    tensors shared; attributes and submodules shared, not changed by the rewrite), and the
+    map old node -> new node."""
+    import torch.fx
+
+    g = torch.fx.Graph(owning_module=None, tracer_cls=gm.graph._tracer_cls)
+    nmap: dict = {}
+    out = g.graph_copy(gm.graph, nmap)
+    g.output(out)
+    old_out = next(n for n in gm.graph.nodes if n.op == "output")
+    new_out = next(n for n in g.nodes if n.op == "output")
+    new_out.meta = copy.copy(old_out.meta)
+    nmap[old_out] = new_out
+    g._codegen = copy.deepcopy(gm.graph._codegen)
+    new = torch.fx.GraphModule(gm, g, gm.__class__.__name__)
+    new.meta = copy.copy(getattr(gm, "meta", {}))
+    return new, nmap
