@@ -33,15 +33,23 @@ def make_divisible(v: float, divisor: int = 8) -> int:
     return new
 
 
+def conv(cin: int, cout: int, k: int = 1, s: int = 1, g: int = 1, bn: bool = False) -> list:
+    """A convolution as users write it: ``Conv2d(bias=False)`` + ``BatchNorm2d`` with
+    ``bn``, else with the batch norm folded into its bias."""
+    c = nn.Conv2d(cin, cout, k, s, k // 2, groups=g, bias=not bn)
+    return [c, nn.BatchNorm2d(cout)] if bn else [c]
+
+
 class InvertedResidual(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int, expand: int, kernel: int = 3):
+    def __init__(self, cin: int, cout: int, stride: int, expand: int, kernel: int = 3,
+                 bn: bool = False):
         super().__init__()
         hidden = cin * expand
         layers = []
         if expand != 1:
-            layers += [nn.Conv2d(cin, hidden, 1), nn.ReLU6()]
-        layers += [nn.Conv2d(hidden, hidden, kernel, stride, kernel // 2, groups=hidden),
-                   nn.ReLU6(), nn.Conv2d(hidden, cout, 1)]
+            layers += conv(cin, hidden, bn=bn) + [nn.ReLU6()]
+        layers += conv(hidden, hidden, kernel, stride, hidden, bn) + [nn.ReLU6()]
+        layers += conv(hidden, cout, bn=bn)
         self.body = nn.Sequential(*layers)
         self.residual = stride == 1 and cin == cout
 
@@ -59,20 +67,20 @@ class MobileNetV2(nn.Module):
     1x1 to 1280, mean, linear), width multiplier ``alpha`` with divisible-by-8 rounding."""
 
     def __init__(self, alpha: float = 1.0, classes: int = 1000, blocks=MBV2_BLOCKS,
-                 kernels=None, stem: int = 32, last: int | None = None):
+                 kernels=None, stem: int = 32, last: int | None = None, bn: bool = False):
         super().__init__()
         c = make_divisible(stem * alpha)
-        layers = [nn.Conv2d(3, c, 3, 2, 1), nn.ReLU6()]
+        layers = conv(3, c, 3, 2, bn=bn) + [nn.ReLU6()]
         i = 0
         for t, ch, n, s in blocks:
             out = make_divisible(ch * alpha)
             for j in range(n):
                 k = kernels[i] if kernels else 3
-                layers.append(InvertedResidual(c, out, s if j == 0 else 1, t, k))
+                layers.append(InvertedResidual(c, out, s if j == 0 else 1, t, k, bn))
                 c = out
                 i += 1
         last = last or (make_divisible(1280 * alpha) if alpha > 1.0 else 1280)
-        layers += [nn.Conv2d(c, last, 1), nn.ReLU6()]
+        layers += conv(c, last, bn=bn) + [nn.ReLU6()]
         self.features = nn.Sequential(*layers)
         self.fc = nn.Linear(last, classes)
 
@@ -101,14 +109,15 @@ class SqueezeExcite(nn.Module):
 
 
 class V3Block(nn.Module):
-    def __init__(self, cin: int, k: int, exp: int, cout: int, se: bool, hs: bool, s: int):
+    def __init__(self, cin: int, k: int, exp: int, cout: int, se: bool, hs: bool, s: int,
+                 bn: bool = False):
         super().__init__()
         act = nn.Hardswish if hs else nn.ReLU
-        layers = [nn.Conv2d(cin, exp, 1), act()] if exp != cin else []
-        layers += [nn.Conv2d(exp, exp, k, s, k // 2, groups=exp), act()]
+        layers = conv(cin, exp, bn=bn) + [act()] if exp != cin else []
+        layers += conv(exp, exp, k, s, exp, bn) + [act()]
         if se:
             layers.append(SqueezeExcite(exp, make_divisible(exp / 4)))
-        layers.append(nn.Conv2d(exp, cout, 1))
+        layers += conv(exp, cout, bn=bn)
         self.body = nn.Sequential(*layers)
         self.residual = s == 1 and cin == cout
 
@@ -129,16 +138,16 @@ class MobileNetV3Small(nn.Module):
     above with SE squeeze make_divisible(exp / 4), 1x1 to 576, mean, 1024, 1000), width
     ``alpha``; batch norm folded (no BN layers)."""
 
-    def __init__(self, alpha: float = 1.0, classes: int = 1000):
+    def __init__(self, alpha: float = 1.0, classes: int = 1000, bn: bool = False):
         super().__init__()
         c = make_divisible(16 * alpha)
-        layers = [nn.Conv2d(3, c, 3, 2, 1), nn.Hardswish()]
+        layers = conv(3, c, 3, 2, bn=bn) + [nn.Hardswish()]
         for k, exp, out, se, hs, s in MBV3S_BLOCKS:
             exp, out = make_divisible(exp * alpha), make_divisible(out * alpha)
-            layers.append(V3Block(c, k, exp, out, bool(se), bool(hs), s))
+            layers.append(V3Block(c, k, exp, out, bool(se), bool(hs), s, bn))
             c = out
         last = make_divisible(576 * alpha)
-        layers += [nn.Conv2d(c, last, 1), nn.Hardswish()]
+        layers += conv(c, last, bn=bn) + [nn.Hardswish()]
         self.features = nn.Sequential(*layers)
         self.head = nn.Sequential(nn.Linear(last, 1024), nn.Hardswish(),
                                   nn.Linear(1024, classes))
@@ -147,25 +156,56 @@ class MobileNetV3Small(nn.Module):
         return self.head(self.features(x).mean((2, 3)))
 
 
+MLPERF = {  # ExecuTorch's own MLPerf Tiny ports (Arm): module, class, example input shape
+    "mlperf-mbv1": ("mobilenet_v1_025", "MobileNetV1025", (1, 3, 96, 96)),
+    "mlperf-resnet8": ("resnet8", "ResNet8", (1, 3, 32, 32)),
+    "mlperf-dscnn": ("ds_cnn", "DSCNNKWS", (1, 1, 49, 10)),
+}
+
+
 def build(name: str):
     """(module, input) of a model name: ``mbv2-ALPHA-RES``, ``mbv3s-ALPHA-RES`` (MobileNetV3-
-    Small-like, squeeze-and-excitation blocks) or ``mcunet-like-RES``."""
+    Small-like, squeeze-and-excitation blocks), ``mcunet-like-RES`` (batch norm folded), the
+    same as written with ``BatchNorm2d`` (``mbv2bn-``, ``mbv3sbn-``, ``mcunetbn-like-``), or
+    ExecuTorch's MLPerf Tiny ports (``mlperf-mbv1``, ``mlperf-resnet8``, ``mlperf-dscnn``)."""
+    import importlib
+
     parts = name.split("-")
-    if parts[0] == "mbv2":
+    bn = parts[0].endswith("bn")
+    kind = parts[0][:-2] if bn else parts[0]
+    torch.manual_seed(0)
+    if name in MLPERF:
+        mod, cls, shape = MLPERF[name]
+        m = getattr(importlib.import_module(f"executorch.examples.models.mlperf_tiny.{mod}"),
+                    cls)()
+        _init_bn(m)
+        return m.eval(), torch.randn(*shape)
+    if kind == "mbv2":
         alpha, res = float(parts[1]), int(parts[2])
-        m = MobileNetV2(alpha)
-    elif parts[0] == "mbv3s":
+        m = MobileNetV2(alpha, bn=bn)
+    elif kind == "mbv3s":
         alpha, res = float(parts[1]), int(parts[2])
-        m = MobileNetV3Small(alpha)
-    elif name.startswith("mcunet-like"):
+        m = MobileNetV3Small(alpha, bn=bn)
+    elif kind == "mcunet" and parts[1] == "like":
         res = int(parts[2])
-        m = MobileNetV2(1.0, blocks=MCUNET_BLOCKS, kernels=MCUNET_KERNELS, stem=16, last=640)
+        m = MobileNetV2(1.0, blocks=MCUNET_BLOCKS, kernels=MCUNET_KERNELS, stem=16, last=640,
+                        bn=bn)
     else:
         raise SystemExit(f"unknown model {name!r}")
-    torch.manual_seed(0)
     for p in m.parameters():  # small random weights keep activations in range
         nn.init.normal_(p, 0.0, 0.05)
+    _init_bn(m)
     return m.eval(), torch.randn(1, 3, res, res)
+
+
+def _init_bn(m) -> None:
+    """Trained-looking batch norms (scale near 1, positive variance): random statistics."""
+    for b in m.modules():
+        if isinstance(b, nn.BatchNorm2d):
+            nn.init.uniform_(b.weight, 0.5, 1.5)
+            nn.init.normal_(b.bias, 0.0, 0.05)
+            b.running_mean.normal_(0.0, 0.05)
+            b.running_var.uniform_(0.5, 1.5)
 
 
 def lower(model, x, config):
@@ -199,7 +239,8 @@ def pte_counts(buffer: bytes) -> tuple[int, int]:
 
 
 def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=None,
-            const_prop: bool = True, se_patches: str | None = None) -> dict:
+            const_prop: bool = True, se_patches: str | None = None,
+            price_records: bool = True) -> dict:
     from executorch.exir import ExecutorchBackendConfig
 
     import memsched.executorch as mx
@@ -210,7 +251,7 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
     model, x = build(name)
     with torch.no_grad():
         ref = model(x)
-    row = {"model": name}
+    row = {"model": name, "price_records": price_records}
     progs = {}
     # constant propagation folds the classifier's weight permute (1280 x 1000 fp32 = 5.1 MB
     # planned otherwise) into a constant: the same option for all three configs
@@ -224,7 +265,7 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
     row["memsched_s"] = round(s, 1)
     cfg = mx.backend_config(time_limit=time_limit, tile_patches=True,
                             max_overhead=max_overhead, grid=grid, se_patches=se_patches,
-                            **opts)
+                            price_records=price_records, **opts)
     et, s = lower(model, x, cfg)
     progs["patches"] = et.buffer
     row["patches_s"] = round(s, 1)
@@ -248,6 +289,7 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
                 "second_split": ",".join(tr.second_split), "second_region": tr.second_region,
                 "macs": tr.macs_before, "macs_patched": tr.macs or tr.macs_before,
                 "mac_overhead": tr.mac_overhead, "skipped": tr.skipped,
+                "records_added_model": tr.records_added,
                 "certified_order": bool(rep.order and rep.order.optimal)})
     return row
 
@@ -289,12 +331,15 @@ def main(argv=None) -> int:
                     help="lower without do_quant_fusion_and_const_prop")
     ap.add_argument("--se-patches", choices=("recompute", "keep"), default=None,
                     help="force how patches after an SE block's mean get their feature maps")
+    ap.add_argument("--arena-only", action="store_true",
+                    help="choose patches on the planned arena alone (price_records=False), "
+                    "not on arena + method-allocator records")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
         row = measure(name, args.runs, args.time_limit, args.max_overhead, args.grid,
-                      not args.no_const_prop, args.se_patches)
+                      not args.no_const_prop, args.se_patches, not args.arena_only)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     print(json.dumps(rows, indent=1) if args.json else table(rows))

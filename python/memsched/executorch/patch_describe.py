@@ -7,13 +7,14 @@ the rewrite that applies a plan is `memsched.executorch.patch_rewrite`.
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..graph import GraphBuilder
 from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
 from ..patches.region import Refused, partial_se_blocks
 from ..patches.search import RuntimeMemory
 from .model import EXECUTORCH_MODEL
+from .records import node_call_bytes
 
 EXECUTORCH_MEMORY = RuntimeMemory("executorch", EXECUTORCH_MODEL)  # activations only
 
@@ -26,9 +27,17 @@ ELEMENTWISE = {
     "hardsigmoid.default", "leaky_relu.default", "gelu.default", "elu.default",
     "neg.default", "abs.default", "exp.default", "sqrt.default", "rsqrt.default",
     "maximum.default", "minimum.default", "pow.Tensor_Scalar", "clone.default",
-    "alias_copy.default", "where.self", "_prelu_kernel.default",
+    "alias_copy.default", "where.self", "_prelu_kernel.default", "silu.default",
+    "mish.default", "softplus.default", "erf.default", "log_sigmoid_forward.default",
 }
 MACLESS = {"clone.default", "alias_copy.default"}
+# ops whose result is a tuple, element 0 the activation (read through ``getitem 0``), the rest
+# (a max pool's indices, batch norm's saved statistics: empty in inference) unread
+TUPLE_FIRST = {"max_pool2d_with_indices.default",
+               "_native_batch_norm_legit_no_training.default"}
+# batch norm in inference form: per-channel affine, its weight, bias, running mean and
+# variance 1-D constants of C (or None); what torch.nn.BatchNorm2d exports as in eval mode
+BATCH_NORM = "_native_batch_norm_legit_no_training.default"
 
 def _aten_name(target) -> str:
     """``convolution.default`` for an edge (or aten) op overload; "" for anything else."""
@@ -100,6 +109,8 @@ class EdgeModel:
     node_of: dict  # sm tensor index -> the FX node holding it (a max pool: its getitem 0)
     act_pos: list  # per op: positions (i,) or (i, j) of activation args
     dtype_of: dict
+    # per op index: the method allocator's records of its call (`records.node_call_bytes`)
+    op_bytes: dict = field(default_factory=dict)
 
 
 def describe_graph(gm) -> EdgeModel:
@@ -154,7 +165,7 @@ def describe_graph(gm) -> EdgeModel:
         k = len(ops)
         name = _aten_name(n.target)
         out_node, extra = n, []
-        if name == "max_pool2d_with_indices.default":
+        if name in TUPLE_FIRST:
             users = list(n.users)
             g0 = [u for u in users if u.target is operator.getitem and u.args[1] == 0]
             if len(g0) == 1 and all(u.target is operator.getitem for u in users):
@@ -173,10 +184,10 @@ def describe_graph(gm) -> EdgeModel:
         act_pos.append(pos)
         macs.append(_macs(n, name, tensors, op))
         outs = [(out_node.name, _nbytes(_val(out_node)))]
-        if out_node is not n:  # the indices a max pool writes too (planned)
+        if out_node is not n:  # the tuple's other elements are written too (planned)
             vals = _val(n)
-            outs.append((f"{n.name}.indices",
-                         _nbytes(vals[1]) if isinstance(vals, (tuple, list)) else 0))
+            outs.append((f"{n.name}.rest",
+                         _nbytes(vals[1:]) if isinstance(vals, (tuple, list)) else 0))
         vid = b.op(n.name, op.kind, [gt[t] for t in dict.fromkeys(ins)], outs, source=("op", k))
         gt[out] = b.ops[vid].outputs[0]
         tensor_index.append(out)
@@ -200,7 +211,8 @@ def describe_graph(gm) -> EdgeModel:
     _squeeze_excitation(ops, nodes, act_pos, macs, tensors, set(outputs))
     sm = SpatialModel(ops, tensors, [index[n] for n in inputs], list(dict.fromkeys(outputs)),
                       macs=macs, name="edge")
-    return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of)
+    op_bytes = {k: node_call_bytes(n) for k, n in enumerate(nodes)}
+    return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of, op_bytes)
 
 
 def _flat(args):
@@ -235,7 +247,7 @@ def _other(k, ins, out, why, kind="other") -> SOp:
     return SOp(k, kind, "other", ins, out, reason=why)
 
 
-def _classify(k, n, name, ins, out, pos, tensors, pool_ok) -> SOp:
+def _classify(k, n, name, ins, out, pos, tensors, first_only) -> SOp:
     kind = name or str(n.target)
     o = tensors[out]
     if ("kw",) in pos:
@@ -259,7 +271,7 @@ def _classify(k, n, name, ins, out, pos, tensors, pool_ok) -> SOp:
         _ = groups
         return _window(k, kind, ins, out, tensors, (kh, kw), st, dl, pd, PAD_ZERO, macs)
     if name == "max_pool2d_with_indices.default":
-        if not pool_ok:
+        if not first_only:
             return _other(k, ins, out, "max pool whose indices are read", kind)
         ks = _pair(args[1])
         st = _pair(args[2]) if len(args) > 2 and args[2] else ks
@@ -288,10 +300,22 @@ def _classify(k, n, name, ins, out, pos, tensors, pool_ok) -> SOp:
                           "pads with a non-zero value", kind)
         return SOp(k, "PAD", "window", ins, out, (1, 1), (1, 1), (1, 1), (top, left),
                    (bottom, right), PAD_ZERO, 0, o.channels)
+    if name == BATCH_NORM:
+        if not first_only or pos != [(0,)]:
+            return _other(k, ins, out, "batch norm whose statistics are read", kind)
+        for a in args[1:5]:
+            v = _val(a) if hasattr(a, "meta") else a
+            if v is not None and not (_is_tensor(v) and tuple(v.shape) == (o.channels,)):
+                return _other(k, ins, out, "batch norm with parameters that are not per "
+                              "channel", kind)
+        return SOp(k, kind, "eltwise", ins, out, macs_per_out=1, cout=o.channels)
     if name in ELEMENTWISE:
         for t in ins:
-            if tensors[t].shape != o.shape:
-                return _other(k, ins, out, f"{kind} broadcasts an activation", kind)
+            # an activation may broadcast over channels (N, 1, H, W), never over space
+            s = tensors[t].shape
+            if s != o.shape and not (s[:3] == o.shape[:3] and s[3] == 1):
+                return _other(k, ins, out, f"{kind} broadcasts an activation over space",
+                              kind)
         for i, a in enumerate(args):
             if (i,) in pos:
                 continue

@@ -57,6 +57,7 @@ from .errors import ExecutorchError
 from .model import EXECUTORCH_MODEL
 from .patch_describe import EXECUTORCH_MEMORY, EdgeModel, describe_graph
 from .patch_rewrite import _rewritten_copy
+from .records import ExecutorchRecords
 
 class TilePatchesError(ExecutorchError):
     """Bad options of the patch pass (a grid that is not ``(rows, cols)``, a negative
@@ -90,6 +91,10 @@ class TileReport:
     second_split: list = field(default_factory=list)
     second_region: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    # the method allocator's records of the described calls (`memsched.executorch.records`),
+    # modelled: before, and what the patches add (priced in the choice with price_records)
+    records_before: int = 0
+    records_added: int = 0
     seconds: float = 0.0
     skipped: str = ""
 
@@ -113,15 +118,24 @@ class TileReport:
                 f"MACs {self.macs_before:,} -> {self.macs:,} (+{100 * self.mac_overhead:.1f} %),"
                 f" modelled peak {self.peak_before:,} B -> {self.peak_after:,} B "
                 f"({'certified' if self.certified else 'not proven'}), "
-                f"+{self.values_added} values / +{self.instructions_added} instructions, "
+                f"+{self.values_added} values / +{self.instructions_added} instructions "
+                f"(+{self.records_added:,} B of method-allocator records), "
                 f"{self.seconds:.2f} s")
 
 
 # ---------------------------------------------------------------------------- search
+def memory_of(em: EdgeModel, price_records: bool = True):
+    """The patch search's memory model for ``em``: the planned arena plus the method
+    allocator's records of every call (``price_records``), or the arena alone."""
+    return ExecutorchRecords(EXECUTORCH_MODEL, em.op_bytes) if price_records else \
+        EXECUTORCH_MEMORY
+
+
 def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
-           time_limit: float = 10.0, se_patches: str | None = None) -> SearchResult:
-    """The one patch search under ExecuTorch's activation-only memory model."""
-    return search_patches(em.sm, em.graph, em.tensor_index, EXECUTORCH_MEMORY,
+           time_limit: float = 10.0, se_patches: str | None = None,
+           price_records: bool = True) -> SearchResult:
+    """The one patch search under ExecuTorch's memory model (`memory_of`)."""
+    return search_patches(em.sm, em.graph, em.tensor_index, memory_of(em, price_records),
                           grids=[tuple(grid)] if grid is not None else None, split=split,
                           max_overhead=max_overhead, time_limit=time_limit, se=True,
                           se_patches=se_patches)
@@ -129,7 +143,7 @@ def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
 
 def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
                       time_limit: float = 10.0, se_patches: str | None = None,
-                      second_region: bool = True):
+                      second_region: bool = True, price_records: bool = True):
     """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed.
     ``second_region`` (when neither ``grid`` nor ``split`` is forced): then a second region,
     starting right after the first one's reassembly, searched on the once-patched graph with
@@ -139,7 +153,8 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
     try:
         em = describe_graph(gm)
         res = search(em, max_overhead=max_overhead, grid=grid, split=split,
-                     time_limit=time_limit, se_patches=se_patches)
+                     time_limit=time_limit, se_patches=se_patches,
+                     price_records=price_records)
     except Refused as e:
         rep.skipped, rep.seconds = str(e), time.perf_counter() - t0
         return None, rep
@@ -182,8 +197,11 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
     rep.peak_after = int(c.peak)
     rep.certified = bool(c.certified)
     rep.values_added, rep.instructions_added = values, instructions
+    rep.records_before = int(res.original.persistent)
+    rep.records_added = int(c.persistent - res.original.persistent)
     if second_region and grid is None and split is None:
-        new = _two_regions(gm, em, res, new, nmap, rep, max_overhead, time_limit, se_patches)
+        new = _two_regions(gm, em, res, new, nmap, rep, max_overhead, time_limit, se_patches,
+                           price_records)
     rep.seconds = time.perf_counter() - t0
     return new, rep
 
@@ -192,7 +210,7 @@ SECOND_REGION_TRIES = 4  # first-region choices (the search's, then finer grids)
 
 
 def _two_regions(gm, em: EdgeModel, res: SearchResult, new, nmap, rep: TileReport,
-                 max_overhead: float, time_limit: float, se_patches):
+                 max_overhead: float, time_limit: float, se_patches, price_records=True):
     """A second patch region after the first one's reassembly (each region with its own
     grid: e.g. the stem's stage in many patches, then the next stage in a few), as
     `memsched.tflite.tile` does for .tflite files. First regions tried: the search's choice,
@@ -216,7 +234,7 @@ def _two_regions(gm, em: EdgeModel, res: SearchResult, new, nmap, rep: TileRepor
                 g1, m1, counts1 = _rewritten_copy(gm, em, plan1)
             post = {m1[n] for n in em.nodes[plan1.region.length:]}
             out = _second_region(g1, post, first, res.original.macs, max_overhead,
-                                 min(left, time_limit / 2), se_patches)
+                                 min(left, time_limit / 2), se_patches, price_records)
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as e:  # noqa: BLE001 - keep what we have
@@ -243,6 +261,7 @@ def _two_regions(gm, em: EdgeModel, res: SearchResult, new, nmap, rep: TileRepor
     rep.mac_overhead = float(c2.overhead)
     rep.peak_after = int(c2.peak)
     rep.certified = bool(c2.certified)
+    rep.records_added = int(c2.persistent - rep.records_before)
     rep.values_added, rep.instructions_added = values, instructions
     return g2
 
@@ -288,7 +307,7 @@ def _first_choices(em: EdgeModel, res: SearchResult, max_overhead: float, time_l
 
 
 def _second_region(gm, post: set, first, macs0: int, max_overhead: float, time_limit: float,
-                   se_patches):
+                   se_patches, price_records=True):
     """The second search on the once-patched graph module ``gm`` (``post``: its nodes of the
     operators after the first region): regions starting at the first of those operators,
     within the MAC budget left. Returns (the twice-patched copy, the second candidate,
@@ -309,7 +328,7 @@ def _second_region(gm, post: set, first, macs0: int, max_overhead: float, time_l
     macs1 = sum(sm.op_macs(op) if op.cls != "other" else sm.macs[k]
                 for k, op in enumerate(sm.ops))
     budget = ((1 + max_overhead) * macs0 - first.macs) / macs1 if macs1 else 0.0
-    res = search_patches(em.sm, em.graph, em.tensor_index, EXECUTORCH_MEMORY,
+    res = search_patches(em.sm, em.graph, em.tensor_index, memory_of(em, price_records),
                          max_overhead=max(budget, 0.0), time_limit=time_limit, se=True,
                          se_patches=se_patches, starts=[start])
     c = res.choice
@@ -382,7 +401,7 @@ class TilePatchesPass:
 
     def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
                  time_limit: float = 10.0, se_patches: str | None = None,
-                 second_region: bool = True):
+                 second_region: bool = True, price_records: bool = True):
         if max_overhead < 0:
             raise TilePatchesError("max_overhead must be >= 0")
         if se_patches not in (None, "recompute", "keep"):
@@ -390,6 +409,7 @@ class TilePatchesPass:
                                    f"{se_patches!r}")
         self.se_patches = se_patches
         self.second_region = bool(second_region)
+        self.price_records = bool(price_records)
         self.max_overhead = float(max_overhead)
         self.grid = _grid(grid)
         self.split = split
@@ -402,6 +422,7 @@ class TilePatchesPass:
         new, rep = tile_graph_module(graph_module, max_overhead=self.max_overhead,
                                      grid=self.grid, split=self.split,
                                      time_limit=self.time_limit, se_patches=self.se_patches,
+                                     price_records=self.price_records,
                                      second_region=self.second_region)
         self.report.append(rep)
         if new is None:

@@ -9,7 +9,7 @@ import operator
 
 from ..patches.geometry import PAD_MIN
 from ..patches.region import Refused
-from .patch_describe import EdgeModel, _aten_name, _keepdim, _pair
+from .patch_describe import TUPLE_FIRST, EdgeModel, _aten_name, _keepdim, _pair
 
 def _min_value(dtype):
     import torch
@@ -123,6 +123,8 @@ def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
             else:
                 node = _copy_call(graph, first, fake, orig,
                                   _with_acts(orig, em.act_pos[nd.op], ins))
+                if name in TUPLE_FIRST:  # batch norm: its activation is element 0
+                    node = call(operator.getitem, [node, 0], em.node_of[op.output])
         made.append(node)
         if nid in final:
             old = em.node_of[final[nid]]
@@ -187,7 +189,8 @@ def _rewritten_copy(gm, em: EdgeModel, plan):
     instructions) added); ``gm`` itself is not changed."""
     new, nmap = _copy_module(gm)
     em2 = EdgeModel(em.sm, em.graph, em.tensor_index, [nmap[n] for n in em.nodes],
-                    {t: nmap[n] for t, n in em.node_of.items()}, em.act_pos, em.dtype_of)
+                    {t: nmap[n] for t, n in em.node_of.items()}, em.act_pos, em.dtype_of,
+                    em.op_bytes)
     return new, nmap, rewrite(new, em2, plan)
 
 

@@ -169,7 +169,8 @@ _PASS_OPTIONS = ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffe
 def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool = True,
                    tile_patches: bool = False, max_overhead: float = 0.3, grid=None,
                    split: str | None = None, se_patches: str | None = None,
-                   second_region: bool = True, **executorch_config_options):
+                   second_region: bool = True, price_records: bool = True,
+                   **executorch_config_options):
     """An ``ExecutorchBackendConfig`` whose memory planning is memsched's.
 
     ``time_limit``: seconds for the scheduler and for each arena's packer (and for the patch
@@ -179,7 +180,10 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     force the choice, and so does ``se_patches`` ("recompute" / "keep": how the patches after a
     squeeze-and-excitation block's mean get their feature maps; default: the cheaper one);
     ``second_region``: then a second region after the first one's reassembly, when it lowers
-    the peak within what is left of the MAC budget (not with a forced grid or split).
+    the peak within what is left of the MAC budget (not with a forced grid or split);
+    ``price_records``: choose on the planned arena plus the method allocator's records the
+    patches add (`memsched.executorch.records`: what a microcontroller provisions), or
+    (False) on the planned arena alone.
     Options named like `MemoryPlanningPass`'s (``alloc_graph_input``,
     ``alignment``, ...) go to the planning pass, the rest to ``ExecutorchBackendConfig``. The
     report: ``report(config)`` after ``to_executorch(config)``.
@@ -191,6 +195,7 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
 
         tp = TilePatchesPass(max_overhead=max_overhead, grid=grid, split=split,
                              se_patches=se_patches, second_region=second_region,
+                             price_records=price_records,
                              time_limit=time_limit if time_limit is not None else 10.0)
         executorch_config_options["passes"] = \
             list(executorch_config_options.get("passes") or []) + [tp]
