@@ -404,3 +404,129 @@ def test_second_region_after_the_first():
     assert tr.second_grid and tr.mac_overhead <= 0.3 + 1e-9
     assert _max_diff(got, want) <= TOL
     assert planned < default
+
+
+# ------------------------------------------------------------------ models as users write them
+ACTS = [nn.ReLU, nn.ReLU6, nn.Hardswish, nn.Hardsigmoid, nn.SiLU, nn.Sigmoid,
+        lambda: nn.Hardtanh(-0.5, 2.0)]
+
+
+class UserStack(nn.Module):
+    """A seeded random stack of what torch.nn users write: ``Conv2d(bias=False)`` +
+    ``BatchNorm2d`` + an activation (ReLU, ReLU6, hardswish, hardsigmoid, SiLU, sigmoid,
+    clamp), depthwise blocks, dropout, zero padding, max / average pooling, spatial attention
+    (a feature map times a one-channel map, broadcast over channels), residual adds and
+    channel concatenation."""
+
+    def __init__(self, rng: random.Random):
+        super().__init__()
+        c = self.cin = rng.choice([3, 4])
+        self.steps, self.kinds = nn.ModuleList(), []
+        for _ in range(rng.randint(3, 6)):
+            kind = rng.choice(["cbr", "cbr", "dw", "res", "attn", "drop", "max", "avg",
+                               "pad", "cat"])
+            if kind == "cbr":
+                k, co = rng.choice([1, 3, 5]), rng.choice([4, 6, 8])
+                m = nn.Sequential(nn.Conv2d(c, co, k, rng.choice([1, 1, 2]), k // 2,
+                                            bias=False),
+                                  nn.BatchNorm2d(co), rng.choice(ACTS)())
+                c = co
+            elif kind == "dw":
+                m = nn.Sequential(nn.Conv2d(c, c, 3, rng.choice([1, 2]), 1, groups=c,
+                                            bias=False), nn.BatchNorm2d(c), nn.ReLU6())
+            elif kind == "res":
+                m = nn.Sequential(nn.Conv2d(c, c, 3, 1, 1, bias=False), nn.BatchNorm2d(c),
+                                  rng.choice(ACTS)())
+            elif kind == "attn":
+                m = nn.Sequential(nn.Conv2d(c, 1, 3, 1, 1), nn.Sigmoid())
+            elif kind == "drop":
+                m = nn.Dropout(0.3)
+            elif kind == "max":
+                m = nn.MaxPool2d(rng.choice([2, 3]), 2, 0)
+            elif kind == "avg":
+                m = nn.AvgPool2d(3, rng.choice([1, 2]), 1)
+            elif kind == "pad":
+                m = nn.ZeroPad2d(tuple(rng.randint(0, 2) for _ in range(4)))
+            else:
+                m = nn.ModuleList([nn.Sequential(nn.Conv2d(c, 4, 1, bias=False),
+                                                 nn.BatchNorm2d(4), nn.ReLU()),
+                                   nn.Conv2d(c, 4, 3, 1, 1)])
+                c = 8
+            self.steps.append(m)
+            self.kinds.append(kind)
+        for b in self.modules():
+            if isinstance(b, nn.BatchNorm2d):  # trained-looking statistics
+                nn.init.uniform_(b.weight, 0.5, 1.5)
+                nn.init.normal_(b.bias, 0.0, 0.1)
+                b.running_mean.normal_(0.0, 0.1)
+                b.running_var.uniform_(0.5, 1.5)
+        self.head = nn.Linear(c, 3)
+
+    def forward(self, x):
+        for kind, m in zip(self.kinds, self.steps):
+            if kind == "cat":
+                x = torch.cat([b(x) for b in m], dim=1)
+            elif kind == "res":
+                x = x + m(x)
+            elif kind == "attn":
+                x = x * m(x)
+            else:
+                x = m(x)
+        return self.head(x.mean((2, 3))), x
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_user_written_stacks_equal_unpatched(seed):
+    """Conv-BN-activation stacks as users write them: every operator in the region is
+    described (the region is the whole spatial part), and the patched program's outputs
+    equal the unpatched one's in ExecuTorch's runtime."""
+    rng = random.Random(1000 + seed)
+    torch.manual_seed(seed)
+    model = UserStack(rng).eval()
+    x = torch.randn(1, model.cin, 32, 32)
+    em = describe_graph(_edge(model, x).exported_program().graph_module)
+    others = [op for op in em.sm.ops if op.cls == "other"]
+    # only the head (mean, linear) is not spatially local
+    assert all(op.kind in ("mean.dim", "permute_copy.default", "addmm.default",
+                           "view_copy.default") for op in others), \
+        (model.kinds, [(op.kind, op.reason) for op in others])
+    with torch.no_grad():
+        h, w = model(x)[1].shape[2:]
+    grid = (rng.randint(1, min(3, h)), rng.randint(2, min(3, w))) if w >= 2 else None
+    tp = TilePatchesPass(grid=grid, time_limit=2)
+    got, want, _, _ = _compare(model, x, ExecutorchBackendConfig(passes=[tp]))
+    rep = tp.report[0]
+    assert _max_diff(got, want) <= TOL, (model.kinds, grid, rep)
+    if grid is not None:
+        assert rep.patched, (model.kinds, grid, rep.skipped)
+
+
+def test_batch_norm_model_patched_and_records_measured():
+    """A Conv-BN-ReLU6 MobileNetV2-like model: batch norm is no region boundary, and the
+    method-allocator bytes the pass models (`memsched.executorch.records`) are what
+    ExecuTorch's runtime takes when it loads the two programs (the benchmark's harness)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from executorch_method_bytes import method_allocator_bytes
+
+    def cbr(ci, co, k=1, s=1, g=1):
+        return [nn.Conv2d(ci, co, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(co),
+                nn.ReLU6()]
+
+    torch.manual_seed(5)
+    model = nn.Sequential(*cbr(3, 8, 3, 2), *cbr(8, 32), *cbr(32, 32, 3, 1, 32),
+                          *cbr(32, 8), *cbr(8, 48), *cbr(48, 48, 3, 2, 48), *cbr(48, 16))
+    x = torch.randn(1, 3, 48, 48)
+    tp = TilePatchesPass(grid=(2, 2), time_limit=3)
+    et = _edge(model, x).to_executorch(ExecutorchBackendConfig(passes=[tp]))
+    base = _edge(model, x).to_executorch(ExecutorchBackendConfig())
+    rep = tp.report[0]
+    assert rep.patched and rep.region_ops >= 12, rep  # through the batch norms
+    assert _max_diff(_run(et.buffer, x), _run(base.buffer, x)) <= TOL
+    assert _planned(et.buffer) < _planned(base.buffer)
+    measured = method_allocator_bytes(et.buffer)["bytes"] - \
+        method_allocator_bytes(base.buffer)["bytes"]
+    assert rep.records_added > 0
+    assert abs(rep.records_added - measured) <= 0.03 * measured, (rep.records_added, measured)

@@ -30,7 +30,10 @@ ELEMENTWISE = {
     "alias_copy.default", "where.self", "_prelu_kernel.default", "silu.default",
     "mish.default", "softplus.default", "erf.default", "log_sigmoid_forward.default",
 }
-MACLESS = {"clone.default", "alias_copy.default"}
+MACLESS = {"clone.default", "alias_copy.default", "_clone_dim_order.default",
+           "_to_dim_order_copy.default"}
+# copies that may also change the dim order: element-wise only when they keep it contiguous
+DIM_ORDER_COPIES = {"_clone_dim_order.default", "_to_dim_order_copy.default"}
 # ops whose result is a tuple, element 0 the activation (read through ``getitem 0``), the rest
 # (a max pool's indices, batch norm's saved statistics: empty in inference) unread
 TUPLE_FIRST = {"max_pool2d_with_indices.default",
@@ -309,6 +312,12 @@ def _classify(k, n, name, ins, out, pos, tensors, first_only) -> SOp:
                 return _other(k, ins, out, "batch norm with parameters that are not per "
                               "channel", kind)
         return SOp(k, kind, "eltwise", ins, out, macs_per_out=1, cout=o.channels)
+    if name in DIM_ORDER_COPIES:  # a dropout in eval mode is one of these
+        order = n.kwargs.get("dim_order")
+        if order is not None and list(order) != list(range(len(order))) or \
+                n.kwargs.get("dtype") not in (None, _val(n.args[0]).dtype) or pos != [(0,)]:
+            return _other(k, ins, out, f"{kind} that changes the dim order or dtype", kind)
+        return SOp(k, kind, "eltwise", ins, out, macs_per_out=0, cout=o.channels)
     if name in ELEMENTWISE:
         for t in ins:
             # an activation may broadcast over channels (N, 1, H, W), never over space
