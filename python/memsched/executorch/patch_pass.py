@@ -180,7 +180,7 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
     plan = res.plan_of(c)
     try:
         # rewrite a copy: the caller's module stays as it was, whatever happens below
-        new, nmap, (values, instructions) = _rewritten_copy(gm, em, plan)
+        new, nmap, (values, instructions) = _rewritten_copy(gm, em, plan, c.node_order)
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - the rewrite failed: the original stays
@@ -231,7 +231,7 @@ def _two_regions(gm, em: EdgeModel, res: SearchResult, new, nmap, rep: TileRepor
             if first is first0:
                 g1, m1, counts1 = new, nmap, (rep.values_added, rep.instructions_added)
             else:
-                g1, m1, counts1 = _rewritten_copy(gm, em, plan1)
+                g1, m1, counts1 = _rewritten_copy(gm, em, plan1, first.node_order)
             post = {m1[n] for n in em.nodes[plan1.region.length:]}
             out = _second_region(g1, post, first, res.original.macs, max_overhead,
                                  min(left, time_limit / 2), se_patches, price_records)
@@ -336,7 +336,7 @@ def _second_region(gm, post: set, first, macs0: int, max_overhead: float, time_l
         return None
     c.macs = first.macs + c.macs - macs1  # in the original graph's count
     c.overhead = c.macs / macs0 - 1 if macs0 else 0.0
-    new, _, counts = _rewritten_copy(gm, em, res.plan_of(c))
+    new, _, counts = _rewritten_copy(gm, em, res.plan_of(c), c.node_order)
     return new, c, counts
 
 

@@ -19,9 +19,11 @@ def _min_value(dtype):
     return int(torch.iinfo(dtype).min)
 
 
-def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
+def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
     """Apply ``plan`` to ``gm`` in place (the module whose nodes ``em`` names): returns
-    (values added, instructions added)."""
+    (values added, instructions added). ``order``: the plan's node ids in the order to write
+    them (the search's priced schedule, `Candidate.node_order`; default: the plan's order).
+    ExecuTorch runs the graph's node order, and its planner keeps it unless it finds better."""
     from executorch.exir.dialects._ops import ops as exir_ops
     from torch._guards import detect_fake_mode
 
@@ -36,7 +38,7 @@ def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
     # the patches go right after the region's last node: everything they read (region inputs,
     # weights) is defined before it, and nothing before it reads what they make
     first = max(region_nodes, key=list(graph.nodes).index).next
-    made: list = []
+    made: dict = {}
 
     def call(target, args, like=None):
         with graph.inserting_before(first):
@@ -61,16 +63,28 @@ def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
     def src(s):
         return em.node_of[s[1]] if isinstance(s, tuple) else made[s]
 
-    for nid, nd in enumerate(plan.nodes):
+    order = list(range(len(plan.nodes))) if order is None else list(order)
+    if sorted(order) != list(range(len(plan.nodes))):
+        raise Refused("the node order is not a permutation of the plan's nodes")
+    for nid in order:
+        nd = plan.nodes[nid]
         ins = [src(s) for s in nd.inputs]
         dtype = em.dtype_of.get(nd.tensor)
         if nd.kind == "slice":
             x, base = ins[0], nd.base
             h0, h1 = nd.win.h0 - base.h0, nd.win.h1 - base.h0
             w0, w1 = nd.win.w0 - base.w0, nd.win.w1 - base.w0
-            if (h0, h1) != (0, base.height):
+            rows, cols = (h0, h1) != (0, base.height), (w0, w1) != (0, base.width)
+            if rows and cols:
+                # one strided copy of the window: two slice_copy calls would hold a
+                # full-width band of rows between them, which the search does not price
+                st = [int(v) for v in x.meta["val"].stride()]
+                x = call(aten.as_strided_copy.default,
+                         [x, [1, int(x.meta["val"].shape[1]), h1 - h0, w1 - w0], st,
+                          h0 * st[2] + w0 * st[3]])
+            elif rows:
                 x = call(aten.slice_copy.Tensor, [x, 2, h0, h1, 1])
-            if (w0, w1) != (0, base.width) or x is ins[0]:
+            else:
                 x = call(aten.slice_copy.Tensor, [x, 3, w0, w1, 1])
             node = x
         elif nd.kind == "pad":
@@ -125,7 +139,7 @@ def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
                                   _with_acts(orig, em.act_pos[nd.op], ins))
                 if name in TUPLE_FIRST:  # batch norm: its activation is element 0
                     node = call(operator.getitem, [node, 0], em.node_of[op.output])
-        made.append(node)
+        made[nid] = node
         if nid in final:
             old = em.node_of[final[nid]]
             old.replace_all_uses_with(node, delete_user_cb=lambda u: u not in region_nodes)
@@ -184,14 +198,14 @@ def _region_nodes(em: EdgeModel, plan) -> set:
     return out
 
 
-def _rewritten_copy(gm, em: EdgeModel, plan):
+def _rewritten_copy(gm, em: EdgeModel, plan, order=None):
     """(a copy of ``gm`` rewritten by ``plan``, the map old node -> new node, (values,
     instructions) added); ``gm`` itself is not changed."""
     new, nmap = _copy_module(gm)
     em2 = EdgeModel(em.sm, em.graph, em.tensor_index, [nmap[n] for n in em.nodes],
                     {t: nmap[n] for t, n in em.node_of.items()}, em.act_pos, em.dtype_of,
                     em.op_bytes)
-    return new, nmap, rewrite(new, em2, plan)
+    return new, nmap, rewrite(new, em2, plan, order)
 
 
 def _copy_module(gm):

@@ -78,6 +78,7 @@ def node_call_bytes(node) -> int:
 
 
 SLICE = call_bytes(1, 1, 4)  # slice_copy(self, dim, start, end, step)
+WINDOW = call_bytes(1, 1, 1, (4, 4))  # as_strided_copy(self, size, stride, storage_offset)
 PAD = call_bytes(1, 1, 1, (4,))  # constant_pad_nd(self, pad, value)
 PARTIAL = call_bytes(1, 1, 2, (2,))  # sum.dim_IntList(self, dim, keepdim, dtype)
 ACCUMULATE = call_bytes(1, 2, 1)  # add.Tensor(self, other, alpha)
@@ -106,11 +107,11 @@ class ExecutorchRecords(RuntimeMemory):
     def plan_persistent_delta(self, sm, plan) -> int:
         add = 0
         for nd in plan.nodes:
-            if nd.kind == "slice":  # as the rewrite cuts: rows, then columns if needed
+            if nd.kind == "slice":  # as the rewrite cuts: one axis, or a strided window
                 b, w = nd.base, nd.win
                 rows = (w.h0 - b.h0, w.h1 - b.h0) != (0, b.height)
-                add += SLICE * (rows + ((w.w0 - b.w0, w.w1 - b.w0) != (0, b.width) or
-                                        not rows))
+                cols = (w.w0 - b.w0, w.w1 - b.w0) != (0, b.width)
+                add += WINDOW if rows and cols else SLICE
             elif nd.kind == "pad":
                 add += PAD
             elif nd.kind == "concat":

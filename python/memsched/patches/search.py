@@ -91,6 +91,9 @@ class Candidate:
     lower_bound: int = 0
     note: str = ""
     keep: bool = False  # squeeze-and-excitation: later passes read kept pieces (no recompute)
+    # the plan's nodes (`PatchPlan.nodes` ids) in the order that gave ``peak``: an adapter
+    # that writes them in this order hands the runtime's planner the priced schedule
+    node_order: list | None = None
 
     @property
     def total(self) -> int:
@@ -275,16 +278,36 @@ def heuristic_peak(graph: OpGraph, plan: PatchPlan, problem: Problem,
     """The best of: patch by patch with the model-input slices of the later patches moved
     before patch ``cut`` (``max_cuts`` cuts evenly spread over the patches), and, with
     ``baselines``, the scheduler package's best heuristic."""
-    best = problem.evaluate(patch_order(graph, plan)).peak
+    return heuristic_order(graph, plan, problem, baselines, max_cuts)[0]
+
+
+def heuristic_order(graph: OpGraph, plan: PatchPlan, problem: Problem,
+                    baselines: bool = True, max_cuts: int = HEURISTIC_CUTS
+                    ) -> tuple[int, list[int]]:
+    """(peak, order) of `heuristic_peak`'s best order of ``graph``'s operators."""
+    order = patch_order(graph, plan)
+    best = (problem.evaluate(order).peak, order)
     n = plan.patches
     cuts = sorted({1 + (k * (n - 1)) // max_cuts for k in range(max_cuts)} - {n}) if n > 1 else []
     for cut in cuts:
-        best = min(best, problem.evaluate(patch_order(graph, plan, cut)).peak)
+        order = patch_order(graph, plan, cut)
+        peak = problem.evaluate(order).peak
+        if peak < best[0]:
+            best = (peak, order)
     if baselines:
         from ..schedulers import best_heuristic
 
-        best = min(best, best_heuristic(problem)[1])
+        order, peak, _ = best_heuristic(problem)
+        if peak < best[0]:
+            best = (peak, order)
     return best
+
+
+def node_order(graph: OpGraph, order: list[int]) -> list[int]:
+    """The plan node ids of a patched graph's operators (``source == ("node", k)``) in the
+    order ``order`` runs them."""
+    return [graph.ops[v].source[1] for v in order
+            if isinstance(graph.ops[v].source, tuple) and graph.ops[v].source[0] == "node"]
 
 
 # ---------------------------------------------------------------------------- search
@@ -435,14 +458,18 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             continue
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
         pp = Problem.from_graph(pg, model)
-        peak = max(heuristic_peak(pg, plan, pp, baselines=False), suffix[length])
-        if best_total is None or peak + persist <= REFINE_WINDOW * best_total:
+        own_peak, order = heuristic_order(pg, plan, pp, baselines=False)
+        if best_total is None or own_peak + persist <= REFINE_WINDOW * best_total:
             # close to the best: the scheduler package's heuristics may do better
-            peak = max(min(peak, best_heuristic(pp)[1]), suffix[length])
+            h_order, h_peak, _ = best_heuristic(pp)
+            if h_peak < own_peak:
+                own_peak, order = h_peak, h_order
+        peak = max(own_peak, suffix[length])
         evaluated += 1
         c = Candidate([sm.tensors[t].name for t in r.split], list(r.split), length, g, peak,
                       persist, macs, macs / total_macs - 1 if total_macs else 0.0,
-                      len(sm.ops) - length + r.start + len(plan.nodes), r.start, keep=keep)
+                      len(sm.ops) - length + r.start + len(plan.nodes), r.start, keep=keep,
+                      node_order=node_order(pg, order))
         results.append(c)
         plans[c.key] = plan
         if best_total is None or c.total < best_total:
@@ -466,7 +493,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             continue
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
         s = schedule(pg, "auto", model, time_limit=min(REFINE_SECONDS, left))
-        c.peak = min(c.peak, max(s.peak, suffix[c.region_ops]))
+        if max(s.peak, suffix[c.region_ops]) < c.peak:
+            c.peak, c.node_order = max(s.peak, suffix[c.region_ops]), node_order(pg, s.order)
         c.note = "prefix scheduled"
         if best_refined is None or c.total < best_refined:
             best_refined = c.total
@@ -479,7 +507,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             s = schedule(full, "auto", model, time_limit=per)
             c.lower_bound = s.lower_bound
             if s.peak <= c.peak:
-                c.peak = s.peak
+                c.peak, c.node_order = s.peak, node_order(full, s.order)
             c.certified = bool(s.optimal and s.peak <= c.peak)
         frontier = pareto(frontier)
     if forced:  # asked for: the best of what was asked, even if it is no better
