@@ -313,10 +313,16 @@ def build_model(graph_module, graph_signature, flags: PlanFlags) -> ProgramModel
                         raise UnsupportedProgramError(
                             f"node {n.name!r} reads {m.name!r}, which comes later")
                     extra[g].add(gm_)
-    # every op after the inputs pseudo op, the output node after every op
+    # every op after the inputs pseudo op, the output node after every op: an edge only where
+    # no other edge implies it (the same partial order, so the same orders and certificates;
+    # an edge from op 0 to every op hid the graph's chains and isolated subgraphs from the
+    # search's fusion: NASNet-A CIFAR was not proven in 13 s, now in about 2 s)
+    last = len(groups) - 1
+    has_succ = {p for g in range(1, last) for p in extra[g]}
     for g in range(1, len(groups)):
-        extra[g].add(0)
-    extra[len(groups) - 1].update(range(len(groups) - 1))
+        if not extra[g] - {0}:
+            extra[g].add(0)
+    extra[last].update(g for g in range(last) if g not in has_succ)
 
     # the op graph
     a = flags.alignment
