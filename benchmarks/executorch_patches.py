@@ -298,9 +298,10 @@ def table(rows: list[dict]) -> str:
     head = ("| model | MACs | ExecuTorch default (B) | memsched (B) | memsched + patches (B) | "
             "default / patches | grid @ split (region ops) | MAC overhead | "
             "+values / +instructions (.pte) | method allocator memsched -> patches (B) | "
+            "arena + method allocator, default -> patches (B) | "
             "latency default / memsched / patches (ms) | "
             "max abs diff vs default |")
-    lines = [head, "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---|"]
+    lines = [head, "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         ratio = r["default_bytes"] / r["patches_bytes"]
         diff = "0 (bit-equal)" if r["bit_equal"] else f"{r['patches_diff']:.2e}"
@@ -309,6 +310,8 @@ def table(rows: list[dict]) -> str:
             se += f"; then {r['second_grid']} @ {r['second_split']}"
         where = f"{r['grid']} @ {r['split']} ({r['region_ops']}){se}" if r["grid"] else \
             f"none: {r['skipped']}"
+        before = r["default_bytes"] + r["default_method_bytes"]
+        after = r["patches_bytes"] + r["patches_method_bytes"]
         lines.append(
             f"| {r['model']} | {r['macs']:,} | {r['default_bytes']:,} | {r['memsched_bytes']:,}"
             f" | {r['patches_bytes']:,} | {ratio:.2f}x | {where} | "
@@ -316,6 +319,7 @@ def table(rows: list[dict]) -> str:
             f"+{r['patches_values'] - r['memsched_values']} / "
             f"+{r['patches_instructions'] - r['memsched_instructions']} | "
             f"{r['memsched_method_bytes']:,} -> {r['patches_method_bytes']:,} | "
+            f"{before:,} -> {after:,} ({before / after:.2f}x) | "
             f"{r['default_ms']} / {r['memsched_ms']} / {r['patches_ms']} | {diff} |")
     return "\n".join(lines)
 
