@@ -40,12 +40,16 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
     first = max(region_nodes, key=list(graph.nodes).index).next
     made: dict = {}
 
-    def call(target, args, like=None):
+    def call(target, args, like=None, val=None):
+        """A new call before ``first``; its fake value ``val`` when the plan knows it (a
+        window's shape), else from fake-tensor propagation (about 10 ms a call on patch
+        shapes, which are new to its cache each time)."""
         with graph.inserting_before(first):
             node = graph.call_function(target, tuple(args))
-        fargs = [_fake_of(a) for a in args]
-        with fake:
-            val = target(*fargs)
+        if val is None:
+            fargs = [_fake_of(a) for a in args]
+            with fake:
+                val = target(*fargs)
         node.meta["val"] = val
         if like is not None:
             for key in ("stack_trace", "nn_module_stack", "debug_handle", "from_node"):
@@ -75,25 +79,30 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
             h0, h1 = nd.win.h0 - base.h0, nd.win.h1 - base.h0
             w0, w1 = nd.win.w0 - base.w0, nd.win.w1 - base.w0
             rows, cols = (h0, h1) != (0, base.height), (w0, w1) != (0, base.width)
+            val = _windowed(fake, x.meta["val"], h1 - h0, w1 - w0)
             if rows and cols:
                 # one strided copy of the window: two slice_copy calls would hold a
                 # full-width band of rows between them, which the search does not price
                 st = [int(v) for v in x.meta["val"].stride()]
                 x = call(aten.as_strided_copy.default,
                          [x, [1, int(x.meta["val"].shape[1]), h1 - h0, w1 - w0], st,
-                          h0 * st[2] + w0 * st[3]])
+                          h0 * st[2] + w0 * st[3]], val=val)
             elif rows:
-                x = call(aten.slice_copy.Tensor, [x, 2, h0, h1, 1])
+                x = call(aten.slice_copy.Tensor, [x, 2, h0, h1, 1], val=val)
             else:
-                x = call(aten.slice_copy.Tensor, [x, 3, w0, w1, 1])
+                x = call(aten.slice_copy.Tensor, [x, 3, w0, w1, 1], val=val)
             node = x
         elif nd.kind == "pad":
             top, bottom, left, right = nd.pads
             value = _min_value(dtype) if nd.pad_value == PAD_MIN else 0.0
+            xv = ins[0].meta["val"]
             node = call(aten.constant_pad_nd.default, [ins[0], [left, right, top, bottom],
-                                                        value])
+                                                        value],
+                        val=_windowed(fake, xv, int(xv.shape[2]) + top + bottom,
+                                      int(xv.shape[3]) + left + right))
         elif nd.kind == "concat":
-            node = call(aten.cat.default, [list(ins), 3 if nd.axis == 2 else 2])
+            node = call(aten.cat.default, [list(ins), 3 if nd.axis == 2 else 2],
+                        val=_windowed(fake, ins[0].meta["val"], nd.win.height, nd.win.width))
         elif nd.kind == "partial":  # the sum over the patch's own cells (ins[0]: that window)
             orig = em.nodes[nd.op]
             node = call(aten.sum.dim_IntList,
@@ -119,26 +128,34 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
                             orig)
             elif name == "convolution.default":
                 args[0], args[4] = ins[0], [0, 0]
-                node = call(orig.target, args, orig)
+                node = call(orig.target, args, orig, _windowed(fake, orig.meta["val"],
+                                                               nd.win.height, nd.win.width))
             elif name == "max_pool2d_with_indices.default":
                 ks = list(_pair(args[1]))
                 st = list(_pair(args[2])) if len(args) > 2 and args[2] else ks
                 dl = list(_pair(args[4])) if len(args) > 4 else [1, 1]
-                pool = call(orig.target, [ins[0], ks, st, [0, 0], dl, False], orig)
-                node = call(operator.getitem, [pool, 0], em.node_of[op.output])
+                pool = call(orig.target, [ins[0], ks, st, [0, 0], dl, False], orig,
+                            _windowed(fake, orig.meta["val"], nd.win.height, nd.win.width))
+                node = call(operator.getitem, [pool, 0], em.node_of[op.output],
+                            pool.meta["val"][0])
             elif name == "avg_pool2d.default":
                 ks = list(_pair(args[1]))
                 st = list(_pair(args[2])) if len(args) > 2 and args[2] else ks
                 include = bool(args[5]) if len(args) > 5 else True
                 div = args[6] if len(args) > 6 else None
-                node = call(orig.target, [ins[0], ks, st, [0, 0], False, include, div], orig)
+                node = call(orig.target, [ins[0], ks, st, [0, 0], False, include, div], orig,
+                            _windowed(fake, orig.meta["val"], nd.win.height, nd.win.width))
             elif name == "cat.default":
-                node = call(orig.target, [list(ins)] + args[1:], orig)
+                node = call(orig.target, [list(ins)] + args[1:], orig,
+                            _windowed(fake, orig.meta["val"], nd.win.height, nd.win.width))
             else:
                 node = _copy_call(graph, first, fake, orig,
-                                  _with_acts(orig, em.act_pos[nd.op], ins))
+                                  _with_acts(orig, em.act_pos[nd.op], ins),
+                                  _windowed(fake, orig.meta["val"], nd.win.height,
+                                            nd.win.width))
                 if name in TUPLE_FIRST:  # batch norm: its activation is element 0
-                    node = call(operator.getitem, [node, 0], em.node_of[op.output])
+                    node = call(operator.getitem, [node, 0], em.node_of[op.output],
+                                node.meta["val"][0])
         made[nid] = node
         if nid in final:
             old = em.node_of[final[nid]]
@@ -169,9 +186,30 @@ def _with_acts(orig, act_pos, ins) -> list:
     return args
 
 
-def _copy_call(graph, first, fake, orig, args):
+def _windowed(fake, v, h: int, w: int):
+    """A fake value like ``v`` (a 4-D fake tensor, or a tuple whose element 0 is one: a max
+    pool's or a batch norm's result) for an ``h x w`` window of it: same dtype and memory
+    format; tuple elements of other shapes (saved statistics) kept. None when ``v`` is none
+    of these (the caller then propagates)."""
+    import torch
+
+    if isinstance(v, (tuple, list)):
+        if not v or not isinstance(v[0], torch.Tensor) or v[0].dim() != 4:
+            return None
+        return type(v)(_windowed(fake, x, h, w) if isinstance(x, torch.Tensor) and
+                       x.shape == v[0].shape else x for x in v)
+    if not isinstance(v, torch.Tensor) or v.dim() != 4:
+        return None
+    fmt = torch.channels_last if not v.is_contiguous() and \
+        v.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
+    with fake:
+        return torch.empty((int(v.shape[0]), int(v.shape[1]), h, w), dtype=v.dtype,
+                           device=v.device, memory_format=fmt)
+
+
+def _copy_call(graph, first, fake, orig, args, val=None):
     """A copy of call ``orig`` (its target and kwargs, its metadata) on ``args``, inserted
-    before ``first``."""
+    before ``first``; its fake value ``val`` when known (else propagated)."""
     def fake_of(a):
         if isinstance(a, (list, tuple)):
             return type(a)(fake_of(x) for x in a)
@@ -180,9 +218,11 @@ def _copy_call(graph, first, fake, orig, args):
     kw = dict(orig.kwargs)
     with graph.inserting_before(first):
         node = graph.call_function(orig.target, tuple(args), kw)
-    with fake:
-        node.meta["val"] = orig.target(*[fake_of(a) for a in args],
-                                       **{k: fake_of(v) for k, v in kw.items()})
+    if val is None:
+        with fake:
+            val = orig.target(*[fake_of(a) for a in args],
+                              **{k: fake_of(v) for k, v in kw.items()})
+    node.meta["val"] = val
     for key in ("stack_trace", "nn_module_stack", "debug_handle", "from_node"):
         if key in orig.meta:
             node.meta[key] = orig.meta[key]
