@@ -186,12 +186,12 @@ class _Reader:
         buf = self.buf
         self._check(pos, 4, 4, name)
         vt = pos - _I32.unpack_from(buf, pos)[0]
-        self._check(vt, 4, 2, f"{name} vtable")
+        self._check(vt, 2, 2, f"{name} vtable")
         vt_size = _U16.unpack_from(buf, vt)[0]
-        if vt_size < 4 or vt_size % 2:
+        if vt_size % 2:
             raise _Bad(f"{name} vtable size {vt_size}")
         self._check(vt, vt_size, 2, f"{name} vtable")
-        n_slots = (vt_size - 4) // 2
+        n_slots = max(0, (vt_size - 4) // 2)  # a vtable under 4 bytes: no fields
         values = {}
         for f, kind, d, slot in self.layout[name]:
             where = f"{name}.{f}"
@@ -245,6 +245,8 @@ class _Reader:
         n = self._length(pos, 1, what)
         if pos + 4 + n >= self.n or self.buf[pos + 4 + n] != 0:
             raise _Bad(f"{what}: string at byte {pos} not terminated")
+        # the C++ runtime takes any bytes, but its Python binding aborts the process on an
+        # operator name that is not UTF-8: refused
         try:
             return self.buf[pos + 4:pos + 4 + n].decode("utf-8")
         except UnicodeDecodeError:
@@ -285,6 +287,9 @@ def read_header(data: bytes) -> tuple[int, int, int, bool]:
     if base and not program_size <= base <= len(data):
         raise _Bad(f"extended header: segments at byte {base}, outside the file or inside "
                    "the program")
+    if base + seg_size > len(data):  # the runtime's check of the file's size
+        raise _Bad(f"extended header: {seg_size:,} B of segments at byte {base}, past the "
+                   f"{len(data):,}-byte file")
     return program_size, base, seg_size, True
 
 

@@ -5,10 +5,10 @@ importing the runtime.
 What the runtime checks (executorch 1.5.1, ``runtime/executor``: ``program.cpp``,
 ``method.cpp``, ``tensor_parser_*.cpp``, ``program_validation.cpp``) and this module repeats:
 
-- program load: the constant segment (when its offsets list more than the placeholder) is a
-  segment inside the file and the inline constant buffers are empty; every tensor's sizes are
-  non-negative, its scalar type known, its element count and byte size without overflow;
-  every ``TensorList`` item indexes a tensor value;
+- program load: schema version 0; the constant segment (when its offsets list more than the
+  placeholder) is a segment inside the file and the inline constant buffers are empty; every
+  tensor's sizes are non-negative, its scalar type known, its element count and byte size
+  without overflow; every ``TensorList`` item indexes a tensor value;
 - method load: name, inputs, outputs, ``non_const_buffer_sizes``, values and at least one
   chain present; every value non-null with its payload (lists with items, strings with text);
   tensors: storage offset 0, not fully dynamic, rank at most 16, ``dim_order`` a permutation of
@@ -30,6 +30,7 @@ from __future__ import annotations
 from .errors import PteFileError
 
 MAX_ARENA_BYTES = 1 << 32  # a planned arena above 4 GiB: refused (the runtime would allocate it)
+MAX_VERSION = 0  # the newest Program.version the 1.5.1 runtime loads
 MAX_RANK = 16  # the runtime's kTensorDimensionLimit
 _NAME_BUFFER = 100  # the runtime's buffer for "name.overload"
 _SSIZE_MAX = (1 << 63) - 1
@@ -66,6 +67,9 @@ def _segment(pte, index: int, what: str) -> int:
 
 def _program(pte) -> None:
     p = pte.program
+    if p.version > MAX_VERSION:
+        raise _Bad(f"program schema version {p.version}, newer than the runtime's "
+                   f"{MAX_VERSION}")
     if not p.execution_plan:
         raise _Bad("the program has no methods")
     cs = p.constant_segment
