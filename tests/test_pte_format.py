@@ -394,3 +394,33 @@ def test_pte_commands_import_neither_torch_nor_executorch(programs, tmp_path):
     rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
     assert rows[0]["methods"]["forward"]["plan_check"] == "passed"
     assert rows[1]["written"]
+
+
+def test_reorder_progress_per_method_quiet_under_json(programs, tmp_path, monkeypatch, capsys):
+    """`reorder` of a .pte shows each method's stages on the terminal's status line; under
+    ``--json`` there is no status line."""
+    import contextlib
+
+    from memsched.cli import main
+    from memsched.cli import pte as cli_pte
+
+    seen = []
+
+    @contextlib.contextmanager
+    def status(enabled, text):
+        seen.append(("enabled", enabled))
+        yield (lambda line: seen.append(line)) if enabled else (lambda line: None)
+
+    monkeypatch.setattr(cli_pte, "_status", status)
+    src = tmp_path / "two.pte"
+    src.write_bytes(programs["two_methods"])
+    assert main(["reorder", str(src), "-o", str(tmp_path / "o.pte")]) == 0
+    lines = [s for s in seen if isinstance(s, str)]
+    assert seen[0] == ("enabled", True)
+    for method in ("forward", "branches"):
+        assert any(f"'{method}'" in s and "searching the order" in s for s in lines), lines
+    assert any("(2/2)" in s for s in lines)
+    seen.clear()
+    capsys.readouterr()
+    assert main(["reorder", str(src), "-o", str(tmp_path / "o2.pte"), "--json"]) == 0
+    assert seen == [("enabled", False)] and capsys.readouterr().err == ""

@@ -289,21 +289,29 @@ def plan_graph(plan, alignment: int = 16):
                        "refs": refs, "root": root}
 
 
+def _stage(progress, plans, k: int, text: str) -> None:
+    if progress is not None:
+        progress(f"method {plans[k].name!r} ({k + 1}/{len(plans)}): {text}")
+
+
 def analyze(source, time_limit: float | None = 10.0, alignment: int = 16,
-            keep: dict | None = None) -> dict:
+            keep: dict | None = None, progress=None) -> dict:
     """`summary` plus, per method, the liveness peak of the file's instruction order, the
     certified optimum over all orders and its lower bound (memsched's `auto` scheduler under
     ExecuTorch's model), and the check of the plan as written (``plan_check``: "passed", or
     the reason). A method that cannot be modelled gets ``error`` instead of those numbers.
-    ``keep``: a dict that receives ``{method: (OpGraph, optimal order)}`` (for plots)."""
+    ``keep``: a dict that receives ``{method: (OpGraph, optimal order)}`` (for plots);
+    ``progress``: called with a line of text as each method reaches each stage."""
     from ..schedulers import schedule
     from .errors import ExecutorchError
     from .model import EXECUTORCH_MODEL
 
     pte = read_program(source)
     out = _summary(pte)
-    for plan in pte.program.execution_plan:
+    plans = pte.program.execution_plan
+    for k, plan in enumerate(plans):
         row = out[plan.name]
+        _stage(progress, plans, k, f"modelling {row['instructions']:,} instructions")
         try:
             graph, info = plan_graph(plan, alignment)
         except ExecutorchError as e:
@@ -312,6 +320,7 @@ def analyze(source, time_limit: float | None = 10.0, alignment: int = 16,
         from ..memory import peak_memory
 
         row["file_order_peak"] = peak_memory(graph, None, EXECUTORCH_MODEL)
+        _stage(progress, plans, k, f"searching the order of {len(graph.ops):,} ops")
         s = schedule(graph, "auto", EXECUTORCH_MODEL, time_limit=time_limit)
         if keep is not None:
             keep[plan.name] = (graph, list(s.order))
@@ -403,20 +412,32 @@ def random_inputs(plan, seed: int = 0) -> list:
 
 
 def run_method(data: bytes, name: str, inputs) -> list:
+    """The outputs of method ``name`` of the program ``data`` in ExecuTorch's runtime;
+    `UnsupportedProgramError` when the runtime here cannot load or run it (a backend's kernels,
+    ``cortex_m::`` ..., exist on its device only)."""
     from executorch.runtime import Runtime
 
-    method = Runtime.get().load_program(data).load_method(name)
-    return [o.clone() if hasattr(o, "clone") else o for o in method.execute(inputs)]
+    from .errors import UnsupportedProgramError
+    try:
+        method = Runtime.get().load_program(data).load_method(name)
+        outs = method.execute(inputs)
+    except RuntimeError as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UnsupportedProgramError(
+            f"--measure: ExecuTorch's runtime here cannot run method {name!r} ({first[:120]}"
+            "; error 0x14 is a kernel this runtime does not have); nothing written") from None
+    return [o.clone() if hasattr(o, "clone") else o for o in outs]
 
 
 def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
-            measure: bool = True, seed: int = 0) -> tuple[bytes, dict]:
+            measure: bool = True, seed: int = 0, progress=None) -> tuple[bytes, dict]:
     """A rewritten program: each method's instructions in memsched's order and its planned
     tensors at the exact packer's offsets (views follow their storage). Returns the new bytes
     and a report per method (planned bytes before and after, peaks, bound, optimal flags). A
     method is changed only when its planned bytes go down; every new plan passes the
     independent check. ``measure``: both programs run in ExecuTorch's runtime on the same
     random inputs and every output must be bit-equal, else `PlanCheckError` (nothing to write).
+    ``progress``: called with a line of text as each method reaches each stage.
     """
     from ..arena import Lifetime, plan as plan_arena
     from ..schedulers import schedule
@@ -427,7 +448,10 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
     pte = read_program(data, name)
     report: dict = {}
     changed = False
-    for plan in pte.program.execution_plan:
+    plans = pte.program.execution_plan
+    for k_plan, plan in enumerate(plans):
+        _stage(progress, plans, k_plan, "modelling "
+               f"{sum(len(c.instructions) for c in plan.chains):,} instructions")
         before = list(plan.non_const_buffer_sizes)
         row = {"planned_before": sum(before[1:])}
         report[plan.name] = row
@@ -438,6 +462,7 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
             continue
         from ..memory import peak_memory
 
+        _stage(progress, plans, k_plan, f"searching the order of {len(graph.ops):,} ops")
         s = schedule(graph, "auto", EXECUTORCH_MODEL, time_limit=time_limit)
         row.update(file_order_peak=peak_memory(graph, None, EXECUTORCH_MODEL), peak=s.peak,
                    lower_bound=s.lower_bound, order_optimal=s.optimal)
@@ -455,6 +480,7 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
         sizes = list(before)
         new_off: dict[int, int] = {}
         arenas = {}
+        _stage(progress, plans, k_plan, f"packing {len(info['storages']):,} tensors")
         for mem, items in by_mem.items():
             p = plan_arena([Lifetime(sz, lo, hi) for _, lo, hi, sz in items], "auto",
                            alignment=alignment, time_limit=time_limit or 10.0)
@@ -498,9 +524,10 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
     out = write_pte(pte)
     read_program(out, f"the program written for {name}")  # what is written loads: checked
     if measure:
-        for plan in pte.program.execution_plan:  # the written program, still in memory
+        for k_plan, plan in enumerate(plans):  # the written program, still in memory
             if not report[plan.name].get("changed"):
                 continue
+            _stage(progress, plans, k_plan, "running both programs in ExecuTorch's runtime")
             xs = random_inputs(plan, seed)
             a = run_method(data, plan.name, [x.clone() for x in xs])
             b = run_method(out, plan.name, [x.clone() for x in xs])
