@@ -148,109 +148,148 @@ class _Bad(Exception):
     """A defect of the bytes (becomes one `PteFileError` line)."""
 
 
+def _what(what) -> str:
+    """A place in an error message (a name, or (table, field) formatted only on error)."""
+    return what if isinstance(what, str) else ".".join(what)
+
+
+# Per table, its fields as (name, handler, argument, slot), slots counted with a union as
+# two (its type byte takes the slot before its value). Handlers: 0 scalar (a struct), 1
+# string, 2 bytes, 3 vector of scalars (the code), 4 vector of tables, 5 table, 6 union.
+_LAYOUT: dict[str, list] = {}
+for _name, _fields in _TABLES.items():
+    _slots, _s = [], 0
+    for _f, _kind, _d in _fields:
+        if _kind[0] == "|":
+            _s += 1
+            _slots.append((_f, 6, UNIONS[_kind[1:]], _s))
+        elif _kind in _SIZE:
+            _slots.append((_f, 0, (struct.Struct("<" + _kind), _SIZE[_kind]), _s))
+        elif _kind == "str":
+            _slots.append((_f, 1, None, _s))
+        elif _kind.startswith("bytes"):
+            _slots.append((_f, 2, None, _s))
+        elif _kind[0] == "[":
+            _slots.append((_f, 3 if _kind[1:] in _SIZE else 4, _kind[1:], _s))
+        else:
+            _slots.append((_f, 5, _kind, _s))
+        _s += 1
+    _LAYOUT[_name] = _slots
+
+
+# Per table, for the writer: (field, slot, size, struct or None for an offset, kind,
+# default), largest first. A union is two entries: its type byte (kind "|", default: the
+# union's name) and its value (an offset, kind "union").
+_WRITE_ORDER: dict[str, list] = {}
+for _name, _fields in _TABLES.items():
+    _items, _s = [], 0
+    for _f, _kind, _d in _fields:
+        if _kind[0] == "|":
+            _items.append((_f, _s, 1, struct.Struct("<B"), "|", _kind[1:]))
+            _items.append((_f, _s + 1, 4, None, "union", None))
+            _s += 2
+            continue
+        if _kind in _SIZE:
+            _items.append((_f, _s, _SIZE[_kind], struct.Struct("<" + _kind), _kind, _d))
+        else:
+            _items.append((_f, _s, 4, None, _kind, None))
+        _s += 1
+    _WRITE_ORDER[_name] = sorted(_items, key=lambda x: -x[2])
+
+
 class _Reader:
-    """Decodes tables from ``buf`` and checks what flatbuffers' verifier checks."""
+    """Decodes tables from ``buf`` and checks what flatbuffers' verifier checks: every
+    table, vtable, scalar, offset, string and vector inside the buffer and aligned to its
+    size; offsets non-zero and below 2^31; strings NUL-terminated; at most `MAX_TABLES`."""
 
     def __init__(self, buf: bytes):
         self.buf = buf
         self.n = len(buf)
         self.tables = 0
-        # per table kind: [(name, kind, default, slot)], slots counted with unions as two
-        self.layout = {}
-        for name, fields in _TABLES.items():
-            slots, s = [], 0
-            for f, kind, d in fields:
-                if kind.startswith("|"):
-                    s += 1  # the union's type byte takes the slot before its value
-                slots.append((f, kind, d, s))
-                s += 1
-            self.layout[name] = slots
 
-    def _check(self, pos: int, size: int, align: int, what: str) -> None:
+    def _check(self, pos: int, size: int, align: int, what) -> None:
         if pos < 0 or pos + size > self.n:
-            raise _Bad(f"{what} at byte {pos} outside the {self.n}-byte program")
+            raise _Bad(f"{_what(what)} at byte {pos} outside the {self.n}-byte program")
         if pos % align:
-            raise _Bad(f"{what} at byte {pos} not aligned to {align}")
+            raise _Bad(f"{_what(what)} at byte {pos} not aligned to {align}")
 
-    def _offset(self, pos: int, what: str) -> int:
-        self._check(pos, 4, 4, what)
+    def _offset(self, pos: int, what) -> int:
+        if pos < 0 or pos + 4 > self.n or pos % 4:
+            self._check(pos, 4, 4, what)
         o = _U32.unpack_from(self.buf, pos)[0]
         if o == 0 or o >= 1 << 31 or pos + o >= self.n:
-            raise _Bad(f"{what}: offset {o} at byte {pos} points outside the program")
+            raise _Bad(f"{_what(what)}: offset {o} at byte {pos} points outside the program")
         return pos + o
 
     def table(self, pos: int, name: str):
         self.tables += 1
         if self.tables > MAX_TABLES:
             raise _Bad(f"more than {MAX_TABLES:,} tables")
-        buf = self.buf
+        buf, n = self.buf, self.n
         self._check(pos, 4, 4, name)
         vt = pos - _I32.unpack_from(buf, pos)[0]
-        self._check(vt, 2, 2, f"{name} vtable")
+        self._check(vt, 2, 2, (name, "vtable"))
         vt_size = _U16.unpack_from(buf, vt)[0]
         if vt_size % 2:
             raise _Bad(f"{name} vtable size {vt_size}")
-        self._check(vt, vt_size, 2, f"{name} vtable")
+        self._check(vt, vt_size, 2, (name, "vtable"))
         n_slots = max(0, (vt_size - 4) // 2)  # a vtable under 4 bytes: no fields
+        vo_all = struct.unpack_from(f"<{n_slots}H", buf, vt + 4) if n_slots else ()
         values = {}
-        for f, kind, d, slot in self.layout[name]:
-            where = f"{name}.{f}"
-            if kind[0] == "|":
-                if slot >= n_slots:
-                    continue
-                vo_t = _U16.unpack_from(buf, vt + 4 + 2 * (slot - 1))[0]
-                vo = _U16.unpack_from(buf, vt + 4 + 2 * slot)[0]
+        for f, handler, arg, slot in _LAYOUT[name]:
+            if slot >= n_slots:
+                continue
+            vo = vo_all[slot]
+            if handler == 6:  # union: the type byte, then the value
+                vo_t = vo_all[slot - 1]
                 t = 0
                 if vo_t:
-                    self._check(pos + vo_t, 1, 1, where)
+                    self._check(pos + vo_t, 1, 1, (name, f))
                     t = buf[pos + vo_t]
                 if not vo:
                     if t:
-                        raise _Bad(f"{where}: union type {t} without a value")
+                        raise _Bad(f"{name}.{f}: union type {t} without a value")
                     continue
-                members = UNIONS[kind[1:]]
-                if not 1 <= t <= len(members):
-                    raise _Bad(f"{where}: unknown union type {t}")
-                values[f] = self.table(self._offset(pos + vo, where), members[t - 1])
+                if not 1 <= t <= len(arg):
+                    raise _Bad(f"{name}.{f}: unknown union type {t}")
+                values[f] = self.table(self._offset(pos + vo, (name, f)), arg[t - 1])
                 continue
-            if slot >= n_slots:
-                continue
-            vo = _U16.unpack_from(buf, vt + 4 + 2 * slot)[0]
             if not vo:
                 continue
             p = pos + vo
-            if kind in _SIZE:
-                size = _SIZE[kind]
-                self._check(p, size, size, where)
-                v = struct.unpack_from("<" + kind, buf, p)[0]
-                values[f] = v
-            elif kind == "str":
-                values[f] = self.string(self._offset(p, where), where)
-            elif kind.startswith("bytes"):
-                values[f] = self.bytes_(self._offset(p, where), where)
-            elif kind[0] == "[":
-                values[f] = self.vector(self._offset(p, where), kind[1:], where)
+            if handler == 0:
+                st, size = arg
+                if p + size > n or p % size:
+                    self._check(p, size, size, (name, f))
+                values[f] = st.unpack_from(buf, p)[0]
+            elif handler == 1:
+                values[f] = self.string(self._offset(p, (name, f)), (name, f))
+            elif handler == 2:
+                values[f] = self.bytes_(self._offset(p, (name, f)), (name, f))
+            elif handler == 5:
+                values[f] = self.table(self._offset(p, (name, f)), arg)
             else:
-                values[f] = self.table(self._offset(p, where), kind)
+                values[f] = self.vector(self._offset(p, (name, f)), arg, (name, f))
         return _CLASSES[name](**values)
 
     def _length(self, pos: int, elem: int, what: str) -> int:
         self._check(pos, 4, 4, what)
         n = _U32.unpack_from(self.buf, pos)[0]
         if pos + 4 + n * elem > self.n:
-            raise _Bad(f"{what}: {n} elements at byte {pos} run past the program's end")
+            raise _Bad(f"{_what(what)}: {n} elements at byte {pos} run past the program's "
+                       "end")
         return n
 
     def string(self, pos: int, what: str) -> str:
         n = self._length(pos, 1, what)
         if pos + 4 + n >= self.n or self.buf[pos + 4 + n] != 0:
-            raise _Bad(f"{what}: string at byte {pos} not terminated")
+            raise _Bad(f"{_what(what)}: string at byte {pos} not terminated")
         # the C++ runtime takes any bytes, but its Python binding aborts the process on an
         # operator name that is not UTF-8: refused
         try:
             return self.buf[pos + 4:pos + 4 + n].decode("utf-8")
         except UnicodeDecodeError:
-            raise _Bad(f"{what}: string at byte {pos} is not UTF-8") from None
+            raise _Bad(f"{_what(what)}: string at byte {pos} is not UTF-8") from None
 
     def bytes_(self, pos: int, what: str) -> bytes:
         n = self._length(pos, 1, what)
@@ -329,35 +368,26 @@ class _Writer:
         self.buf.extend(b"\0" * (-(len(self.buf) + extra) % align))
 
     def table(self, obj) -> int:
-        name = type(obj).__name__
-        fields = _TABLES[name]
-        inline = []  # (slot, size, struct code or None for an offset, value, kind)
-        slot = 0
-        for f, kind, d in fields:
+        # present fields in the order they are laid out (largest first, so each is aligned
+        # to its size after the 4-byte soffset): (slot, size, struct or None, value, kind)
+        placed, cursor, n_slots = [], 4, 0
+        for f, slot, size, st, kind, default in _WRITE_ORDER[type(obj).__name__]:
             v = getattr(obj, f)
-            if kind[0] == "|":
-                if v is not None:
-                    inline.append((slot, 1, "B", _UNION_IDS[kind[1:]][type(v)], kind))
-                    inline.append((slot + 1, 4, None, v, "union"))
-                slot += 2
+            if v is None or (st is not None and v == default):
                 continue
-            if kind in _SIZE:
-                if v is not None and v != d:
-                    inline.append((slot, _SIZE[kind], kind, v, kind))
-            elif v is not None:
-                inline.append((slot, 4, None, v, kind))
-            slot += 1
-        # field positions inside the table: the soffset at 0, then largest fields first
-        placed, cursor = [], 4
-        for item in sorted(inline, key=lambda x: -x[1]):
-            cursor += -cursor % item[1]
-            placed.append((cursor, item))
-            cursor += item[1]
-        align = max([4] + [it[1] for _, it in placed])
-        n_slots = max([it[0] for _, it in placed], default=-1) + 1
+            if kind == "|":  # the union's type byte: the value's table id
+                v = _UNION_IDS[default][type(v)]
+            cursor += -cursor % size
+            placed.append((cursor, slot, st, v, kind))
+            cursor += size
+            if slot >= n_slots:
+                n_slots = slot + 1
         vtable = [0] * n_slots
-        for off, it in placed:
-            vtable[it[0]] = off
+        align = 4
+        for off, slot, st, v, kind in placed:
+            vtable[slot] = off
+            if st is not None and st.size > align:
+                align = st.size
         vt = struct.pack(f"<HH{n_slots}H", 4 + 2 * n_slots, cursor, *vtable)
         vt_pos = self.vtables.get(vt)
         if vt_pos is None:
@@ -367,15 +397,15 @@ class _Writer:
         self.pad(align)
         pos = len(self.buf)
         body = bytearray(cursor)
-        struct.pack_into("<i", body, 0, pos - vt_pos)
-        for off, (_slot, _size, code, v, _kind) in placed:
-            if code is not None:
-                struct.pack_into("<" + code, body, off, v)
+        _I32.pack_into(body, 0, pos - vt_pos)
+        for off, slot, st, v, kind in placed:
+            if st is not None:
+                st.pack_into(body, off, v)
         self.buf += body
-        for off, (_slot, _size, code, v, kind) in placed:
-            if code is None:
-                child = self.child(v, kind)
-                struct.pack_into("<I", self.buf, pos + off, child - (pos + off))
+        for off, slot, st, v, kind in placed:
+            if st is None:
+                at = pos + off
+                _U32.pack_into(self.buf, at, self.child(v, kind) - at)
         return pos
 
     def child(self, v, kind: str) -> int:
