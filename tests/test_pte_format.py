@@ -424,3 +424,46 @@ def test_reorder_progress_per_method_quiet_under_json(programs, tmp_path, monkey
     capsys.readouterr()
     assert main(["reorder", str(src), "-o", str(tmp_path / "o2.pte"), "--json"]) == 0
     assert seen == [("enabled", False)] and capsys.readouterr().err == ""
+
+
+@pytest.mark.heavy
+def test_cortex_m_int8_program(tmp_path):
+    """A program of the Cortex-M int8 flow (the backend's own recipe, `cortex_m::` kernels,
+    scratch buffers): `kernel_writes` agrees with the backend's operator schemas, `analyze`
+    models it (scratch live for one call, the written plan passes the check), `reorder`
+    writes a file ExecuTorch reads back. Needs the Arm backend's ``tosa-tools``."""
+    pytest.importorskip("tosa")  # the tosa-tools package
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+    from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig
+    from executorch.exir import to_edge
+    from executorch.exir._serialize._program import deserialize_pte_binary
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    torch.manual_seed(0)
+    x = torch.rand(1, 3, 16, 16).to(memory_format=torch.channels_last) * 2 - 1
+    captured = torch.export.export(Branches().eval(), (x,), strict=True).module()
+    prepared = prepare_pt2e(captured, CortexMQuantizer())
+    prepared(x)
+    converted = convert_pt2e(prepared, fold_quantize=True)
+    edge = to_edge(torch.export.export(converted, (x,), strict=True),
+                   compile_config=cortex_m_edge_compile_config())
+    pm = CortexMPassManager(edge.exported_program(), CortexMPassManager.pass_list,
+                            target_config=CortexMTargetConfig(cpu=CortexM.M55))
+    edge._edge_programs["forward"] = pm.transform()
+    data = edge.to_executorch().buffer
+    plan = pte.read_program(data).program.execution_plan[0]
+    names = {op.name for op in plan.operators}
+    assert any(n.startswith("cortex_m::") for n in names), names
+    for ins in plan.chains[0].instructions:
+        a = ins.instr_args
+        op = plan.operators[a.op_index]
+        ours = {v for v, w in zip(a.args, pte.kernel_writes(a.args, plan.values)) if w}
+        assert _with_items(plan, ours) == _with_items(plan, _schema_writes(plan, a.args, op))
+    row = pte.analyze(data, time_limit=5)["forward"]
+    assert "error" not in row and row["plan_check"] == "passed" and row["scratch"] >= 1
+    out, report = pte.reorder(data, time_limit=5, measure=False)
+    assert report["forward"]["planned_after"] <= report["forward"]["planned_before"]
+    pte.read_program(out)
+    deserialize_pte_binary(out)
