@@ -22,12 +22,13 @@ from .common import (CLIError, _quiet_native_stderr, _status, bad_input, not_wri
                      positive_seconds, print_written, rewrite_output)
 
 
-def _needs_runtime() -> None:
-    """``--measure`` runs ExecuTorch's runtime; reading and writing need nothing."""
+def _needs_executorch(what: str = "this") -> None:
+    """`export` and ``reorder --measure`` need ExecuTorch (its exporter, its runtime); reading
+    and writing ``.pte`` files need nothing."""
     import importlib.util
 
     if importlib.util.find_spec("executorch") is None:
-        raise CLIError("--measure needs the 'executorch' package "
+        raise CLIError(f"{what} needs the 'executorch' package "
                        "(pip install 'tvm-memsched[executorch]')")
 
 
@@ -93,7 +94,7 @@ def reorder_pte(args) -> int:
     report = None
     try:
         if args.measure:
-            _needs_runtime()
+            _needs_executorch("--measure")
         if args.offline_plan:
             raise CLIError("--offline-plan is for .tflite files: a .pte program always gets "
                            "memsched's offsets")
