@@ -42,8 +42,10 @@ def analyze_pte(args) -> int:
         from ..report import check_outputs
 
         check_outputs(args.plot, args.report)
+    from .. import native
     from ..executorch import pte
 
+    native.hide_torch_on_load()  # the C++ search without tvm_ffi's torch import (~1 s)
     keep: dict = {}
     # importing ExecuTorch prints its optional kernels' load failures on fd 2: held back
     with _status(not args.json, f"analyzing {args.model} ...") as show, \
@@ -100,8 +102,10 @@ def reorder_pte(args) -> int:
                            "memsched's offsets")
         limit = positive_seconds(args.time_limit)
         out = rewrite_output(args.model, args.output, "reorder", ".memsched.pte", ".pte")
+        from .. import native
         from ..executorch import pte
 
+        native.hide_torch_on_load()  # the C++ search without tvm_ffi's torch import (~1 s)
         with _status(not args.json, f"reordering {args.model} ...") as show, \
                 _quiet_native_stderr(getattr(args, "verbose", False)):
             data, methods = pte.reorder(args.model, time_limit=limit, measure=args.measure,
