@@ -197,6 +197,17 @@ for _name, _fields in _TABLES.items():
     _WRITE_ORDER[_name] = sorted(_items, key=lambda x: -x[2])
 
 
+_SLOT_STRUCTS: dict[int, struct.Struct] = {}
+
+
+def _slots(n: int) -> struct.Struct:
+    """The (cached) struct of a vtable's ``n`` field offsets."""
+    st = _SLOT_STRUCTS.get(n)
+    if st is None:
+        st = _SLOT_STRUCTS[n] = struct.Struct(f"<{n}H")
+    return st
+
+
 class _Reader:
     """Decodes tables from ``buf`` and checks what flatbuffers' verifier checks: every
     table, vtable, scalar, offset, string and vector inside the buffer and aligned to its
@@ -226,15 +237,18 @@ class _Reader:
         if self.tables > MAX_TABLES:
             raise _Bad(f"more than {MAX_TABLES:,} tables")
         buf, n = self.buf, self.n
-        self._check(pos, 4, 4, name)
+        if pos < 0 or pos + 4 > n or pos % 4:
+            self._check(pos, 4, 4, name)
         vt = pos - _I32.unpack_from(buf, pos)[0]
-        self._check(vt, 2, 2, (name, "vtable"))
+        if vt < 0 or vt + 2 > n or vt % 2:
+            self._check(vt, 2, 2, (name, "vtable"))
         vt_size = _U16.unpack_from(buf, vt)[0]
         if vt_size % 2:
             raise _Bad(f"{name} vtable size {vt_size}")
-        self._check(vt, vt_size, 2, (name, "vtable"))
+        if vt + vt_size > n:
+            self._check(vt, vt_size, 2, (name, "vtable"))
         n_slots = max(0, (vt_size - 4) // 2)  # a vtable under 4 bytes: no fields
-        vo_all = struct.unpack_from(f"<{n_slots}H", buf, vt + 4) if n_slots else ()
+        vo_all = _slots(n_slots).unpack_from(buf, vt + 4) if n_slots else ()
         values = {}
         for f, handler, arg, slot in _LAYOUT[name]:
             if slot >= n_slots:
