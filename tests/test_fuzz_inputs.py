@@ -1,7 +1,8 @@
 """Fuzzing the model loaders and the command line with hypothesis (issue 11, part 5).
 
-Inputs: random bytes under every extension; truncated and byte-flipped valid .onnx, .tflite
-and .pt2 files; structurally mutated ONNX (dtype codes, dims, names, references, node lists),
+Inputs: random bytes under every extension; truncated and byte-flipped valid .onnx, .tflite,
+.pt2 and .pte files (``.pte``: `analyze` and `reorder`); structurally mutated ONNX (dtype
+codes, dims, names, references, node lists),
 TFLite (tensor types, shapes, operator/opcode/buffer indices) and .pt2 programs (random
 values spliced into the program JSON, archive re-zipped so the damage reaches the
 deserializer). The property, on every input:
@@ -319,6 +320,91 @@ def _pt2_case(tmp_path, seeds, member, pick, value):
        pick=st.integers(0, 1 << 16), value=JSON_VALUES)
 def test_mutated_pt2_program(tmp_path, seeds, member, pick, value):
     _pt2_case(tmp_path, seeds, member, pick, value)
+
+
+# ------------------------------------------------------------------ ExecuTorch .pte
+@pytest.fixture(scope="module")
+def pte_seed():
+    """A small ExecuTorch program (constants in a segment, a mutable buffer), as bytes."""
+    pytest.importorskip("executorch")
+    torch = pytest.importorskip("torch")
+    from executorch.exir import to_edge
+
+    class P(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a, self.b = torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.Conv2d(4, 4, 1)
+            self.register_buffer("n", torch.zeros(1))
+
+        def forward(self, x):
+            self.n.add_(1)
+            y = torch.relu(self.a(x))
+            return torch.cat([self.b(y), y], 1) * self.n
+
+    ep = torch.export.export(P(), (torch.randn(1, 2, 6, 6),))
+    return to_edge(ep).to_executorch().buffer
+
+
+def check_pte(tmp_path, data: bytes, kind: str) -> None:
+    """``analyze`` and ``reorder`` of a .pte: exit 0, or exit 2 with one line and no file;
+    a written file passes the reader's load checks."""
+    import sys
+
+    from memsched.executorch import pte
+
+    _dir_counter[0] += 1
+    d = tmp_path / f"case{_dir_counter[0]}"
+    d.mkdir()
+    path, out = d / "model.pte", d / "out.pte"
+    path.write_bytes(data)
+    FUZZ_CASES[kind] += 1
+    for argv in (["analyze", str(path), "--json", "--time-limit", "1"],
+                 ["reorder", str(path), "-o", str(out), "--json", "--time-limit", "1"]):
+        err = io.StringIO()
+        old, sys.stderr = sys.stderr, err
+        old_out, sys.stdout = sys.stdout, io.StringIO()
+        try:
+            rc = main(argv)
+        finally:
+            sys.stderr, sys.stdout = old, old_out
+        text = err.getvalue()
+        assert rc in (0, 2), f"{kind}: {argv[0]} exit {rc}: {text}"
+        if rc == 2:
+            assert len(text.splitlines()) == 1 and text.startswith("memsched: error:"), text
+    assert not out.exists() or rc == 0
+    if out.exists():
+        pte.read_program(out)
+
+
+@settings(max_examples=40, **CI)
+@given(frac=st.floats(0, 0.999))
+def test_truncated_pte(tmp_path, pte_seed, frac):
+    check_pte(tmp_path, pte_seed[:int(len(pte_seed) * frac)], "truncated .pte")
+
+
+@settings(max_examples=60, **CI)
+@given(flips=st.lists(st.tuples(st.integers(0, 1 << 14), st.integers(0, 255)), min_size=1,
+                      max_size=4))
+def test_byte_flipped_pte(tmp_path, pte_seed, flips):
+    """Flips land in the flatbuffer (the program's first bytes) more often than in the
+    constant segment, where any byte is a valid weight."""
+    data = bytearray(pte_seed)
+    for pos, val in flips:
+        data[pos % len(data)] = val
+    check_pte(tmp_path, bytes(data), "byte-flipped .pte")
+
+
+@pytest.mark.heavy
+@settings(max_examples=1000, **HEAVY)
+@given(flips=st.lists(st.tuples(st.integers(0, 1 << 14), st.integers(0, 255)), min_size=1,
+                      max_size=8), frac=st.floats(0.5, 1.0))
+def test_pte_campaign(tmp_path, pte_seed, flips, frac):
+    """The two above, randomized: flipped and then possibly truncated programs."""
+    data = bytearray(pte_seed)
+    for pos, val in flips:
+        data[pos % len(data)] = val
+    check_pte(tmp_path, bytes(data[:int(len(data) * frac)]), "campaign .pte")
 
 
 # ------------------------------------------------------------------ heavy campaign

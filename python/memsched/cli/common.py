@@ -91,9 +91,10 @@ def _shapes(args):
 def _status(enabled: bool, text: str):
     """A spinner line on the terminal's stderr while TVM works (only on a terminal). It writes
     to its own copy of file descriptor 2, so `_quiet_native_stderr` (which holds back fd 2
-    while TVM runs) does not swallow it."""
+    while TVM runs) does not swallow it. Yields a function that replaces the line's text
+    (progress: which method or stage); a no-op when there is no line."""
     if not enabled or not sys.stderr.isatty():
-        yield
+        yield lambda _text: None
         return
     from rich.console import Console
 
@@ -106,7 +107,7 @@ def _status(enabled: bool, text: str):
     status = Console(file=stream, force_terminal=True).status(text)
     status.start()
     try:
-        yield
+        yield status.update
     finally:
         status.stop()
         stream.close()

@@ -75,7 +75,7 @@ def cmd_export(args) -> int:
 
     report = None
     try:
-        _needs_executorch()
+        _needs_executorch("memsched export")
         out = _output(args.model, args.output)
         limit = positive_seconds(args.time_limit)
         from ..executorch import backend_config, pte

@@ -22,18 +22,19 @@ from .common import (CLIError, _quiet_native_stderr, _status, bad_input, not_wri
                      positive_seconds, print_written, rewrite_output)
 
 
-def _needs_executorch() -> None:
+def _needs_executorch(what: str = "this") -> None:
+    """`export` and ``reorder --measure`` need ExecuTorch (its exporter, its runtime); reading
+    and writing ``.pte`` files need nothing."""
     import importlib.util
 
     if importlib.util.find_spec("executorch") is None:
-        raise CLIError(".pte files need the 'executorch' package "
+        raise CLIError(f"{what} needs the 'executorch' package "
                        "(pip install 'tvm-memsched[executorch]')")
 
 
 def analyze_pte(args) -> int:
     """``memsched analyze model.pte``: per method, planned bytes as written, the liveness peak
     of the file's order, the certified optimum and its lower bound, the written plan's check."""
-    _needs_executorch()
     if args.passes or args.pass_config or (args.view not in (None, "file")):
         raise CLIError("--pass/--pass-config/--view relax apply to models TVM builds, not to "
                        "an ExecuTorch program")
@@ -41,13 +42,16 @@ def analyze_pte(args) -> int:
         from ..report import check_outputs
 
         check_outputs(args.plot, args.report)
+    from .. import native
     from ..executorch import pte
 
+    native.hide_torch_on_load()  # the C++ search without tvm_ffi's torch import (~1 s)
     keep: dict = {}
     # importing ExecuTorch prints its optional kernels' load failures on fd 2: held back
-    with _status(not args.json, f"analyzing {args.model} ..."), \
+    with _status(not args.json, f"analyzing {args.model} ...") as show, \
             _quiet_native_stderr(getattr(args, "verbose", False)):
-        methods = pte.analyze(args.model, time_limit=args.time_limit, keep=keep)
+        methods = pte.analyze(args.model, time_limit=args.time_limit, keep=keep,
+                              progress=lambda t: show(f"{args.model}: {t}"))
     result = {"model": args.model, "format": "pte", "methods": methods}
     if args.plot or args.report:
         from ..executorch.model import EXECUTORCH_MODEL
@@ -91,17 +95,21 @@ def reorder_pte(args) -> int:
 
     report = None
     try:
-        _needs_executorch()
+        if args.measure:
+            _needs_executorch("--measure")
         if args.offline_plan:
             raise CLIError("--offline-plan is for .tflite files: a .pte program always gets "
                            "memsched's offsets")
         limit = positive_seconds(args.time_limit)
         out = rewrite_output(args.model, args.output, "reorder", ".memsched.pte", ".pte")
+        from .. import native
         from ..executorch import pte
 
-        with _status(not args.json, f"reordering {args.model} ..."), \
+        native.hide_torch_on_load()  # the C++ search without tvm_ffi's torch import (~1 s)
+        with _status(not args.json, f"reordering {args.model} ...") as show, \
                 _quiet_native_stderr(getattr(args, "verbose", False)):
-            data, methods = pte.reorder(args.model, time_limit=limit, measure=args.measure)
+            data, methods = pte.reorder(args.model, time_limit=limit, measure=args.measure,
+                                        progress=lambda t: show(f"{args.model}: {t}"))
         report = {"model": args.model, "output": out, "format": "pte", "measured":
                   bool(args.measure), "methods": methods}
         modelled = [m for m in methods.values() if "error" not in m]

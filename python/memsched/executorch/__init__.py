@@ -13,7 +13,8 @@ with ExecuTorch's algorithm signature), `reorder_graph_module`, `build_model` (t
 under ExecuTorch's memory model), `check_graph_module` (the independent plan check),
 `TilePatchesPass` / `tile_graph_module` (patch-based execution of the spatial prefix:
 ``backend_config(tile_patches=True)``), and
-`memsched.executorch.pte` for ``.pte`` files.
+`memsched.executorch.pte` for ``.pte`` files (read and written by `pte_format` and checked by
+`pte_verify` without executorch or torch; only running a program needs ExecuTorch's runtime).
 """
 from .check import check_graph_module, check_intervals  # noqa: F401
 from .errors import (ExecutorchError, OutputsDifferError, PlanCheckError,  # noqa: F401

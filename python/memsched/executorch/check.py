@@ -18,7 +18,7 @@ def _chain(spec) -> set:
     out = set()
     while spec is not None and id(spec) not in out:
         out.add(id(spec))
-        spec = spec.storage_base
+        spec = getattr(spec, "storage_base", None)  # .pte storages are value ids
     return out
 
 

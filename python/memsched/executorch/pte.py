@@ -1,11 +1,15 @@
-"""Reading ``.pte`` files: the one place that touches ExecuTorch's private deserializer.
+"""Reading, analyzing and rewriting ``.pte`` files, on memsched's own reader and writer
+(`pte_format`, `pte_verify`): neither torch nor executorch is imported unless ``--measure``
+runs both programs in ExecuTorch's runtime.
 
-`read_program` wraps ``executorch.exir._serialize._program.deserialize_pte_binary`` (private in
-1.5.1; its errors differ by what is wrong with the bytes) so that anything it cannot read is a
-`PteFileError` with one line. `planned_sizes` gives each method's
-``non_const_buffer_sizes`` as written (index 0 is reserved for constants; arenas are 1..n);
-`summary` the per-method facts the command line prints (operators, instructions, planned
-tensors and bytes).
+`read_program` decodes a file and makes the checks ExecuTorch's runtime makes when it loads
+the program and its methods, so anything the runtime would refuse is a `PteFileError` with one
+line. `planned_sizes` gives each method's ``non_const_buffer_sizes`` as written (index 0 is
+reserved for constants; arenas are 1..n); `summary` the per-method facts the command line
+prints (operators, instructions, planned tensors and bytes).
+
+What a kernel call reads and writes comes from the program itself (`kernel_writes`), not from
+a table of operator schemas, so every backend's kernels (``cortex_m::`` ...) are covered.
 """
 from __future__ import annotations
 
@@ -13,9 +17,10 @@ import os
 from collections import Counter
 
 from .errors import PteFileError
+from .pte_format import read_pte, write_pte
+from .pte_verify import ELEMENT_BYTES, verify
 
 MAX_PTE_BYTES = 1 << 32  # 4 GiB: above this a file is refused before it is read
-_MAGIC = b"ET"  # flatbuffer file identifier "ETxx" at bytes 4..8
 
 
 def _bytes_of(source) -> tuple[bytes, str]:
@@ -33,22 +38,12 @@ def _bytes_of(source) -> tuple[bytes, str]:
 
 
 def read_program(source, label: str | None = None):
-    """The deserialized ``PTEFile`` of ``source`` (a path or the bytes; ``label`` names it in
-    errors)."""
+    """The decoded `pte_format.PteFile` of ``source`` (a path or the bytes; ``label`` names it
+    in errors), verified as the runtime verifies it at program and method load."""
     data, name = _bytes_of(source)
     name = label or name
-    if len(data) < 8 or data[4:6] != _MAGIC:
-        raise PteFileError(f"{name}: not an ExecuTorch program (no 'ET' file identifier)")
-    from executorch.exir._serialize._program import deserialize_pte_binary
-
-    try:
-        pte = deserialize_pte_binary(data)
-    except Exception as e:  # the private reader raises many kinds: one line for all
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise PteFileError(f"{name}: unreadable ExecuTorch program "
-                           f"({type(e).__name__}: {first[:160]})") from None
-    if not getattr(pte.program, "execution_plan", None):
-        raise PteFileError(f"{name}: the program has no methods")
+    pte = read_pte(data, name)
+    verify(pte, name)
     return pte
 
 
@@ -89,32 +84,36 @@ def _summary(pte) -> dict:
 
 
 # ---------------------------------------------------------------------- the file's schedule
-_ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 8: 4, 9: 8, 10: 16, 11: 1,
-                  12: 1, 13: 1, 14: 4, 15: 2, 22: 1, 23: 1}  # ExecuTorch ScalarType -> bytes
 
 
-def _schema_writes(name: str, overload: str) -> tuple[int, set]:
-    """(number of schema arguments, positions written) of a kernel, from torch's registry."""
-    import torch
+def _content(values, v):
+    """What a kernel argument stands for when comparing it with another: a tensor list by its
+    items (an out list and the returned list are two values with the same tensors)."""
+    val = values[v].val
+    if type(val).__name__ in ("TensorList", "OptionalTensorList"):
+        return ("list", tuple(val.items))
+    return v
 
-    import executorch.exir  # noqa: F401  (registers ExecuTorch's own ops, e.g. dim_order_ops)
 
-    from .errors import UnsupportedProgramError
-    try:
-        ns, op = name.split("::")
-        schema = getattr(getattr(getattr(torch.ops, ns), op), overload or "default")._schema
-    except (AttributeError, ValueError, RuntimeError):
-        raise UnsupportedProgramError(f"operator {name}.{overload} is not known here: cannot "
-                                      "tell which arguments it writes") from None
-    writes = {i for i, a in enumerate(schema.arguments)
-              if a.alias_info is not None and a.alias_info.is_write}
-    return len(schema.arguments), writes
+def kernel_writes(args, values) -> list[bool]:
+    """Which arguments of a kernel call it writes, read from the call itself: ExecuTorch's
+    emitter passes an out-variant's outputs as its trailing arguments and then repeats them as
+    the call's return (``[..., out, out]``, multi-output ``[..., o0, o1, o0, o1]``; a tensor
+    list returned as another list of the same tensors); the longest such repetition is the
+    written block. A call without one (a functional kernel: ``et_view``, ``sym_size``) writes
+    its last argument, its return."""
+    n = len(args)
+    keys = [_content(values, v) for v in args]
+    for k in range(n // 2, 0, -1):
+        if keys[n - k:] == keys[n - 2 * k:n - k]:
+            return [i >= n - 2 * k for i in range(n)]
+    return [i == n - 1 for i in range(n)]
 
 
 def _nbytes(tensor, alignment: int) -> int:
     from ..arena_problem import align_up
 
-    n = _ELEMENT_BYTES.get(int(tensor.scalar_type))
+    n = ELEMENT_BYTES.get(int(tensor.scalar_type))
     if n is None:
         from .errors import UnsupportedProgramError
         raise UnsupportedProgramError(f"tensor scalar type {int(tensor.scalar_type)} unknown")
@@ -134,12 +133,14 @@ def plan_graph(plan, alignment: int = 16):
     """The op graph of one execution plan's instructions, in file order, under ExecuTorch's
     memory model: one op per instruction; a planned tensor lives from the instruction that
     first writes it (plan inputs: from the start) to its last reference (plan outputs: to the
-    end). A planned tensor read before any instruction writes it is a view when an earlier
-    tensor's bytes contain it (it is that tensor), otherwise persistent state (a mutable
-    buffer: the whole run). Instructions writing an already written tensor (``copy_`` back to
-    a buffer, in-place kernels) and delegate calls keep their order relative to every other
-    reference of that storage. Returns ``(OpGraph, info)``; `UnsupportedProgramError` for
-    control flow, moves, frees or unknown kernels.
+    end). What a kernel call writes: `kernel_writes`. A planned tensor read before any
+    instruction writes it is a view when the latest earlier tensor on its bytes has exactly
+    its bytes (it is that tensor), a kernel's scratch when that call is its only reference
+    (it lives for the call), a view of an earlier tensor containing its bytes, otherwise
+    persistent state (a mutable buffer: the whole run). Instructions writing an already
+    written tensor (``copy_`` back to a buffer, in-place kernels) and delegate calls keep
+    their order relative to every other reference of that storage. Returns ``(OpGraph,
+    info)``; `UnsupportedProgramError` for control flow, moves or frees.
     """
     from ..graph import GraphBuilder
     from .errors import UnsupportedProgramError
@@ -147,24 +148,20 @@ def plan_graph(plan, alignment: int = 16):
     if len(plan.chains) != 1:
         raise UnsupportedProgramError(f"method {plan.name!r} has {len(plan.chains)} chains")
     instrs = plan.chains[0].instructions
-    schemas = {}
     refs: list[list[tuple[int, bool]]] = []  # per instruction: (value, written)
     for k, ins in enumerate(instrs):
         arg = ins.instr_args
         kind = type(arg).__name__
         if kind == "KernelCall":
-            op = plan.operators[arg.op_index]
-            if (op.name, op.overload) not in schemas:
-                schemas[(op.name, op.overload)] = _schema_writes(op.name, op.overload)
-            n_args, writes = schemas[(op.name, op.overload)]
             r = []
-            for pos, v in enumerate(arg.args):
-                w = pos in writes or pos >= n_args  # returns alias the written arguments
+            for v, w in zip(arg.args, kernel_writes(arg.args, plan.values)):
                 r.append((v, w))
                 items = getattr(plan.values[v].val, "items", None)
                 if isinstance(items, list):
                     r.extend((int(i), w) for i in items if int(i) >= 0)
-            refs.append(r)
+            # an out tensor passed alone and again inside the returned list is written
+            written = {v for v, w in r if w}
+            refs.append([(v, v in written) for v, _ in r])
         elif kind == "DelegateCall":
             refs.append([(v, None) for v in arg.args])  # which are written: unknown
         else:
@@ -182,8 +179,12 @@ def plan_graph(plan, alignment: int = 16):
     for v in inputs:
         first.setdefault(v, (-1, True))
     root: dict[int, int] = {}
-    persistent = set()
+    persistent, scratch = set(), set()
     writers_by_mem: dict[int, list] = {}
+    kinds = [type(ins.instr_args).__name__ for ins in instrs]
+    n_refs: Counter = Counter()
+    for r in refs:
+        n_refs.update({v for v, _ in r})
     for v, (k, w) in sorted(first.items(), key=lambda x: x[1][0]):
         a = _alloc(values[v])
         if type(values[v].val).__name__ != "Tensor" or a is None:
@@ -193,7 +194,22 @@ def plan_graph(plan, alignment: int = 16):
             definer[v] = k
             writers_by_mem.setdefault(a[0], []).append((k, a[1], a[1] + size, v))
             continue
-        # read before written: a view of the latest earlier tensor containing its bytes, or state
+        # read before written. A view has its base's bytes exactly (ExecuTorch's views are
+        # reshapes at the base's offset): the latest earlier writer of those bytes is its base.
+        # A tensor only one kernel call references and nothing writes is that call's scratch
+        # (``[..., scratch, out, out]``): it lives for the call. Otherwise the latest earlier
+        # tensor containing its bytes (conservative: that tensor lives on), else state.
+        lap = [x for x in writers_by_mem.get(a[0], ())
+               if x[0] < k and x[1] < a[1] + size and a[1] < x[2]]
+        latest = max(lap, key=lambda x: x[0]) if lap else None
+        if latest is not None and latest[1] == a[1] and latest[2] == a[1] + size:
+            root[v] = latest[3]
+            continue
+        if n_refs[v] == 1 and v not in outputs and kinds[k] == "KernelCall":
+            definer[v] = k
+            scratch.add(v)
+            writers_by_mem.setdefault(a[0], []).append((k, a[1], a[1] + size, v))
+            continue
         best = None
         for kk, lo, hi, u in writers_by_mem.get(a[0], ()):
             if kk < k and lo <= a[1] and a[1] + size <= hi and (best is None or kk >= best[0]):
@@ -269,24 +285,33 @@ def plan_graph(plan, alignment: int = 16):
         raise UnsupportedProgramError(f"method {plan.name!r}: value {missing[0]} is read "
                                       "before the instruction that writes it")
     return b.build(), {"storages": storages, "views": len(root), "persistent": len(persistent),
+                       "scratch": len(scratch),
                        "refs": refs, "root": root}
 
 
+def _stage(progress, plans, k: int, text: str) -> None:
+    if progress is not None:
+        progress(f"method {plans[k].name!r} ({k + 1}/{len(plans)}): {text}")
+
+
 def analyze(source, time_limit: float | None = 10.0, alignment: int = 16,
-            keep: dict | None = None) -> dict:
+            keep: dict | None = None, progress=None) -> dict:
     """`summary` plus, per method, the liveness peak of the file's instruction order, the
     certified optimum over all orders and its lower bound (memsched's `auto` scheduler under
     ExecuTorch's model), and the check of the plan as written (``plan_check``: "passed", or
     the reason). A method that cannot be modelled gets ``error`` instead of those numbers.
-    ``keep``: a dict that receives ``{method: (OpGraph, optimal order)}`` (for plots)."""
+    ``keep``: a dict that receives ``{method: (OpGraph, optimal order)}`` (for plots);
+    ``progress``: called with a line of text as each method reaches each stage."""
     from ..schedulers import schedule
     from .errors import ExecutorchError
     from .model import EXECUTORCH_MODEL
 
     pte = read_program(source)
     out = _summary(pte)
-    for plan in pte.program.execution_plan:
+    plans = pte.program.execution_plan
+    for k, plan in enumerate(plans):
         row = out[plan.name]
+        _stage(progress, plans, k, f"modelling {row['instructions']:,} instructions")
         try:
             graph, info = plan_graph(plan, alignment)
         except ExecutorchError as e:
@@ -295,12 +320,14 @@ def analyze(source, time_limit: float | None = 10.0, alignment: int = 16,
         from ..memory import peak_memory
 
         row["file_order_peak"] = peak_memory(graph, None, EXECUTORCH_MODEL)
+        _stage(progress, plans, k, f"searching the order of {len(graph.ops):,} ops")
         s = schedule(graph, "auto", EXECUTORCH_MODEL, time_limit=time_limit)
         if keep is not None:
             keep[plan.name] = (graph, list(s.order))
         row.update({"optimum_peak": s.peak, "lower_bound": s.lower_bound,
                     "optimal": s.optimal, "schedule_seconds": round(s.seconds, 3),
-                    "views": info["views"], "persistent": info["persistent"]})
+                    "views": info["views"], "persistent": info["persistent"],
+                    "scratch": info["scratch"]})
         try:
             check_written_plan(plan, graph, info)
             row["plan_check"] = "passed"
@@ -385,23 +412,33 @@ def random_inputs(plan, seed: int = 0) -> list:
 
 
 def run_method(data: bytes, name: str, inputs) -> list:
+    """The outputs of method ``name`` of the program ``data`` in ExecuTorch's runtime;
+    `UnsupportedProgramError` when the runtime here cannot load or run it (a backend's kernels,
+    ``cortex_m::`` ..., exist on its device only)."""
     from executorch.runtime import Runtime
 
-    method = Runtime.get().load_program(data).load_method(name)
-    return [o.clone() if hasattr(o, "clone") else o for o in method.execute(inputs)]
+    from .errors import UnsupportedProgramError
+    try:
+        method = Runtime.get().load_program(data).load_method(name)
+        outs = method.execute(inputs)
+    except RuntimeError as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UnsupportedProgramError(
+            f"--measure: ExecuTorch's runtime here cannot run method {name!r} ({first[:120]}"
+            "; error 0x14 is a kernel this runtime does not have); nothing written") from None
+    return [o.clone() if hasattr(o, "clone") else o for o in outs]
 
 
 def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
-            measure: bool = True, seed: int = 0) -> tuple[bytes, dict]:
+            measure: bool = True, seed: int = 0, progress=None) -> tuple[bytes, dict]:
     """A rewritten program: each method's instructions in memsched's order and its planned
     tensors at the exact packer's offsets (views follow their storage). Returns the new bytes
     and a report per method (planned bytes before and after, peaks, bound, optimal flags). A
     method is changed only when its planned bytes go down; every new plan passes the
     independent check. ``measure``: both programs run in ExecuTorch's runtime on the same
     random inputs and every output must be bit-equal, else `PlanCheckError` (nothing to write).
+    ``progress``: called with a line of text as each method reaches each stage.
     """
-    from executorch.exir._serialize._program import serialize_pte_binary
-
     from ..arena import Lifetime, plan as plan_arena
     from ..schedulers import schedule
     from .errors import ExecutorchError, OutputsDifferError
@@ -411,7 +448,10 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
     pte = read_program(data, name)
     report: dict = {}
     changed = False
-    for plan in pte.program.execution_plan:
+    plans = pte.program.execution_plan
+    for k_plan, plan in enumerate(plans):
+        _stage(progress, plans, k_plan, "modelling "
+               f"{sum(len(c.instructions) for c in plan.chains):,} instructions")
         before = list(plan.non_const_buffer_sizes)
         row = {"planned_before": sum(before[1:])}
         report[plan.name] = row
@@ -422,6 +462,7 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
             continue
         from ..memory import peak_memory
 
+        _stage(progress, plans, k_plan, f"searching the order of {len(graph.ops):,} ops")
         s = schedule(graph, "auto", EXECUTORCH_MODEL, time_limit=time_limit)
         row.update(file_order_peak=peak_memory(graph, None, EXECUTORCH_MODEL), peak=s.peak,
                    lower_bound=s.lower_bound, order_optimal=s.optimal)
@@ -439,6 +480,7 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
         sizes = list(before)
         new_off: dict[int, int] = {}
         arenas = {}
+        _stage(progress, plans, k_plan, f"packing {len(info['storages']):,} tensors")
         for mem, items in by_mem.items():
             p = plan_arena([Lifetime(sz, lo, hi) for _, lo, hi, sz in items], "auto",
                            alignment=alignment, time_limit=time_limit or 10.0)
@@ -479,11 +521,13 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
         changed = True
     if not changed:
         return data, report
-    out = bytes(serialize_pte_binary(pte, extract_delegate_segments=True))
+    out = write_pte(pte)
+    read_program(out, f"the program written for {name}")  # what is written loads: checked
     if measure:
-        for plan in pte.program.execution_plan:  # the written program, still in memory
+        for k_plan, plan in enumerate(plans):  # the written program, still in memory
             if not report[plan.name].get("changed"):
                 continue
+            _stage(progress, plans, k_plan, "running both programs in ExecuTorch's runtime")
             xs = random_inputs(plan, seed)
             a = run_method(data, plan.name, [x.clone() for x in xs])
             b = run_method(out, plan.name, [x.clone() for x in xs])
