@@ -13,6 +13,7 @@ from ..graph import GraphBuilder
 from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
 from ..patches.region import Refused, partial_se_blocks
 from ..patches.search import RuntimeMemory
+from . import patch_cortex_m as _cm
 from .model import EXECUTORCH_MODEL
 
 EXECUTORCH_MEMORY = RuntimeMemory("executorch", EXECUTORCH_MODEL)  # activations only
@@ -177,7 +178,8 @@ def describe_graph(gm) -> EdgeModel:
             vals = _val(n)
             outs.append((f"{n.name}.indices",
                          _nbytes(vals[1]) if isinstance(vals, (tuple, list)) else 0))
-        vid = b.op(n.name, op.kind, [gt[t] for t in dict.fromkeys(ins)], outs, source=("op", k))
+        vid = b.op(n.name, op.kind, [gt[t] for t in dict.fromkeys(ins)], outs, source=("op", k),
+                   workspace=op.workspace)
         gt[out] = b.ops[vid].outputs[0]
         tensor_index.append(out)
         if len(outs) > 1:
@@ -243,6 +245,8 @@ def _classify(k, n, name, ins, out, pos, tensors, pool_ok) -> SOp:
     if not o.spatial or any(not tensors[t].spatial for t in ins):
         return _other(k, ins, out, f"{kind} on a tensor that is not a 1-batch 4-D feature map",
                       kind)
+    if _cm.is_cortex_m(n.target):  # the Cortex-M int8 kernels: their own table
+        return _cm.classify(k, n, ins, out, pos, tensors)
     args = list(n.args)
     if name == "convolution.default":
         if pos != [(0,)]:

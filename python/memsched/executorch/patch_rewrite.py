@@ -9,6 +9,7 @@ import operator
 
 from ..patches.geometry import PAD_MIN
 from ..patches.region import Refused
+from . import patch_cortex_m as _cm
 from .patch_describe import EdgeModel, _aten_name, _keepdim, _pair
 
 def _min_value(dtype):
@@ -73,6 +74,8 @@ def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
             if (w0, w1) != (0, base.width) or x is ins[0]:
                 x = call(aten.slice_copy.Tensor, [x, 3, w0, w1, 1])
             node = x
+        elif nd.kind == "pad" and _cm.is_channels_last_int(em, nd.tensor):
+            node = _cm.border_pad(call, em, nd, ins[0], nd.pad_value)  # the zero point
         elif nd.kind == "pad":
             top, bottom, left, right = nd.pads
             value = _min_value(dtype) if nd.pad_value == PAD_MIN else 0.0
@@ -99,7 +102,9 @@ def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
             op = sm.ops[nd.op]
             name = _aten_name(orig.target)
             args = list(orig.args)
-            if op.kind == "PAD":
+            if _cm.is_cortex_m(orig.target):
+                node = _cm.rebuild(call, graph, first, orig, op, nd, ins, em.act_pos[nd.op])
+            elif op.kind == "PAD":
                 top, bottom, left, right = nd.pads
                 node = call(orig.target, [ins[0], [left, right, top, bottom]] + args[2:3],
                             orig)
@@ -131,6 +136,7 @@ def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
     for n in reversed(list(graph.nodes)):
         if n in region_nodes and not n.users:
             graph.erase_node(n)
+    _cm.drop_unused_scratch(graph)  # the removed Cortex-M calls' scratch buffers
     left = [n for n in region_nodes if n.graph is graph and n in set(graph.nodes)]
     if left:
         raise Refused(f"region node {left[0].name} is still read after the rewrite")

@@ -164,6 +164,10 @@ class SOp:
     cout: int = 0
     reason: str = ""  # why the op is not spatially local ("other")
     divisor: int = 1  # "reduce": what the sum over space is divided by (H*W: mean; 1: sum)
+    # scratch bytes the kernel holds while it runs (CMSIS-NN buffers of the Cortex-M flow);
+    # each copy of the op in a patch is priced with the whole op's (scratch does not grow
+    # with the window)
+    workspace: int = 0
 
     def in_window(self, out: Win) -> Win:
         """Input window (unclipped) that output window ``out`` reads (window ops), or ``out``
