@@ -103,9 +103,11 @@ class EdgeModel:
     dtype_of: dict
 
 
-def describe_graph(gm) -> EdgeModel:
+def describe_graph(gm, planned_inputs: bool = True) -> EdgeModel:
     """The `EdgeModel` of an edge-dialect graph module (raises `Refused` when it has no
-    convolution or pooling on a 1-batch NCHW feature map)."""
+    convolution or pooling on a 1-batch NCHW feature map). ``planned_inputs``: the user
+    inputs are in the planned arena (``MemoryPlanningPass(alloc_graph_input=True)``, the
+    default); False: the caller owns their buffers, they count 0 bytes."""
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     described = any(n.meta.get("desc") is not None for n in placeholders)
@@ -139,7 +141,7 @@ def describe_graph(gm) -> EdgeModel:
     tensor_index: list[int] = []
     for n in inputs:
         t = tensor(n)
-        gt[t] = b.input(n.name, _nbytes(_val(n)))
+        gt[t] = b.input(n.name, _nbytes(_val(n)) if planned_inputs else 0)
         tensor_index.append(t)
     ops: list[SOp] = []
     nodes, act_pos, macs = [], [], []

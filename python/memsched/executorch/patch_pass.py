@@ -129,15 +129,16 @@ def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
 
 def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
                       time_limit: float = 10.0, se_patches: str | None = None,
-                      second_region: bool = True):
+                      second_region: bool = True, planned_inputs: bool = True):
     """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed.
     ``second_region`` (when neither ``grid`` nor ``split`` is forced): then a second region,
     starting right after the first one's reassembly, searched on the once-patched graph with
-    what is left of the MAC budget (`_second_region`)."""
+    what is left of the MAC budget (`_second_region`). ``planned_inputs``: False when the
+    planning pass leaves the user inputs out of the arena (``alloc_graph_input=False``)."""
     t0 = time.perf_counter()
     rep = TileReport()
     try:
-        em = describe_graph(gm)
+        em = describe_graph(gm, planned_inputs)
         res = search(em, max_overhead=max_overhead, grid=grid, split=split,
                      time_limit=time_limit, se_patches=se_patches)
     except Refused as e:
@@ -183,7 +184,8 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
     rep.certified = bool(c.certified)
     rep.values_added, rep.instructions_added = values, instructions
     if second_region and grid is None and split is None:
-        new = _two_regions(gm, em, res, new, nmap, rep, max_overhead, time_limit, se_patches)
+        new = _two_regions(gm, em, res, new, nmap, rep, max_overhead, time_limit, se_patches,
+                           planned_inputs)
     rep.seconds = time.perf_counter() - t0
     return new, rep
 
@@ -192,7 +194,7 @@ SECOND_REGION_TRIES = 4  # first-region choices (the search's, then finer grids)
 
 
 def _two_regions(gm, em: EdgeModel, res: SearchResult, new, nmap, rep: TileReport,
-                 max_overhead: float, time_limit: float, se_patches):
+                 max_overhead: float, time_limit: float, se_patches, planned_inputs=True):
     """A second patch region after the first one's reassembly (each region with its own
     grid: e.g. the stem's stage in many patches, then the next stage in a few), as
     `memsched.tflite.tile` does for .tflite files. First regions tried: the search's choice,
@@ -216,7 +218,7 @@ def _two_regions(gm, em: EdgeModel, res: SearchResult, new, nmap, rep: TileRepor
                 g1, m1, counts1 = _rewritten_copy(gm, em, plan1)
             post = {m1[n] for n in em.nodes[plan1.region.length:]}
             out = _second_region(g1, post, first, res.original.macs, max_overhead,
-                                 min(left, time_limit / 2), se_patches)
+                                 min(left, time_limit / 2), se_patches, planned_inputs)
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as e:  # noqa: BLE001 - keep what we have
@@ -288,17 +290,17 @@ def _first_choices(em: EdgeModel, res: SearchResult, max_overhead: float, time_l
 
 
 def _second_region(gm, post: set, first, macs0: int, max_overhead: float, time_limit: float,
-                   se_patches):
+                   se_patches, planned_inputs: bool = True):
     """The second search on the once-patched graph module ``gm`` (``post``: its nodes of the
     operators after the first region): regions starting at the first of those operators,
     within the MAC budget left. Returns (the twice-patched copy, the second candidate,
     (values, instructions) added) or None."""
-    em = describe_graph(gm)
+    em = describe_graph(gm, planned_inputs)
     # the search runs the operators before a region in file order: put the once-patched
     # graph in the scheduler's order first (the first region's patches, as the search priced
     # them), or its file order's peak would hide what a second region saves
     _in_scheduled_order(gm, em, time_limit / 4)
-    em = describe_graph(gm)
+    em = describe_graph(gm, planned_inputs)
     start = next((k for k, n in enumerate(em.nodes) if n in post), None)
     if start is None:
         return None
@@ -382,7 +384,7 @@ class TilePatchesPass:
 
     def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
                  time_limit: float = 10.0, se_patches: str | None = None,
-                 second_region: bool = True):
+                 second_region: bool = True, planned_inputs: bool = True):
         if max_overhead < 0:
             raise TilePatchesError("max_overhead must be >= 0")
         if se_patches not in (None, "recompute", "keep"):
@@ -390,6 +392,7 @@ class TilePatchesPass:
                                    f"{se_patches!r}")
         self.se_patches = se_patches
         self.second_region = bool(second_region)
+        self.planned_inputs = bool(planned_inputs)  # alloc_graph_input of the planning pass
         self.max_overhead = float(max_overhead)
         self.grid = _grid(grid)
         self.split = split
@@ -402,7 +405,8 @@ class TilePatchesPass:
         new, rep = tile_graph_module(graph_module, max_overhead=self.max_overhead,
                                      grid=self.grid, split=self.split,
                                      time_limit=self.time_limit, se_patches=self.se_patches,
-                                     second_region=self.second_region)
+                                     second_region=self.second_region,
+                                     planned_inputs=self.planned_inputs)
         self.report.append(rep)
         if new is None:
             return PassResult(graph_module, False)
