@@ -203,7 +203,7 @@ def describe_graph(gm, planned_inputs: bool = True) -> EdgeModel:
             b.mark_output(gt[t])
     _squeeze_excitation(ops, nodes, act_pos, macs, tensors, set(outputs))
     sm = SpatialModel(ops, tensors, [index[n] for n in inputs], list(dict.fromkeys(outputs)),
-                      macs=macs, name="edge")
+                      macs=macs, name="edge", two_step_slices=True)
     return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of)
 
 

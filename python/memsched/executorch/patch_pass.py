@@ -347,7 +347,11 @@ def _in_scheduled_order(gm, em: EdgeModel, time_limit: float) -> None:
     heap = []
     for n in nodes:
         if not preds[n]:
-            key[n] = rank.get(n, -1)
+            # a call without inputs (a scratch buffer's ``alloc``) goes with its first reader,
+            # not first in the graph, where it would live from the start (placeholders keep
+            # their order: it is the program's signature)
+            key[n] = rank.get(n, -1) if n.op != "call_function" else \
+                min((rank[u] for u in n.users if u in rank), default=-1)
             heapq.heappush(heap, (key[n], index[n], n))
     order = []
     while heap:

@@ -69,10 +69,12 @@ def rewrite(gm, em: EdgeModel, plan) -> tuple[int, int]:
             x, base = ins[0], nd.base
             h0, h1 = nd.win.h0 - base.h0, nd.win.h1 - base.h0
             w0, w1 = nd.win.w0 - base.w0, nd.win.w1 - base.w0
-            if (h0, h1) != (0, base.height):
-                x = call(aten.slice_copy.Tensor, [x, 2, h0, h1, 1])
-            if (w0, w1) != (0, base.width) or x is ins[0]:
-                x = call(aten.slice_copy.Tensor, [x, 3, w0, w1, 1])
+            cuts = [(2, h0, h1, base.height), (3, w0, w1, base.width)]
+            if nd.win.height * base.width > base.height * nd.win.width:
+                cuts.reverse()  # the smaller band first (priced by SpatialModel.slice_band)
+            for i, (dim, a, z, size) in enumerate(cuts):
+                if (a, z) != (0, size) or (i == 1 and x is ins[0]):
+                    x = call(aten.slice_copy.Tensor, [x, dim, a, z, 1])
             node = x
         elif nd.kind == "pad" and _cm.is_channels_last_int(em, nd.tensor):
             node = _cm.border_pad(call, em, nd, ins[0], nd.pad_value)  # the zero point

@@ -205,7 +205,8 @@ def patched_graph(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     if plan:
         for k, nd in enumerate(plan.nodes):
             ins = [tmap[r[1]] if isinstance(r, tuple) else node_t[r] for r in nd.inputs]
-            ws = sm.ops[nd.op].workspace if nd.kind == "op" else 0
+            ws = sm.ops[nd.op].workspace if nd.kind == "op" else \
+                sm.slice_band(nd.tensor, nd.win, nd.base) if nd.kind == "slice" else 0
             vid = b.op(f"patch{nd.patch}:{nd.kind}:{k}", nd.kind, ins,
                        [(f"n{k}", plan.node_bytes(sm, k))], source=("node", k), workspace=ws)
             node_t.append(b.ops[vid].outputs[0])
