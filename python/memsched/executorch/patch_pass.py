@@ -120,11 +120,21 @@ class TileReport:
 # ---------------------------------------------------------------------------- search
 def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
            time_limit: float = 10.0, se_patches: str | None = None) -> SearchResult:
-    """The one patch search under ExecuTorch's activation-only memory model."""
+    """The one patch search under ExecuTorch's activation-only memory model. Regions start at
+    the first operator, and also right after it when that one is element-wise on a model
+    input (the int8 flow's quantize of the float input): quantized whole before the region,
+    or patch by patch inside it, whichever the evaluator prices lower."""
     return search_patches(em.sm, em.graph, em.tensor_index, EXECUTORCH_MEMORY,
                           grids=[tuple(grid)] if grid is not None else None, split=split,
                           max_overhead=max_overhead, time_limit=time_limit, se=True,
-                          se_patches=se_patches)
+                          se_patches=se_patches, starts=_starts(em.sm))
+
+
+def _starts(sm) -> tuple:
+    ops = sm.ops
+    if len(ops) > 1 and ops[0].cls == "eltwise" and set(ops[0].inputs) <= set(sm.inputs):
+        return (0, 1)
+    return (0,)
 
 
 def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
