@@ -5,9 +5,14 @@
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/executorch_cortex_m.py --patches
         [--models mobilenet_v2,mobilenet_v1_025]   # int8: default vs tile_patches=True
 
-Needs the Arm backend's ``tosa-tools`` (the Cortex-M quantizer imports it): a benchmark-only
-dependency, not in pyproject.toml (``pip install --no-deps tosa-tools==2026.5.0`` keeps the
-venv's numpy; tosa-tools pins numpy<2.2 but the quantizer only imports it).
+Needs the Arm backend's ``tosa-tools`` (the Cortex-M quantizer imports it): in the ``test``
+extra (it pins numpy<2.2, which pip resolves with the other pins); in a venv that already has a
+newer numpy, ``pip install --no-deps tosa-tools`` works as well (the quantizer only imports it).
+
+``--patches``: the int8 programs of MobileNetV2 and MobileNetV1-0.25 (or ``--models``), ExecuTorch's
+default plan against ``backend_config(tile_patches=True)``, with the input planned and not
+(``alloc_graph_input``); the patched edge graph checked eagerly through the ``cortex_m::``
+reference implementations (docs/executorch_patches.md, "The Cortex-M int8 flow").
 
 Models: the Cortex-M backend's test models (``executorch/backends/cortex_m/test/models``):
 MobileNetV2 (224x224) and MobileNetV3-small (232x232) rebuilt here in plain ``torch.nn`` with

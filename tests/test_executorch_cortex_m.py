@@ -22,7 +22,8 @@ from torch import nn  # noqa: E402
 
 from memsched.executorch import patch_cortex_m as cm  # noqa: E402
 from memsched.executorch.patch_describe import describe_graph  # noqa: E402
-from memsched.executorch.patch_pass import tile_graph_module  # noqa: E402
+import memsched.executorch as mx  # noqa: E402
+from memsched.executorch.patch_pass import _starts, tile_graph_module  # noqa: E402
 
 
 def _edge(model, shape, seed=0):
@@ -118,6 +119,15 @@ def test_cortex_m_ops_described_by_what_they_compute():
     assert any(op.workspace > 0 for op in em.sm.ops
                if op.kind == "cortex_m.quantized_depthwise_conv2d.default")
     assert all(g.workspace == op.workspace for g, op in zip(em.graph.ops, em.sm.ops))
+    # the float input's quantize: regions start at it (per patch) and after it (whole)
+    assert _starts(em.sm) == (0, 1)
+    # a caller-owned input (alloc_graph_input=False) costs the arena nothing
+    (x,) = em.sm.inputs
+    assert em.graph.tensors[em.graph.input_tensors[0]].nbytes == em.sm.tensors[x].nbytes > 0
+    em0 = describe_graph(ep.graph_module, planned_inputs=False)
+    assert em0.graph.tensors[em0.graph.input_tensors[0]].nbytes == 0
+    config = mx.backend_config(tile_patches=True, alloc_graph_input=False)
+    assert [p.planned_inputs for p in config.passes] == [False]
 
 
 def test_small_model_patched_bit_equal_with_zero_point_borders():

@@ -20,7 +20,10 @@ The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
    ...) -> ``vector``, ``mul.Tensor`` (``add`` / ``sub`` / ``div``) of the feature map by the
    vector -> ``scale``; only whole blocks (a mean whose vector reaches a classifier head or a
    model output stays ``other``). Nodes that read no activation (weight permutes) are left
-   where they are and not modelled.
+   where they are and not modelled. The Cortex-M int8 flow's ``cortex_m::`` kernels (quantize,
+   quantized convolutions / pools / add / mul / activation, pad, minimum / maximum) are
+   described by `memsched.executorch.patch_cortex_m`, their CMSIS-NN scratch buffers as
+   per-op workspace.
 2. **Search.** `memsched.patches.search.search_patches` with ``RuntimeMemory("executorch",
    EXECUTORCH_MODEL)`` and ``se=True``: region (a prefix ending at its split tensors) and
    grid, the lowest
