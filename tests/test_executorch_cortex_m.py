@@ -93,10 +93,22 @@ def _small():
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
 
 
-def _patched_equal(model, shape, **kw):
+def _before_pool(gm) -> str:
+    """The name of the feature map the global average pool reads (the whole backbone)."""
+    pool = next(n for n in gm.graph.nodes if n.op == "call_function" and
+                cm.is_cortex_m(n.target) and cm.op_name(n.target).startswith("quantized_avg"))
+    return pool.args[0].name
+
+
+def _patched_equal(model, shape, whole=False, **kw):
+    """Patch the Cortex-M program of ``model`` (``whole``: the region is the whole backbone,
+    up to the global pool) and compare it with the unpatched one under the reference
+    kernels."""
     ep, x = _edge(model, shape)
     gm = ep.graph_module
-    new, rep = tile_graph_module(gm, time_limit=3.0, **kw)
+    if whole:
+        kw["split"] = _before_pool(gm)
+    new, rep = tile_graph_module(gm, time_limit=3.0, max_overhead=10.0, **kw)
     assert new is not None, rep.skipped
     a, b = _run(ep, gm, x), _run(ep, new, x)
     assert len(a) == len(b) and all(torch.equal(u, v) for u, v in zip(a, b))
@@ -137,13 +149,16 @@ def test_small_model_patched_bit_equal_with_zero_point_borders():
                                   split="cortex_m_quantized_add_default")
     assert rep.grid == "2x2" and rep.region_ops >= 6
     pads = [n for n in new.graph.nodes if n.op == "call_function" and
-            cm.is_cortex_m(n.target) and cm.op_name(n.target) == "pad.default"]
+            "constant_pad_nd" in str(n.target)]
     assert pads, "border patches pad explicitly"
-    # the pad value of each is the zero point of the convolution that reads it
+    # the pad value of each is the zero point of the convolution that reads it (not 0)
+    zps = set()
     for p in pads:
         reader = next(iter(p.users))
         name = cm.op_name(reader.target)
-        assert p.args[3] == -int(reader.args[cm.INPUT_OFFSET[name]])
+        assert p.args[2] == -int(reader.args[cm.INPUT_OFFSET[name]])
+        zps.add(p.args[2])
+    assert zps - {0}
     # every scratch buffer is read, and sized by the backend's function for its patch
     from executorch.backends.cortex_m.library import cmsis_nn
     from executorch.backends.cortex_m.passes.scratch_buffer_sizes import (
@@ -164,7 +179,8 @@ def test_max_pool_and_residual_patched_bit_equal():
     model = nn.Sequential(_cba(3, 8, 3, 1), nn.MaxPool2d(3, 2, 1), Block(8, 8, 1),
                           _cba(8, 8, 3, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                           nn.Linear(8, 2))
-    _patched_equal(model, (1, 3, 24, 24), grid=(3, 2))
+    ep, new, rep = _patched_equal(model, (1, 3, 24, 24), whole=True, grid=(3, 2))
+    assert rep.region_ops >= 8
 
 
 LAYERS = ["conv3", "conv3s2", "dw3", "conv1", "block", "maxpool", "hardswish"]
@@ -194,4 +210,5 @@ def test_random_cortex_m_stacks_patched_bit_equal(layers, grid):
         else:
             mods.append(_cba(c, c, 3, act=nn.Hardswish))
     mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 3)]
-    _patched_equal(nn.Sequential(*mods), (1, 3, 24, 24), grid=grid)
+    ep, new, rep = _patched_equal(nn.Sequential(*mods), (1, 3, 24, 24), whole=True, grid=grid)
+    assert rep.region_ops >= 2 + len(layers)  # every random layer patched

@@ -13,7 +13,7 @@ the tests run):
 * ``quantized_conv2d`` / ``quantized_depthwise_conv2d``: the int32 accumulation adds
   ``input_offset`` (= minus the input zero point) to every input cell and convolves with zero
   padding, so a padded cell stands for the *input zero point*: a patch's explicit border pad
-  pads with ``-input_offset`` (`pad_value`), not 0. Weights OHWI (conv) / IHWO (depthwise).
+  pads with ``-input_offset`` (`zero_point`), not 0. Weights OHWI (conv) / IHWO (depthwise).
 * ``quantized_avg_pool2d`` averages real cells only (``count_include_pad=False``): implicit
   padding cannot be made explicit, so such a pool is a window op without a border pad.
 * ``quantized_max_pool2d``: padding is never the maximum: a border pad of -128 is equivalent.
@@ -174,12 +174,18 @@ def zero_point(em, t: int) -> int:
 
 
 def border_pad(call, em, nd, x, pad_value):
-    """The explicit border pad of a patch of a channels-last int8 tensor: ``cortex_m::pad``
-    (physical NHWC pads), with the zero point (convolutions) or -128 (max pool)."""
+    """The explicit border pad of a patch of a channels-last int8 tensor, with the zero point
+    (convolutions) or -128 (max pool): ``constant_pad_nd``, whose pads are logical (H, W).
+    Not ``cortex_m::pad``: its pads are in the *physical* order its kernel reads off the
+    runtime tensor's dim order, which for a patch (a ``slice_copy`` of a channels-last tensor
+    is contiguous in the edge dialect, a convolution's output channels-last) the fake tensor
+    does not always tell the same (a random stack padded channels instead of rows)."""
     from executorch.exir.dialects._ops import ops as exir_ops
 
+    top, bottom, left, right = nd.pads
     value = -128 if pad_value == PAD_MIN else zero_point(em, nd.tensor)
-    return call(exir_ops.edge.cortex_m.pad.default, [x, *_physical(x, nd.pads), int(value)])
+    return call(exir_ops.edge.aten.constant_pad_nd.default,
+                [x, [left, right, top, bottom], int(value)])
 
 
 def _physical(x, pads) -> tuple[list, list]:
