@@ -2,10 +2,17 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/executorch_cortex_m.py
         [--models a,b] [--no-fp32] [--no-run] [--time-limit S] [--calibration N] [--json out.json]
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/executorch_cortex_m.py --patches
+        [--models mobilenet_v2,mobilenet_v1_025]   # int8: default vs tile_patches=True
 
-Needs the Arm backend's ``tosa-tools`` (the Cortex-M quantizer imports it): a benchmark-only
-dependency, not in pyproject.toml (``pip install --no-deps tosa-tools==2026.5.0`` keeps the
-venv's numpy; tosa-tools pins numpy<2.2 but the quantizer only imports it).
+Needs the Arm backend's ``tosa-tools`` (the Cortex-M quantizer imports it): in the ``test``
+extra (it pins numpy<2.2, which pip resolves with the other pins); in a venv that already has a
+newer numpy, ``pip install --no-deps tosa-tools`` works as well (the quantizer only imports it).
+
+``--patches``: the int8 programs of MobileNetV2 and MobileNetV1-0.25 (or ``--models``), ExecuTorch's
+default plan against ``backend_config(tile_patches=True)``, with the input planned and not
+(``alloc_graph_input``); the patched edge graph checked eagerly through the ``cortex_m::``
+reference implementations (docs/executorch_patches.md, "The Cortex-M int8 flow").
 
 Models: the Cortex-M backend's test models (``executorch/backends/cortex_m/test/models``):
 MobileNetV2 (224x224) and MobileNetV3-small (232x232) rebuilt here in plain ``torch.nn`` with
@@ -329,6 +336,89 @@ def measure(name: str, flow: str, time_limit: float, calibration: int, run: bool
     return row
 
 
+def _args_of(ep, x) -> list:
+    """The placeholders' values of ``ep`` in graph order, ``x`` for the user input."""
+    out = []
+    for spec in ep.graph_signature.input_specs:
+        kind = spec.kind.name
+        if kind == "USER_INPUT":
+            out.append(x)
+        elif kind in ("PARAMETER", "BUFFER"):
+            out.append(ep.state_dict[spec.target])
+        else:
+            out.append(ep.constants[spec.target])
+    return out
+
+
+def measure_patches(name: str, time_limit: float, calibration: int) -> list[dict]:
+    """The int8 Cortex-M program of ``name``, ExecuTorch's default plan vs
+    ``backend_config(tile_patches=True)``, with the input planned and not
+    (``alloc_graph_input``). The graph module the patch pass returns is kept and run eagerly
+    through the ``cortex_m::`` Python reference implementations next to the unpatched one
+    (the x86 runtime has no ``cortex_m`` kernels): outputs compared bit for bit. That check
+    runs the same search and rewrite (`tile_graph_module`, same options) on the exported
+    program's graph module; ``eager_grid`` is its grid."""
+    import torch
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
+
+    import memsched.executorch as mx
+    from memsched.executorch import pte
+
+    model, shape = build(name)
+    rows = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        edge, x = edge_int8(model, shape, calibration)
+        ep = edge.exported_program()
+        ref = ep.graph_module(*_args_of(ep, x))
+        # the same search and rewrite on the edge program's own graph module, before any
+        # lowering (to_executorch changes graph modules in place; the pass inside it sees the
+        # graph after ExecuTorch's passes, with other placeholders)
+        eager = {}
+        for planned in (True, False):
+            new, rep2 = mx.tile_graph_module(ep.graph_module, time_limit=time_limit,
+                                             planned_inputs=planned)
+            out = new(*_args_of(ep, x)) if new is not None else None
+            eager[planned] = (rep2.grid, "-" if out is None else "bit-equal" if all(
+                torch.equal(a, b) for a, b in zip(ref, out)) else "DIFFER")
+        for planned in (True, False):
+            row = {"model": name, "alloc_graph_input": planned}
+            base = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(
+                memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned)))
+            row["default"] = sum(pte.planned_sizes(base.buffer)["forward"][1:])
+            config = mx.backend_config(time_limit=time_limit, tile_patches=True,
+                                       alloc_graph_input=planned)
+            (tp,) = [p for p in config.passes if type(p).__name__ == "TilePatchesPass"]
+            t0 = time.perf_counter()
+            ours = copy.deepcopy(edge).to_executorch(config)
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            row["memsched"] = sum(pte.planned_sizes(ours.buffer)["forward"][1:])
+            rep = tp.report[-1]
+            row.update({"summary": rep.summary(), "macs_before": rep.macs_before,
+                        "macs": rep.macs or rep.macs_before, "patched": rep.patched,
+                        "ratio": row["default"] / max(row["memsched"], 1)})
+            row["eager_grid"], row["eager"] = eager[planned]
+            rows.append(row)
+            print(f"{name} alloc_graph_input={planned}: {row['default']:,} -> "
+                  f"{row['memsched']:,} B ({row['ratio']:.2f}x), {rep.summary()}",
+                  file=sys.stderr, flush=True)
+    return rows
+
+
+def patch_table(rows) -> str:
+    out = ["| model (int8 Cortex-M) | input planned | ExecuTorch default (B) | "
+           "memsched tile_patches=True (B) | default / memsched | MACs | eager (reference "
+           "kernels) | patch report |",
+           "|---|:---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        over = r["macs"] / max(r["macs_before"], 1) if r.get("macs_before") else 1.0
+        out.append(f"| {r['model']} | {'yes' if r['alloc_graph_input'] else 'no'} | "
+                   f"{r['default']:,} | {r['memsched']:,} | {r['ratio']:.2f}x | "
+                   f"{r['macs']:,} ({over:.2f}x) | {r['eager']} | {r['summary']} |")
+    return "\n".join(out)
+
+
 def _b(v) -> str:
     return "-" if v is None else f"{v:,}"
 
@@ -364,8 +454,21 @@ def main(argv=None) -> int:
     ap.add_argument("--no-run", action="store_true", help="do not run the programs")
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--calibration", type=int, default=4, help="random calibration samples")
+    ap.add_argument("--patches", action="store_true",
+                    help="int8 only: ExecuTorch's default plan vs backend_config(tile_patches="
+                         "True), input planned and not, outputs checked eagerly (default "
+                         "models: mobilenet_v2,mobilenet_v1_025)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    if args.patches:
+        names = args.models.split(",") if args.models else ["mobilenet_v2", "mobilenet_v1_025"]
+        rows = [r for name in names
+                for r in measure_patches(name, args.time_limit, args.calibration)]
+        print(patch_table(rows))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1, default=str)
+        return 0
     names = args.models.split(",") if args.models else MODELS
     flows = ["int8"] + ([] if args.no_fp32 else ["fp32"])
     rows = []

@@ -13,6 +13,7 @@ from ..graph import GraphBuilder
 from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
 from ..patches.region import Refused, partial_se_blocks
 from ..patches.search import RuntimeMemory
+from . import patch_cortex_m as _cm
 from .model import EXECUTORCH_MODEL
 from .records import node_call_bytes
 
@@ -116,9 +117,11 @@ class EdgeModel:
     op_bytes: dict = field(default_factory=dict)
 
 
-def describe_graph(gm) -> EdgeModel:
+def describe_graph(gm, planned_inputs: bool = True) -> EdgeModel:
     """The `EdgeModel` of an edge-dialect graph module (raises `Refused` when it has no
-    convolution or pooling on a 1-batch NCHW feature map)."""
+    convolution or pooling on a 1-batch NCHW feature map). ``planned_inputs``: the user
+    inputs are in the planned arena (``MemoryPlanningPass(alloc_graph_input=True)``, the
+    default); False: the caller owns their buffers, they count 0 bytes."""
     graph = gm.graph
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     described = any(n.meta.get("desc") is not None for n in placeholders)
@@ -152,7 +155,7 @@ def describe_graph(gm) -> EdgeModel:
     tensor_index: list[int] = []
     for n in inputs:
         t = tensor(n)
-        gt[t] = b.input(n.name, _nbytes(_val(n)))
+        gt[t] = b.input(n.name, _nbytes(_val(n)) if planned_inputs else 0)
         tensor_index.append(t)
     ops: list[SOp] = []
     nodes, act_pos, macs = [], [], []
@@ -191,7 +194,8 @@ def describe_graph(gm) -> EdgeModel:
             vals = _val(n)
             outs.append((f"{n.name}.rest",
                          _nbytes(vals[1:]) if isinstance(vals, (tuple, list)) else 0))
-        vid = b.op(n.name, op.kind, [gt[t] for t in dict.fromkeys(ins)], outs, source=("op", k))
+        vid = b.op(n.name, op.kind, [gt[t] for t in dict.fromkeys(ins)], outs, source=("op", k),
+                   workspace=op.workspace)
         gt[out] = b.ops[vid].outputs[0]
         tensor_index.append(out)
         if len(outs) > 1:
@@ -213,9 +217,21 @@ def describe_graph(gm) -> EdgeModel:
             b.mark_output(gt[t])
     _squeeze_excitation(ops, nodes, act_pos, macs, tensors, set(outputs))
     sm = SpatialModel(ops, tensors, [index[n] for n in inputs], list(dict.fromkeys(outputs)),
-                      macs=macs, name="edge")
+                      macs=macs, name="edge", two_step_slices=_channels_last(acts))
     op_bytes = {k: node_call_bytes(n) for k, n in enumerate(nodes)}
     return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of, op_bytes)
+
+
+def _channels_last(acts) -> bool:
+    """Whether the feature maps are stored channels-last (the Cortex-M flow): the rewrite
+    then cuts windows one axis at a time with ``slice_copy`` (the search prices the band
+    between the two cuts, `SpatialModel.two_step_slices`); contiguous ones are cut in one
+    ``as_strided_copy``."""
+    for n in acts:
+        v = _val(n)
+        if _is_tensor(v) and v.dim() == 4 and not v.is_contiguous():
+            return True
+    return False
 
 
 def _flat(args):
@@ -258,6 +274,8 @@ def _classify(k, n, name, ins, out, pos, tensors, first_only) -> SOp:
     if not o.spatial or any(not tensors[t].spatial for t in ins):
         return _other(k, ins, out, f"{kind} on a tensor that is not a 1-batch 4-D feature map",
                       kind)
+    if _cm.is_cortex_m(n.target):  # the Cortex-M int8 kernels: their own table
+        return _cm.classify(k, n, ins, out, pos, tensors)
     args = list(n.args)
     if name == "convolution.default":
         if pos != [(0,)]:

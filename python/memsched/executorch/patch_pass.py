@@ -20,7 +20,10 @@ The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
    ...) -> ``vector``, ``mul.Tensor`` (``add`` / ``sub`` / ``div``) of the feature map by the
    vector -> ``scale``; only whole blocks (a mean whose vector reaches a classifier head or a
    model output stays ``other``). Nodes that read no activation (weight permutes) are left
-   where they are and not modelled.
+   where they are and not modelled. The Cortex-M int8 flow's ``cortex_m::`` kernels (quantize,
+   quantized convolutions / pools / add / mul / activation, pad, minimum / maximum) are
+   described by `memsched.executorch.patch_cortex_m`, their CMSIS-NN scratch buffers as
+   per-op workspace.
 2. **Search.** `memsched.patches.search.search_patches` with ``RuntimeMemory("executorch",
    EXECUTORCH_MODEL)`` and ``se=True``: region (a prefix ending at its split tensors) and
    grid, the lowest
@@ -134,24 +137,36 @@ def memory_of(em: EdgeModel, price_records: bool = True):
 def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
            time_limit: float = 10.0, se_patches: str | None = None,
            price_records: bool = True) -> SearchResult:
-    """The one patch search under ExecuTorch's memory model (`memory_of`)."""
+    """The one patch search under ExecuTorch's memory model (`memory_of`). Regions start at
+    the first operator, and also right after it when that one is element-wise on a model
+    input (the int8 flow's quantize of the float input): quantized whole before the region,
+    or patch by patch inside it, whichever the evaluator prices lower."""
     return search_patches(em.sm, em.graph, em.tensor_index, memory_of(em, price_records),
                           grids=[tuple(grid)] if grid is not None else None, split=split,
                           max_overhead=max_overhead, time_limit=time_limit, se=True,
-                          se_patches=se_patches)
+                          se_patches=se_patches, starts=_starts(em.sm))
+
+
+def _starts(sm) -> tuple:
+    ops = sm.ops
+    if len(ops) > 1 and ops[0].cls == "eltwise" and set(ops[0].inputs) <= set(sm.inputs):
+        return (0, 1)
+    return (0,)
 
 
 def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
                       time_limit: float = 10.0, se_patches: str | None = None,
-                      second_region: bool = True, price_records: bool = True):
+                      second_region: bool = True, price_records: bool = True,
+                      planned_inputs: bool = True):
     """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed.
     ``second_region`` (when neither ``grid`` nor ``split`` is forced): then a second region,
     starting right after the first one's reassembly, searched on the once-patched graph with
-    what is left of the MAC budget (`_second_region`)."""
+    what is left of the MAC budget (`_second_region`). ``planned_inputs``: False when the
+    planning pass leaves the user inputs out of the arena (``alloc_graph_input=False``)."""
     t0 = time.perf_counter()
     rep = TileReport()
     try:
-        em = describe_graph(gm)
+        em = describe_graph(gm, planned_inputs)
         res = search(em, max_overhead=max_overhead, grid=grid, split=split,
                      time_limit=time_limit, se_patches=se_patches,
                      price_records=price_records)
@@ -201,7 +216,7 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
     rep.records_added = int(c.persistent - res.original.persistent)
     if second_region and grid is None and split is None:
         new = _two_regions(gm, em, res, new, nmap, rep, max_overhead, time_limit, se_patches,
-                           price_records)
+                           price_records, planned_inputs)
     rep.seconds = time.perf_counter() - t0
     return new, rep
 
@@ -210,7 +225,8 @@ SECOND_REGION_TRIES = 4  # first-region choices (the search's, then finer grids)
 
 
 def _two_regions(gm, em: EdgeModel, res: SearchResult, new, nmap, rep: TileReport,
-                 max_overhead: float, time_limit: float, se_patches, price_records=True):
+                 max_overhead: float, time_limit: float, se_patches, price_records=True,
+                 planned_inputs=True):
     """A second patch region after the first one's reassembly (each region with its own
     grid: e.g. the stem's stage in many patches, then the next stage in a few), as
     `memsched.tflite.tile` does for .tflite files. First regions tried: the search's choice,
@@ -234,7 +250,8 @@ def _two_regions(gm, em: EdgeModel, res: SearchResult, new, nmap, rep: TileRepor
                 g1, m1, counts1 = _rewritten_copy(gm, em, plan1, first.node_order)
             post = {m1[n] for n in em.nodes[plan1.region.length:]}
             out = _second_region(g1, post, first, res.original.macs, max_overhead,
-                                 min(left, time_limit / 2), se_patches, price_records)
+                                 min(left, time_limit / 2), se_patches, price_records,
+                                 planned_inputs)
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as e:  # noqa: BLE001 - keep what we have
@@ -307,17 +324,17 @@ def _first_choices(em: EdgeModel, res: SearchResult, max_overhead: float, time_l
 
 
 def _second_region(gm, post: set, first, macs0: int, max_overhead: float, time_limit: float,
-                   se_patches, price_records=True):
+                   se_patches, price_records=True, planned_inputs: bool = True):
     """The second search on the once-patched graph module ``gm`` (``post``: its nodes of the
     operators after the first region): regions starting at the first of those operators,
     within the MAC budget left. Returns (the twice-patched copy, the second candidate,
     (values, instructions) added) or None."""
-    em = describe_graph(gm)
+    em = describe_graph(gm, planned_inputs)
     # the search runs the operators before a region in file order: put the once-patched
     # graph in the scheduler's order first (the first region's patches, as the search priced
     # them), or its file order's peak would hide what a second region saves
     _in_scheduled_order(gm, em, time_limit / 4)
-    em = describe_graph(gm)
+    em = describe_graph(gm, planned_inputs)
     start = next((k for k, n in enumerate(em.nodes) if n in post), None)
     if start is None:
         return None
@@ -364,7 +381,11 @@ def _in_scheduled_order(gm, em: EdgeModel, time_limit: float) -> None:
     heap = []
     for n in nodes:
         if not preds[n]:
-            key[n] = rank.get(n, -1)
+            # a call without inputs (a scratch buffer's ``alloc``) goes with its first reader,
+            # not first in the graph, where it would live from the start (placeholders keep
+            # their order: it is the program's signature)
+            key[n] = rank.get(n, -1) if n.op != "call_function" else \
+                min((rank[u] for u in n.users if u in rank), default=-1)
             heapq.heappush(heap, (key[n], index[n], n))
     order = []
     while heap:
@@ -401,7 +422,8 @@ class TilePatchesPass:
 
     def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
                  time_limit: float = 10.0, se_patches: str | None = None,
-                 second_region: bool = True, price_records: bool = True):
+                 second_region: bool = True, price_records: bool = True,
+                 planned_inputs: bool = True):
         if max_overhead < 0:
             raise TilePatchesError("max_overhead must be >= 0")
         if se_patches not in (None, "recompute", "keep"):
@@ -410,6 +432,7 @@ class TilePatchesPass:
         self.se_patches = se_patches
         self.second_region = bool(second_region)
         self.price_records = bool(price_records)
+        self.planned_inputs = bool(planned_inputs)  # alloc_graph_input of the planning pass
         self.max_overhead = float(max_overhead)
         self.grid = _grid(grid)
         self.split = split
@@ -423,7 +446,8 @@ class TilePatchesPass:
                                      grid=self.grid, split=self.split,
                                      time_limit=self.time_limit, se_patches=self.se_patches,
                                      price_records=self.price_records,
-                                     second_region=self.second_region)
+                                     second_region=self.second_region,
+                                     planned_inputs=self.planned_inputs)
         self.report.append(rep)
         if new is None:
             return PassResult(graph_module, False)

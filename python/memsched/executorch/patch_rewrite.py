@@ -9,6 +9,7 @@ import operator
 
 from ..patches.geometry import PAD_MIN
 from ..patches.region import Refused
+from . import patch_cortex_m as _cm
 from .patch_describe import TUPLE_FIRST, EdgeModel, _aten_name, _keepdim, _pair
 
 def _min_value(dtype):
@@ -79,19 +80,29 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
             h0, h1 = nd.win.h0 - base.h0, nd.win.h1 - base.h0
             w0, w1 = nd.win.w0 - base.w0, nd.win.w1 - base.w0
             rows, cols = (h0, h1) != (0, base.height), (w0, w1) != (0, base.width)
-            val = _windowed(fake, x.meta["val"], h1 - h0, w1 - w0)
-            if rows and cols:
-                # one strided copy of the window: two slice_copy calls would hold a
-                # full-width band of rows between them, which the search does not price
-                st = [int(v) for v in x.meta["val"].stride()]
-                x = call(aten.as_strided_copy.default,
-                         [x, [1, int(x.meta["val"].shape[1]), h1 - h0, w1 - w0], st,
-                          h0 * st[2] + w0 * st[3]], val=val)
-            elif rows:
-                x = call(aten.slice_copy.Tensor, [x, 2, h0, h1, 1], val=val)
-            else:
-                x = call(aten.slice_copy.Tensor, [x, 3, w0, w1, 1], val=val)
+            if not sm.two_step_slices:
+                val = _windowed(fake, x.meta["val"], h1 - h0, w1 - w0)
+                if rows and cols:
+                    # one strided copy of the window: two slice_copy calls would hold a
+                    # full-width band of rows between them
+                    st = [int(v) for v in x.meta["val"].stride()]
+                    x = call(aten.as_strided_copy.default,
+                             [x, [1, int(x.meta["val"].shape[1]), h1 - h0, w1 - w0], st,
+                              h0 * st[2] + w0 * st[3]], val=val)
+                elif rows:
+                    x = call(aten.slice_copy.Tensor, [x, 2, h0, h1, 1], val=val)
+                else:
+                    x = call(aten.slice_copy.Tensor, [x, 3, w0, w1, 1], val=val)
+            else:  # channels-last feature maps (the Cortex-M flow): one axis at a time
+                cuts = [(2, h0, h1, base.height), (3, w0, w1, base.width)]
+                if nd.win.height * base.width > base.height * nd.win.width:
+                    cuts.reverse()  # the smaller band first (priced by SpatialModel.slice_band)
+                for i, (dim, a, z, size) in enumerate(cuts):
+                    if (a, z) != (0, size) or (i == 1 and x is ins[0]):
+                        x = call(aten.slice_copy.Tensor, [x, dim, a, z, 1])
             node = x
+        elif nd.kind == "pad" and _cm.is_channels_last_int(em, nd.tensor):
+            node = _cm.border_pad(call, em, nd, ins[0], nd.pad_value)  # the zero point
         elif nd.kind == "pad":
             top, bottom, left, right = nd.pads
             value = _min_value(dtype) if nd.pad_value == PAD_MIN else 0.0
@@ -122,7 +133,9 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
             op = sm.ops[nd.op]
             name = _aten_name(orig.target)
             args = list(orig.args)
-            if op.kind == "PAD":
+            if _cm.is_cortex_m(orig.target):
+                node = _cm.rebuild(call, graph, first, orig, op, nd, ins, em.act_pos[nd.op])
+            elif op.kind == "PAD":
                 top, bottom, left, right = nd.pads
                 node = call(orig.target, [ins[0], [left, right, top, bottom]] + args[2:3],
                             orig)
@@ -164,6 +177,7 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
     for n in reversed(list(graph.nodes)):
         if n in region_nodes and not n.users:
             graph.erase_node(n)
+    _cm.drop_unused_scratch(graph)  # the removed Cortex-M calls' scratch buffers
     left = [n for n in region_nodes if n.graph is graph and n in set(graph.nodes)]
     if left:
         raise Refused(f"region node {left[0].name} is still read after the rewrite")
@@ -187,24 +201,23 @@ def _with_acts(orig, act_pos, ins) -> list:
 
 
 def _windowed(fake, v, h: int, w: int):
-    """A fake value like ``v`` (a 4-D fake tensor, or a tuple whose element 0 is one: a max
-    pool's or a batch norm's result) for an ``h x w`` window of it: same dtype and memory
-    format; tuple elements of other shapes (saved statistics) kept. None when ``v`` is none
-    of these (the caller then propagates)."""
+    """A fake value like ``v`` (a contiguous 4-D fake tensor, or a tuple whose element 0 is
+    one: a max pool's or a batch norm's result) for an ``h x w`` window of it: same dtype;
+    tuple elements of other shapes (saved statistics) kept. None when ``v`` is none of these
+    (the caller then propagates)."""
     import torch
 
     if isinstance(v, (tuple, list)):
-        if not v or not isinstance(v[0], torch.Tensor) or v[0].dim() != 4:
+        if not v or not isinstance(v[0], torch.Tensor) or v[0].dim() != 4 or \
+                not v[0].is_contiguous():
             return None
         return type(v)(_windowed(fake, x, h, w) if isinstance(x, torch.Tensor) and
                        x.shape == v[0].shape else x for x in v)
-    if not isinstance(v, torch.Tensor) or v.dim() != 4:
-        return None
-    fmt = torch.channels_last if not v.is_contiguous() and \
-        v.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
+    if not isinstance(v, torch.Tensor) or v.dim() != 4 or not v.is_contiguous():
+        return None  # other dim orders: fake propagation says what the edge ops make
     with fake:
         return torch.empty((int(v.shape[0]), int(v.shape[1]), h, w), dtype=v.dtype,
-                           device=v.device, memory_format=fmt)
+                           device=v.device)
 
 
 def _copy_call(graph, first, fake, orig, args, val=None):

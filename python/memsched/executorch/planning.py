@@ -196,6 +196,8 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
         tp = TilePatchesPass(max_overhead=max_overhead, grid=grid, split=split,
                              se_patches=se_patches, second_region=second_region,
                              price_records=price_records,
+                             planned_inputs=executorch_config_options.get(
+                                 "alloc_graph_input", True),
                              time_limit=time_limit if time_limit is not None else 10.0)
         executorch_config_options["passes"] = \
             list(executorch_config_options.get("passes") or []) + [tp]

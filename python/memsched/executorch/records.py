@@ -111,7 +111,8 @@ class ExecutorchRecords(RuntimeMemory):
                 b, w = nd.base, nd.win
                 rows = (w.h0 - b.h0, w.h1 - b.h0) != (0, b.height)
                 cols = (w.w0 - b.w0, w.w1 - b.w0) != (0, b.width)
-                add += WINDOW if rows and cols else SLICE
+                add += (2 * SLICE if sm.two_step_slices else WINDOW) if rows and cols \
+                    else SLICE
             elif nd.kind == "pad":
                 add += PAD
             elif nd.kind == "concat":

@@ -164,6 +164,10 @@ class SOp:
     cout: int = 0
     reason: str = ""  # why the op is not spatially local ("other")
     divisor: int = 1  # "reduce": what the sum over space is divided by (H*W: mean; 1: sum)
+    # scratch bytes the kernel holds while it runs (CMSIS-NN buffers of the Cortex-M flow);
+    # each copy of the op in a patch is priced with the whole op's (scratch does not grow
+    # with the window)
+    workspace: int = 0
 
     def in_window(self, out: Win) -> Win:
         """Input window (unclipped) that output window ``out`` reads (window ops), or ``out``
@@ -198,6 +202,9 @@ class SpatialModel:
     outputs: list[int]
     macs: list[int] = field(default_factory=list)  # per op, whole tensors
     name: str = "model"
+    # the runtime cuts a window with two one-axis copies (ExecuTorch's ``slice_copy``): the
+    # band of the first axis is held while the second is cut (`slice_band`)
+    two_step_slices: bool = False
 
     def __post_init__(self):
         self.producer = {}
@@ -208,6 +215,17 @@ class SpatialModel:
                 self.consumers.setdefault(t, []).append(k)
         if not self.macs:
             self.macs = [self.op_macs(op) for op in self.ops]
+
+    def slice_band(self, t: int, win: Win, base: Win) -> int:
+        """Bytes of the intermediate band of cutting ``win`` from a source holding ``base``
+        of tensor ``t`` with two one-axis copies (0 when one axis is kept whole or the
+        runtime cuts both at once): the smaller of the H-first and W-first bands."""
+        if not self.two_step_slices or (win.h0, win.h1) == (base.h0, base.h1) or \
+                (win.w0, win.w1) == (base.w0, base.w1):
+            return 0
+        ten = self.tensors[t]
+        return min(win.height * base.width, base.height * win.width) * ten.channels * \
+            ten.itemsize
 
     def op_macs(self, op: SOp, out: Win | None = None) -> int:
         ten = self.tensors[op.output]

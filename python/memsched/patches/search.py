@@ -197,7 +197,7 @@ def patched_graph(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         op = graph.ops[v]
         vid = b.op(op.name, op.kind, [tmap[tensor_index[gt]] for gt in op.inputs],
                    [(graph.tensors[gt].name, graph.tensors[gt].nbytes) for gt in op.outputs],
-                   source=("op", v),
+                   source=("op", v), workspace=op.workspace,
                    inplace=[tmap[tensor_index[gt]] for gt in op.inplace])
         for gt, nt in zip(op.outputs, b.ops[vid].outputs):
             tmap[tensor_index[gt]] = nt
@@ -208,8 +208,10 @@ def patched_graph(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     if plan:
         for k, nd in enumerate(plan.nodes):
             ins = [tmap[r[1]] if isinstance(r, tuple) else node_t[r] for r in nd.inputs]
+            ws = sm.ops[nd.op].workspace if nd.kind == "op" else \
+                sm.slice_band(nd.tensor, nd.win, nd.base) if nd.kind == "slice" else 0
             vid = b.op(f"patch{nd.patch}:{nd.kind}:{k}", nd.kind, ins,
-                       [(f"n{k}", plan.node_bytes(sm, k))], source=("node", k))
+                       [(f"n{k}", plan.node_bytes(sm, k))], source=("node", k), workspace=ws)
             node_t.append(b.ops[vid].outputs[0])
         for t, k in plan.result.items():
             tmap[t] = node_t[k]

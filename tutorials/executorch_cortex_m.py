@@ -1,0 +1,117 @@
+"""ExecuTorch's Cortex-M int8 flow with memsched: the same program, patch by patch.
+
+A microcontroller user quantizes with the Cortex-M backend (``CortexMQuantizer``), lowers with
+its compile config and ``CortexMPassManager`` (``cortex_m::`` kernels on CMSIS-NN, channels-last
+int8 feature maps), and writes a ``.pte``. The planned arena is then set by the widest early
+feature maps, and by the float input and its int8 copy. ``memsched.executorch.backend_config(
+tile_patches=True)`` runs the spatial prefix patch by patch (MCUNetV2-style) inside that same
+lowering and plans the result with memsched's certified order and exact packer.
+
+The x86 runtime has no ``cortex_m::`` kernels, so the check here is the strongest one this
+machine allows: the backend registers a Python reference implementation of every ``cortex_m::``
+kernel, and the edge program is run eagerly through them before and after patching, outputs
+compared bit for bit.
+
+Run: ``.venv/bin/python tutorials/executorch_cortex_m.py`` (needs ``executorch`` and the Arm
+backend's ``tosa-tools``, which the Cortex-M quantizer imports: the test extra installs both).
+"""
+import copy
+import warnings
+
+import torch
+from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig
+from executorch.exir import ExecutorchBackendConfig, to_edge
+from executorch.exir.passes import MemoryPlanningPass
+from torch.fx.passes.infra.pass_base import PassResult
+from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+import memsched.executorch as mx
+from memsched.executorch import pte
+
+nn = torch.nn
+warnings.simplefilter("ignore")
+torch.manual_seed(0)
+
+
+def conv_bn(cin, cout, k=3, s=1, g=1, act=True):
+    """Conv2d - BatchNorm2d - ReLU6 as users write them (the quantizer folds the batch norm)."""
+    layers = [nn.Conv2d(cin, cout, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(cout)]
+    return nn.Sequential(*layers, *([nn.ReLU6()] if act else []))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, cin, cout, stride, expand=4):
+        super().__init__()
+        hid = cin * expand
+        self.body = nn.Sequential(conv_bn(cin, hid, 1), conv_bn(hid, hid, 3, stride, hid),
+                                  conv_bn(hid, cout, 1, act=False))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.body(x)
+        return x + y if self.residual else y
+
+
+# a small MobileNetV2-like network on 64x64 images
+model = nn.Sequential(conv_bn(3, 16, 3, 2), InvertedResidual(16, 16, 1),
+                      InvertedResidual(16, 24, 2), InvertedResidual(24, 24, 1),
+                      InvertedResidual(24, 32, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(32, 10)).eval()
+
+
+def sample(seed):
+    x = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+    return x.to(memory_format=torch.channels_last)  # the Cortex-M kernels are channels-last
+
+
+# 1. The Cortex-M flow, as the backend's own test harness runs it.
+x = sample(0)
+prepared = prepare_pt2e(torch.export.export(model, (x,), strict=True).module(),
+                        CortexMQuantizer())
+for i in range(4):
+    prepared(sample(100 + i))  # calibration
+converted = convert_pt2e(prepared, fold_quantize=True)
+edge = to_edge(torch.export.export(converted, (x,), strict=True),
+               compile_config=cortex_m_edge_compile_config())
+edge._edge_programs["forward"] = CortexMPassManager(
+    edge.exported_program(), CortexMPassManager.pass_list,
+    target_config=CortexMTargetConfig(cpu=CortexM.M55)).transform()
+
+# 2. ExecuTorch's default plan and memsched's patched plan, input in the arena (ExecuTorch's
+#    default) and not (alloc_graph_input=False: the caller's buffer, common on MCUs).
+ep = edge.exported_program()
+for planned in (True, False):
+    default = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(
+        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned)))
+    config = mx.backend_config(tile_patches=True, alloc_graph_input=planned, time_limit=5.0)
+    # keep the patched edge graph module the pass returns, to run it below
+    (i,) = [i for i, p in enumerate(config.passes) if isinstance(p, mx.TilePatchesPass)]
+    tile, kept = config.passes[i], []
+
+    def keep(gm, tile=tile, kept=kept):
+        result = tile(gm)
+        kept.append(copy.deepcopy(result.graph_module))
+        return PassResult(result.graph_module, result.modified)
+
+    config.passes[i] = keep
+    ours = copy.deepcopy(edge).to_executorch(config)
+    before = sum(pte.planned_sizes(default.buffer)["forward"][1:])
+    after = sum(pte.planned_sizes(ours.buffer)["forward"][1:])
+    rep = tile.report[-1]
+    print(f"input in the arena: {planned}")
+    print(f"  ExecuTorch default plan: {before:>9,} B")
+    print(f"  memsched, tile_patches:  {after:>9,} B  ({before / after:.2f}x)")
+    print(f"  {rep.summary()}")
+    assert rep.patched and after < before
+
+    # 3. The check: the edge program before and after patching, run eagerly through the
+    #    cortex_m:: reference implementations on the same float input.
+    args = [x if s.kind.name == "USER_INPUT" else
+            ep.state_dict[s.target] if s.kind.name in ("PARAMETER", "BUFFER") else
+            ep.constants[s.target] for s in ep.graph_signature.input_specs]
+    want, got = ep.graph_module(*args), kept[-1](*args)
+    assert all(torch.equal(a, b) for a, b in zip(want, got))
+    print("  patched program, reference kernels: bit-equal")
