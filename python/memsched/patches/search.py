@@ -169,6 +169,10 @@ class SearchResult:
     suffix: list = field(default_factory=list, repr=False)
     max_end: int = 0  # the end of the deepest region of this search
     extended: int = 0  # sequences a next region was searched after (`sequence.search_regions`)
+    # candidates skipped only because of the operators after them (``extend``), and how to
+    # price one of them: ``price(item)`` -> Candidate or None
+    deferred: list = field(default_factory=list, repr=False)
+    price: object = field(default=None, repr=False)
 
     def bound(self, c: Candidate | None) -> dict:
         """What bounds the total of candidate ``c`` (None: the unpatched model) from below: the
@@ -501,35 +505,41 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     evaluated = skipped = 0
     results: list[Candidate] = []
     best_total = incumbent
-    build_until = t0 + time_limit / 2
-    for macs, patches, length, keep, _, _, g, r in cands:
-        if results and time.perf_counter() > build_until:
-            break
-        reassembly = _reassembly(sm, r.split, model)
-        # copies of the region's operators are the least the patches add to the persistent part
-        length = r.length
-        floor = max(suffix[max_end if extend else length], reassembly, prefix[r.start],
-                    kept_floor(sm, r) if keep else 0, floor_peak)
-        lb = floor + base_persist + floor_persist + (patches - 1) * (
-            region_price[length] - region_price[r.start])
-        if best_total is not None and lb >= best_total:
-            skipped += 1
-            continue
+    # with ``extend``: candidates skipped only because of the operators after them (a next
+    # region may patch those): (their bound for the sequences after them, MACs, region, grid,
+    # keep), for `sequence.search_regions` to price (``SearchResult.price``) if it gets there
+    deferred: list = []
+
+    def floors(r: Region, keep: bool) -> tuple[int, int]:
+        """Lower bounds on the peak: with the operators after the region, and (for the
+        sequences after it) with those after the deepest region."""
+        part = max(_reassembly(sm, r.split, model), prefix[r.start],
+                   kept_floor(sm, r) if keep else 0, floor_peak)
+        return max(part, suffix[r.length]), max(part, suffix[max_end])
+
+    def build(macs: int, r: Region, g, keep: bool, limit) -> Candidate | None:
+        """The candidate (region ``r``, grid ``g``) priced by the evaluator; None when refused
+        or when its bound reaches ``limit`` (None: no limit)."""
+        nonlocal evaluated, skipped
         try:
             plan = plan_patches(sm, r, g, keep)
         except Refused as e:
             _refuse(refused, sm, r, g, e)
-            continue
+            return None
         own_persist = memory.plan_persistent_delta(sm, plan)
         persist = base_persist + floor_persist + own_persist
-        if best_total is not None and floor + persist >= best_total:
+        floor, floor_ext = floors(r, keep)
+        if limit is not None and floor + persist >= limit:
             skipped += 1
-            continue
+            if extend and floor_ext + persist < limit:
+                deferred.append((floor_ext + persist, macs, r, g, keep))
+            return None
+        length = r.length
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True, begin=begin)
         pp = Problem.from_graph(pg, model)
         part = heuristic_peak(pg, plan, pp, baselines=False)
         peak = max(part, suffix[length], floor_peak)
-        if best_total is None or peak + persist <= REFINE_WINDOW * best_total:
+        if limit is None or peak + persist <= REFINE_WINDOW * limit:
             # close to the best: the scheduler package's heuristics may do better
             part = min(part, best_heuristic(pp)[1])
             peak = max(part, suffix[length], floor_peak)
@@ -544,7 +554,23 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             c.ops += after.ops - len(sm.ops)
         results.append(c)
         plans[c.key] = plan
-        if best_total is None or c.total < best_total:
+        return c
+
+    build_until = t0 + time_limit / 2
+    for macs, patches, length, keep, _, _, g, r in cands:
+        if results and time.perf_counter() > build_until:
+            break
+        # copies of the region's operators are the least the patches add to the persistent part
+        floor, floor_ext = floors(r, keep)
+        copies = base_persist + floor_persist + (patches - 1) * (
+            region_price[r.length] - region_price[r.start])
+        if best_total is not None and floor + copies >= best_total:
+            skipped += 1
+            if extend and floor_ext + copies < best_total:
+                deferred.append((floor_ext + copies, macs, r, g, keep))
+            continue
+        c = build(macs, r, g, keep, best_total)
+        if c is not None and (best_total is None or c.total < best_total):
             best_total = c.total
     # refine: the scheduler on the patched prefix of the most promising candidates (the
     # heuristic orders above can be 20 % off on the peak), best heuristic total first, within
@@ -559,8 +585,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             break
         plan = plans[c.key]
         reassembly = _reassembly(sm, plan.region.split, model)
-        floor = max(suffix[max_end if extend else c.region_ops], reassembly,
-                    floor_peak) + c.persistent
+        floor = max(suffix[c.region_ops], reassembly, floor_peak) + c.persistent
         if best_refined is not None and (floor >= best_refined or
                                          c.total > REFINE_WINDOW * best_refined):
             continue
@@ -591,7 +616,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         if model.count_inputs else 0
     return SearchResult(original, frontier, choice, evaluated, skipped, refused, why,
                         time.perf_counter() - t0, plans, reordered, own, base_persist, inputs,
-                        results, suffix, max_end)
+                        results, suffix, max_end, deferred=deferred,
+                        price=lambda item: build(item[1], item[2], item[3], item[4], None))
 
 
 def _reassembly(sm: SpatialModel, split, model: MemoryModel) -> int:

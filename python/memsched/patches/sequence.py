@@ -78,15 +78,29 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
 
     def push(c: Candidate) -> None:
         if len(c.sequence) < max_regions and c.macs <= budget and c.region_ops < max_end:
-            heapq.heappush(heap, (bound(c), c.macs, next(pushed), c))
+            heapq.heappush(heap, (bound(c), c.macs, next(pushed), c, None))
+
+    def defer(res: SearchResult) -> None:
+        """The candidates ``res`` skipped only for the operators after them: priced when
+        their bound comes up."""
+        for item in res.deferred:
+            if item[1] <= budget:
+                heapq.heappush(heap, (item[0], item[1], next(pushed), item, res))
 
     for c in first.candidates:
         push(c)
+    defer(first)
     extended = 0
     while heap and time.perf_counter() < deadline:
-        lb, _, _, c = heapq.heappop(heap)
+        lb, _, _, c, owner = heapq.heappop(heap)
         if lb >= best_total:
             break  # the heap is by bound: nothing left can beat the best
+        if owner is not None:  # a deferred candidate: price it, then it waits its turn
+            c = owner.price(c)
+            if c is not None:
+                first.plans[c.key] = owner.plans[c.key]
+                push(c)
+            continue
         key = (max(r.part_peak for r in c.sequence), c.persistent, c.macs)
         seen = front.setdefault(c.region_ops, [])
         if any(all(a <= b for a, b in zip(o, key)) for o in seen):
@@ -106,6 +120,7 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             best, best_total = pick, pick.total
         for n in res.candidates:
             push(n)
+        defer(res)
     if best is not None and len(best.sequence) > 1:
         best.note = f"{len(best.sequence)} regions"
         if certify:  # the whole patched graph, by the certified scheduler
