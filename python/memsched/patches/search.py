@@ -506,8 +506,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     results: list[Candidate] = []
     best_total = incumbent
     # with ``extend``: candidates skipped only because of the operators after them (a next
-    # region may patch those): (their bound for the sequences after them, MACs, region, grid,
-    # keep), for `sequence.search_regions` to price (``SearchResult.price``) if it gets there
+    # region may patch those), or not visited in the time limit: (their bound for the
+    # sequences after them, MACs, region, grid, keep, not visited), for
+    # `sequence.search_regions` to price (``SearchResult.price``) when it gets there
     deferred: list = []
 
     def floors(r: Region, keep: bool) -> tuple[int, int]:
@@ -532,7 +533,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         if limit is not None and floor + persist >= limit:
             skipped += 1
             if extend and floor_ext + persist < limit:
-                deferred.append((floor_ext + persist, macs, r, g, keep))
+                deferred.append((floor_ext + persist, macs, r, g, keep, False))
             return None
         length = r.length
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True, begin=begin)
@@ -557,17 +558,21 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         return c
 
     build_until = t0 + time_limit / 2
+    out_of_time = False
     for macs, patches, length, keep, _, _, g, r in cands:
-        if results and time.perf_counter() > build_until:
-            break
+        out_of_time = out_of_time or bool(results and time.perf_counter() > build_until)
         # copies of the region's operators are the least the patches add to the persistent part
         floor, floor_ext = floors(r, keep)
         copies = base_persist + floor_persist + (patches - 1) * (
             region_price[r.length] - region_price[r.start])
+        if out_of_time:  # not visited: with ``extend``, the sequence search may get there
+            if extend and (best_total is None or floor_ext + copies < best_total):
+                deferred.append((floor_ext + copies, macs, r, g, keep, True))
+            continue
         if best_total is not None and floor + copies >= best_total:
             skipped += 1
             if extend and floor_ext + copies < best_total:
-                deferred.append((floor_ext + copies, macs, r, g, keep))
+                deferred.append((floor_ext + copies, macs, r, g, keep, False))
             continue
         c = build(macs, r, g, keep, best_total)
         if c is not None and (best_total is None or c.total < best_total):

@@ -15,14 +15,17 @@ largest of its regions' parts and of the operators after the last region (file o
 persistent bytes and MACs add up. Every region is priced by the same evaluator as one region
 alone, and the certified scheduler then schedules the chosen sequence's whole patched graph.
 
-The search: the one-region search first (its choice is the k = 1 answer); then best-first
-over sequences, most promising first (lowest bound: the largest part so far, the operators
-after the deepest region, the persistent bytes so far), each extended by the one-region
-search from its end (with the sequence's totals, the global best as incumbent); a sequence
-whose bound cannot beat the best total is not extended, nor one another beats on part peak,
-persistent bytes and MACs at the same end. A sequence is kept only when it lowers the total:
-the search stops where no further region does (or at ``max_regions`` / the time limit). On
-small models it visits every sequence the bound cannot exclude: exact for the evaluator
+The search: the one-region search first (its choice is the k = 1 answer); then, in turn,
+(a) sequences best-first (lowest bound: the largest part so far, the operators after the
+deepest region, the persistent bytes so far), each extended by the one-region search from its
+end (with the sequence's totals, the global best as incumbent), and (b) the candidates a
+search deferred -- not visited in its time (by MACs, as the one-region search visits them),
+then those skipped only for the operators after them (a next region may patch those). A
+sequence whose bound cannot beat the best total is not extended, nor one another beats on
+part peak, persistent bytes and MACs at the same end. A sequence is kept only when it lowers
+the total: the search stops where no further region does (or at ``max_regions`` / the time
+limit). On small models it visits every sequence the bound cannot exclude: exact for the
+evaluator
 (tests/test_patches_regions.py checks it against brute-force enumeration).
 """
 from __future__ import annotations
@@ -72,33 +75,55 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         deepest region, its persistent bytes (extensions only add MACs and bytes)."""
         return max(max(r.part_peak for r in c.sequence), suffix[max_end]) + c.persistent
 
-    heap: list = []
+    # two queues, taken in turn: sequences to extend, by bound; candidates a search deferred
+    # (skipped for the operators after them, or not visited in its time), by MACs as the
+    # one-region search visits them. Each is skipped once its bound cannot beat the best.
+    ext: list = []
+    waiting: list = []
     pushed = itertools.count()  # ties: first pushed first (never compares candidates)
     front: dict = {}  # end -> [(part peak, persistent, MACs)] of the sequences extended there
 
     def push(c: Candidate) -> None:
         if len(c.sequence) < max_regions and c.macs <= budget and c.region_ops < max_end:
-            heapq.heappush(heap, (bound(c), c.macs, next(pushed), c, None))
+            heapq.heappush(ext, (bound(c), c.macs, next(pushed), c))
 
     def defer(res: SearchResult) -> None:
-        """The candidates ``res`` skipped only for the operators after them: priced when
-        their bound comes up."""
+        # the ones not visited first (each may be an answer itself), then those skipped for
+        # the operators after them (only a next region can make them one)
         for item in res.deferred:
             if item[1] <= budget:
-                heapq.heappush(heap, (item[0], item[1], next(pushed), item, res))
+                heapq.heappush(waiting, (not item[5], item[1], item[0], next(pushed), item,
+                                         res))
+
+    def take(turn: int):
+        """The next entry worth a look (None: both queues done)."""
+        while waiting and waiting[0][2] >= best_total:
+            heapq.heappop(waiting)
+        if ext and ext[0][0] >= best_total:
+            ext.clear()  # by bound: nothing left there can beat the best
+        if waiting and (turn % 2 or not ext):
+            *_, item, res = heapq.heappop(waiting)
+            return item, res
+        return (heapq.heappop(ext)[3], None) if ext else None
 
     for c in first.candidates:
         push(c)
     defer(first)
     extended = 0
-    while heap and time.perf_counter() < deadline:
-        lb, _, _, c, owner = heapq.heappop(heap)
-        if lb >= best_total:
-            break  # the heap is by bound: nothing left can beat the best
+    turn = 0
+    while time.perf_counter() < deadline:
+        turn += 1
+        got = take(turn)
+        if got is None:
+            break
+        c, owner = got
         if owner is not None:  # a deferred candidate: price it, then it waits its turn
             c = owner.price(c)
             if c is not None:
                 first.plans[c.key] = owner.plans[c.key]
+                if c.macs <= budget and c.overhead <= max_overhead + 1e-12 and \
+                        c.total < best_total:  # e.g. one the first search had no time for
+                    best, best_total = c, c.total
                 push(c)
             continue
         key = (max(r.part_peak for r in c.sequence), c.persistent, c.macs)
@@ -108,8 +133,10 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         seen.append(key)
         extended += 1
         left = deadline - time.perf_counter()
+        # a share of what is left: the sequences after this one and the deferred candidates
+        # get their turns too
         res = search_patches(sm, graph, tensor_index, memory, max_overhead=max_overhead,
-                             time_limit=max(min(left, time_limit / 2), 0.2),
+                             time_limit=max(min(left / 3, time_limit / 4), 0.2),
                              certify=certify, after=c, incumbent=best_total,
                              extend=len(c.sequence) + 1 < max_regions, **options)
         first.plans.update(res.plans)
@@ -121,8 +148,8 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         for n in res.candidates:
             push(n)
         defer(res)
-    if best is not None and len(best.sequence) > 1:
-        best.note = f"{len(best.sequence)} regions"
+    if best is not None and best is not first.choice:
+        best.note = f"{len(best.sequence)} region" + ("s" if len(best.sequence) > 1 else "")
         if certify:  # the whole patched graph, by the certified scheduler
             from ..schedulers import schedule
 
