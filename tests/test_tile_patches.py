@@ -81,6 +81,28 @@ def test_forced_grid_and_split():
     _check_equal(_run(mod, x), _run(tiled, x), False)
 
 
+@pytest.mark.parametrize("integer", [False, True])
+def test_regions_in_sequence_rewritten_equal(integer):
+    """Two regions in one block (each its own grid; the second slices the first's split
+    tensor, which keeps its variable): the same outputs as the original in TVM's VM."""
+    from memsched.patches.region import plan_patches, regions
+    from memsched.transform.common import with_blocks
+    from memsched.transform.tile_patches import rewrite_block
+
+    mod = relax.transform.FoldConstant()(small_mobilenet(size=24, integer=integer))
+    func = mod["main"]
+    blocks = list(func.body.blocks)
+    bm = describe_block(func, blocks[0])
+    first = min((r for r in regions(bm.sm)[0] if r.length >= 3), key=lambda r: r.length)
+    second = max(regions(bm.sm, [first.length])[0], key=lambda r: r.length)
+    plans = [plan_patches(bm.sm, first, (3, 2)), plan_patches(bm.sm, second, (2, 2))]
+    blocks[0] = relax.DataflowBlock(rewrite_block(bm, plans), blocks[0].span)
+    tiled = tvm.IRModule({"main": with_blocks(func, blocks)})
+    relax.analysis.well_formed(tiled)
+    x = random_input(mod, 1)
+    _check_equal(_run(mod, x), _run(tiled, x), integer)
+
+
 def test_unmodellable_function_left_unchanged():
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType([4, 8], "float32"))

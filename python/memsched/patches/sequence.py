@@ -16,16 +16,17 @@ persistent bytes and MACs add up. Every region is priced by the same evaluator a
 alone, and the certified scheduler then schedules the chosen sequence's whole patched graph.
 
 The search: the one-region search first (its choice is the k = 1 answer); then, in turn,
-(a) sequences best-first (lowest bound: the largest part so far, the operators after the
-deepest region, the persistent bytes so far), each extended by the one-region search from its
-end (with the sequence's totals, the global best as incumbent), and (b) the candidates a
-search deferred -- not visited in its time (by MACs, as the one-region search visits them),
-then those skipped only for the operators after them (a next region may patch those). A
-sequence whose bound cannot beat the best total is not extended, nor one another beats on
-part peak, persistent bytes and MACs at the same end. A sequence is kept only when it lowers
-the total: the search stops where no further region does (or at ``max_regions`` / the time
-limit). On small models it visits every sequence the bound cannot exclude: exact for the
-evaluator
+(a) sequences by their total as they are (lowest first: a bound cannot tell a shallow
+sequence, its rest still to patch, from a deep one), each extended by the one-region search
+from its end (with the sequence's totals, the global best as incumbent), and (b) the
+candidates a search deferred: not visited in its time (by MACs, as the one-region search
+visits them), then those skipped only for the operators after them (a next region may patch
+those). A sequence whose bound (the largest part so far, the operators after the deepest
+region, the persistent bytes so far) cannot beat the best total is not extended, nor one
+another beats on part peak, persistent bytes and MACs at the same end. A sequence is kept
+only when it lowers the total: the search stops where no further region does (or at
+``max_regions`` / the time limit). On small models it visits every sequence the bound cannot
+exclude: exact for the evaluator
 (tests/test_patches_regions.py checks it against brute-force enumeration).
 """
 from __future__ import annotations
@@ -84,8 +85,10 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     front: dict = {}  # end -> [(part peak, persistent, MACs)] of the sequences extended there
 
     def push(c: Candidate) -> None:
+        # by the total it has as it is: the bound cannot tell a shallow sequence (its rest
+        # still to patch) from a deep one, its total can
         if len(c.sequence) < max_regions and c.macs <= budget and c.region_ops < max_end:
-            heapq.heappush(ext, (bound(c), c.macs, next(pushed), c))
+            heapq.heappush(ext, (c.total, c.macs, next(pushed), c))
 
     def defer(res: SearchResult) -> None:
         # the ones not visited first (each may be an answer itself), then those skipped for
@@ -99,12 +102,12 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         """The next entry worth a look (None: both queues done)."""
         while waiting and waiting[0][2] >= best_total:
             heapq.heappop(waiting)
-        if ext and ext[0][0] >= best_total:
-            ext.clear()  # by bound: nothing left there can beat the best
+        while ext and bound(ext[0][-1]) >= best_total:
+            heapq.heappop(ext)
         if waiting and (turn % 2 or not ext):
             *_, item, res = heapq.heappop(waiting)
             return item, res
-        return (heapq.heappop(ext)[3], None) if ext else None
+        return (heapq.heappop(ext)[-1], None) if ext else None
 
     for c in first.candidates:
         push(c)
