@@ -84,23 +84,35 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     pushed = itertools.count()  # ties: first pushed first (never compares candidates)
     front: dict = {}  # end -> [(part peak, persistent, MACs)] of the sequences extended there
 
+    # first regions to follow first: the one-region choice's region (finer grids than its
+    # own: alone no better, with a next region they can be) and the frontier's shallower
+    # regions, by their part alone (what a next region leaves of them)
+    ref = first.choice or min(first.frontier, key=lambda c: c.total, default=None)
+    seeds = {(c.region_start, c.region_ops) for c in first.frontier
+             if ref is None or c.region_ops < ref.region_ops}
+    if ref is not None:
+        seeds.add((ref.region_start, ref.region_ops))
+
     def push(c: Candidate) -> None:
-        # by the total it has as it is: the bound cannot tell a shallow sequence (its rest
-        # still to patch) from a deep one, its total can
+        # then by the total a sequence has as it is: a bound cannot tell a shallow sequence
+        # (its rest still to patch) from a deep one, its total can
         if len(c.sequence) < max_regions and c.macs <= budget and c.region_ops < max_end:
-            heapq.heappush(ext, (c.total, c.macs, next(pushed), c))
+            seed = len(c.sequence) == 1 and (c.region_start, c.region_ops) in seeds
+            key = (0, bound(c)) if seed else (1, c.total)
+            heapq.heappush(ext, (*key, c.macs, next(pushed), c))
 
     def defer(res: SearchResult) -> None:
         # the ones not visited first (each may be an answer itself), then those skipped for
         # the operators after them (only a next region can make them one)
         for item in res.deferred:
             if item[1] <= budget:
-                heapq.heappush(waiting, (not item[5], item[1], item[0], next(pushed), item,
-                                         res))
+                seed = res is first and (item[2].start, item[2].length) in seeds
+                heapq.heappush(waiting, (not seed, not item[5], item[1], item[0], next(pushed),
+                                         item, res))
 
     def take(turn: int):
         """The next entry worth a look (None: both queues done)."""
-        while waiting and waiting[0][2] >= best_total:
+        while waiting and waiting[0][3] >= best_total:
             heapq.heappop(waiting)
         while ext and bound(ext[0][-1]) >= best_total:
             heapq.heappop(ext)
