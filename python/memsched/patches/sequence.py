@@ -16,8 +16,11 @@ persistent bytes and MACs add up. Every region is priced by the same evaluator a
 alone, and the certified scheduler then schedules the chosen sequence's whole patched graph.
 
 The search: the one-region search first (its choice is the k = 1 answer); then, in turn,
-(a) sequences by their total as they are (lowest first: a bound cannot tell a shallow
-sequence, its rest still to patch, from a deep one), each extended by the one-region search
+(a) sequences to extend: first the one-region choice's region with any grid and the
+frontier's shallower regions, by their part alone (what a next region leaves of them; what
+the adapters' second-region code tried first before issue 40), then every sequence by its
+total as it is (lowest first: a bound cannot tell a shallow sequence, its rest still to
+patch, from a deep one), each extended by the one-region search
 from its end (with the sequence's totals, the global best as incumbent), and (b) the
 candidates a search deferred: not visited in its time (by MACs, as the one-region search
 visits them), then those skipped only for the operators after them (a next region may patch
