@@ -50,8 +50,15 @@ def test_small_mobilenet_patched_equal_and_smaller(layout, integer):
     tiled = TilePatches()(relax.transform.FoldConstant()(mod))
     a = _attrs(tiled)
     assert "memsched.patches_skipped" not in a, a
-    assert a["memsched.patches_grid"] in ("2x2", "2x3", "3x2", "3x3", "1x2", "2x1", "3x4",
-                                          "4x3", "4x4")
+    from memsched.patches.search import DEFAULT_GRIDS
+
+    regions = str(a["memsched.patches_regions"]).split("; ")
+    grids = [r.split(":")[1].split("@")[0].replace("+keep", "") for r in regions]
+    assert grids[0] == a["memsched.patches_grid"]
+    assert all(tuple(int(g) for g in grid.split("x")) in DEFAULT_GRIDS for grid in grids)
+    # each region starts where the one before ends
+    spans = [tuple(int(x) for x in r.split(":")[0].split("-")) for r in regions]
+    assert spans[0][0] == 0 and all(b[0] == a_[1] + 1 for a_, b in zip(spans, spans[1:]))
     assert int(a["memsched.patches_peak_after"]) < int(a["memsched.patches_peak_before"])
     assert float(a["memsched.patches_mac_overhead"]) <= 0.3
     relax.analysis.well_formed(tiled)
