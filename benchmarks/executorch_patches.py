@@ -287,6 +287,7 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
     row.update({"grid": tr.grid, "se_patches": tr.se_patches, "split": ",".join(tr.split),
                 "region_ops": tr.region_ops, "second_grid": tr.second_grid,
                 "second_split": ",".join(tr.second_split), "second_region": tr.second_region,
+                "regions": tr.regions,
                 "macs": tr.macs_before, "macs_patched": tr.macs or tr.macs_before,
                 "mac_overhead": tr.mac_overhead, "skipped": tr.skipped,
                 "records_added_model": tr.records_added,
@@ -306,8 +307,9 @@ def table(rows: list[dict]) -> str:
         ratio = r["default_bytes"] / r["patches_bytes"]
         diff = "0 (bit-equal)" if r["bit_equal"] else f"{r['patches_diff']:.2e}"
         se = f" SE: {r['se_patches']}" if r.get("se_patches") else ""
-        if r.get("second_grid"):
-            se += f"; then {r['second_grid']} @ {r['second_split']}"
+        for g in (r.get("regions") or [])[1:]:  # every region after the first
+            se += (f"; then {g['grid']} @ {','.join(g['split'])} "
+                   f"(ops {g['region_start']}-{g['region_ops'] - 1})")
         where = f"{r['grid']} @ {r['split']} ({r['region_ops']}){se}" if r["grid"] else \
             f"none: {r['skipped']}"
         before = r["default_bytes"] + r["default_method_bytes"]

@@ -191,6 +191,14 @@ def run(name: str, max_overhead: float, offline_plan: bool, measure: bool = True
     return row
 
 
+def _regions(c) -> str:
+    """Every region of a choice: ``ops a-b RxC @ split``, joined by ``+``."""
+    if not c:
+        return "none"
+    return " + ".join(f"ops {r['region_start']}-{r['region_ops'] - 1} {r['grid']} @ "
+                      f"{','.join(r['split'])}" for r in c.get("regions") or [c])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", default=["mbv2-0.35-144", "mobilenet_like-96"])
@@ -212,7 +220,7 @@ def main(argv=None) -> int:
               f"TFLM total {m.get('tflm_arena_original', 0):>9,} "
               f"(reordered {m.get('tflm_arena_reordered', 0):,}) -> "
               f"{m.get('tflm_arena_patched', 0):>9,} B ({m.get('tflm_arena_ratio')}x)  "
-              f"split {c and ','.join(c['split'])} grid {c and c['grid']} "
+              f"regions {_regions(c)} "
               f"MACs +{100 * (c['mac_overhead'] if c else 0):.1f} %  "
               f"estimated {row['result']['search']['original']['total_bytes']:,} -> "
               f"{c and c['total_bytes']:,}  LiteRT equal {m['litert_equal']} "

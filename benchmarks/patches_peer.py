@@ -129,12 +129,10 @@ def run(name: str, xcore: str | None, max_b: int, bands, max_overhead: float,
         _, res = tile_tflite(src, dst, offline_plan=True, max_overhead=max_overhead)
         row["memsched_seconds"] = round(time.perf_counter() - t0, 2)
         c = res.choice
-        c2 = res.second.choice if res.second else None
         row["memsched"] = {"arena": tflm.min_arena_bytes(dst), "macs": macs(dst),
                            "equal": equal(src, dst),
-                           "estimate": (c2 or c).total if c else None,
+                           "estimate": c.total if c else None,
                            "choice": c.as_dict() if c else None,
-                           "second_region": res.second.choice.as_dict() if res.second else None,
                            "bound": res.bound}
         if cached and "xformer" in cached:  # --reuse: the sweep of an earlier run
             row["xformer"] = cached["xformer"]
@@ -153,9 +151,9 @@ def _fmt(row: dict) -> str:
     def region(c):
         return f"ops {c.get('region_start', 0)}-{c['region_ops'] - 1} {c['grid']}" if c else "-"
 
-    c2 = m.get("second_region")
+    regions = (c or {}).get("regions") or [c]
     ms = (f"{m['arena']:>9,} {o / m['arena']:.3f}x MACs {100 * (m['macs'] / m0 - 1):+.1f}% "
-          f"[{region(c)}{' + ' + region(c2) + ' (after the first)' if c2 else ''}]"
+          f"[{' + '.join(region(r) for r in regions)}]"
           f"{'' if m['equal'] else ' NOT EQUAL'}")
     x = row.get("xformer")
     if x is None:

@@ -113,6 +113,8 @@ def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0) ->
         "se_patches": str(attrs.get("memsched.patches_se", "")),
         "region_ops": int(attrs["memsched.patches_region_ops"])
         if "memsched.patches_region_ops" in attrs else 0,
+        "regions": str(attrs["memsched.patches_regions"])
+        if "memsched.patches_regions" in attrs else "",
         "ratio_vs_plain": round(plain / patched, 2), "ratio_vs_mas": round(mas / patched, 2),
         "mac_overhead": float(attrs["memsched.patches_mac_overhead"])
         if "memsched.patches_mac_overhead" in attrs else 0.0,
@@ -127,24 +129,41 @@ def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0) ->
 
 def _conv_pool_overhead(folded, attrs):
     """MAC overhead counting only conv/pool multiply-accumulates (the pass's own count also
-    charges one per element-wise output element), and the split tensor's shape."""
+    charges one per element-wise output element), over every region
+    (``memsched.patches_regions``: ``first-last:RxC[+keep]@split``), and the first region's
+    split tensor's shape."""
     from memsched.patches.region import plan_patches, regions
     from memsched.transform.tile_patches import describe_block
 
     func = folded["main"]
     bm = describe_block(func, func.body.blocks[0])
     sm = bm.sm
-    length = int(attrs["memsched.patches_region_ops"])
-    grid = tuple(int(g) for g in str(attrs["memsched.patches_grid"]).split("x"))
-    region = next(r for r in regions(sm, se=True)[0] if r.length == length)
-    plan = plan_patches(sm, region, grid, keep=str(attrs.get("memsched.patches_se")) == "keep")
     conv = [k for k, op in enumerate(sm.ops) if op.cls == "window" and op.kind != "PAD"]
     whole = sum(sm.op_macs(sm.ops[k]) for k in conv)
-    extra = sum(sm.op_macs(sm.ops[nd.op], nd.win) for nd in plan.nodes
-                if nd.kind == "op" and nd.op in conv) - \
-        sum(sm.op_macs(sm.ops[k]) for k in conv if k < length)
-    shape = "x".join(str(int(d)) for d in bm.var_of[region.split[-1]].ty.shape.values)
+    extra, shape = 0, None
+    for entry in str(attrs["memsched.patches_regions"]).split("; "):
+        ops, rest = entry.split(":", 1)
+        start, last = (int(x) for x in ops.split("-"))
+        label = rest.split("@", 1)[0]
+        grid = tuple(int(g) for g in label.replace("+keep", "").split("x"))
+        region = next(r for r in regions(sm, [start], se=True)[0] if r.length == last + 1)
+        plan = plan_patches(sm, region, grid, keep=label.endswith("+keep"))
+        extra += sum(sm.op_macs(sm.ops[nd.op], nd.win) for nd in plan.nodes
+                     if nd.kind == "op" and nd.op in conv) - \
+            sum(sm.op_macs(sm.ops[k]) for k in conv if start <= k <= last)
+        if shape is None:
+            shape = "x".join(str(int(d)) for d in bm.var_of[region.split[-1]].ty.shape.values)
     return round(extra / whole, 4), shape
+
+
+def _then(regions: str) -> str:
+    """The regions after the first (``; then RxC @ split (ops a-b)``)."""
+    out = ""
+    for entry in regions.split("; ")[1:]:
+        ops, rest = entry.split(":", 1)
+        label, split = rest.split("@", 1)
+        out += f"; then {label} @ {split} (ops {ops})"
+    return out
 
 
 def main(argv=None) -> int:
@@ -168,7 +187,8 @@ def main(argv=None) -> int:
         print(f"| {r['model']} | {r['ops']} | {r['plain_tvm_bytes']:,} | "
               f"{r['mas_arena_bytes']:,} | {r['patched_bytes']:,} | "
               f"{r['grid']} @ {r['split']} {r['split_shape']} ({r['region_ops']})"
-              f"{', SE: ' + r['se_patches'] if r['se_patches'] else ''} | "
+              f"{', SE: ' + r['se_patches'] if r['se_patches'] else ''}"
+              f"{_then(r['regions'])} | "
               f"{r['ratio_vs_plain']}x / {r['ratio_vs_mas']}x | "
               f"+{100 * r['mac_overhead']:.1f} % ({_pct(r['conv_pool_mac_overhead'])}) | "
               f"{r['search_seconds']} | {eq} |", flush=True)

@@ -381,6 +381,34 @@ class MBV2Small(nn.Module):
         return self.head(self.features(x).mean((2, 3)))
 
 
+def test_regions_in_sequence_rewritten_equal():
+    """Two regions applied in turn by the pass's rewrite (the last one first; the second
+    slices the first's reassembled split tensor): the program runs in ExecuTorch's runtime
+    within TOL of the default one."""
+    from torch.fx.passes.infra.pass_base import PassResult
+
+    from memsched.executorch.patch_describe import describe_graph
+    from memsched.executorch.patch_pass import _rewritten
+    from memsched.patches.region import plan_patches, regions
+
+    seen = []
+
+    def two_regions(gm):
+        em = describe_graph(gm)
+        first = min((r for r in regions(em.sm)[0] if r.length >= 3), key=lambda r: r.length)
+        second = max(regions(em.sm, [first.length])[0], key=lambda r: r.length)
+        plans = [plan_patches(em.sm, first, (3, 3)), plan_patches(em.sm, second, (2, 1))]
+        new, added = _rewritten(gm, em, plans)
+        seen.append(added)
+        return PassResult(new, True)
+
+    torch.manual_seed(5)
+    model, x = MBV2Small(), torch.randn(1, 3, 64, 64)
+    got, want, _, _ = _compare(model, x, ExecutorchBackendConfig(passes=[two_regions]))
+    assert seen and seen[0][1] > 0
+    assert _max_diff(got, want) <= TOL
+
+
 def test_second_region_after_the_first():
     """Where the operators after the first region bound the peak, a second region (its own
     grid, starting right after the first one's reassembly) lowers it within the same MAC
@@ -394,7 +422,8 @@ def test_second_region_after_the_first():
     _, one = tile_graph_module(gm, time_limit=6, second_region=False)
     _, two = tile_graph_module(gm, time_limit=6)
     assert one.patched and two.patched
-    assert two.second_grid, two.notes
+    assert two.second_grid and len(two.regions) >= 2
+    assert two.regions[1]["region_start"] == two.regions[0]["region_ops"]
     assert two.peak_after < one.peak_after
     assert two.mac_overhead <= 0.3 + 1e-9
     assert "then grid" in two.summary()

@@ -208,3 +208,73 @@ def test_import_memsched_needs_no_optional_dependency():
             "assert 'tvm' not in sys.modules\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+# The patch search's building blocks: a module that imports one of these could loop over
+# regions or grids itself (a second region written once per adapter, as before issue 40)
+SEARCH_INTERNALS = {"search_patches", "plan_patches", "grid_macs", "regions", "heuristic_peak",
+                    "patched_graph", "DEFAULT_GRIDS", "price_sequence"}
+
+
+def search_loops(name: str, source: str) -> list[str]:
+    """What in module ``name`` (its ``source``) defines a search over patch regions or grids
+    outside `memsched.patches`: an import of the search's building blocks, a grid table of its
+    own (a module-level name ending in GRIDS bound to a literal), a loop over a name ending in
+    GRIDS, a call of `search_regions` in a loop or more than once."""
+    if name == "memsched.patches" or name.startswith("memsched.patches."):
+        return []
+    found = []
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and "patches" in (node.module or "").split("."):
+            found += [f"imports {a.name}" for a in node.names if a.name in SEARCH_INTERNALS]
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.List)):
+            found += [f"defines {t.id}" for t in node.targets
+                      if isinstance(t, ast.Name) and t.id.endswith("GRIDS")]
+    calls = 0
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.For, ast.comprehension)):
+            it = node.iter
+            names = {n.id for n in ast.walk(it) if isinstance(n, ast.Name)} | \
+                {n.attr for n in ast.walk(it) if isinstance(n, ast.Attribute)}
+            found += [f"loops over {n}" for n in sorted(names) if n.endswith("GRIDS")]
+        if isinstance(node, (ast.For, ast.While, ast.ListComp, ast.GeneratorExp,
+                             ast.SetComp, ast.DictComp)):
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Call) and _called(sub) == "search_regions":
+                    found.append("calls search_regions in a loop")
+        if isinstance(node, ast.Call) and _called(node) == "search_regions":
+            calls += 1
+    if calls > 1:
+        found.append(f"calls search_regions {calls} times")
+    return found
+
+
+def _called(call: ast.Call) -> str:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def test_no_search_over_regions_or_grids_outside_patches():
+    """Issue 40: the adapters describe their graph and apply a plan; the regions and grids
+    are searched in `memsched.patches` only (`search_regions`, called once per adapter)."""
+    bad = {name: why for name, path in modules().items()
+           if (why := search_loops(name, path.read_text()))}
+    assert not bad, bad
+
+
+def test_the_search_loop_checker_sees_copies():
+    src = ("from ..patches.search import DEFAULT_GRIDS, search_patches\n"
+           "FIRST_GRIDS = ((2, 1), (3, 1))\n"
+           "def f(sm):\n"
+           "    for g in FIRST_GRIDS:\n"
+           "        search_regions(sm, g)\n"
+           "    return [x for x in DEFAULT_GRIDS]\n")
+    why = search_loops("memsched.tflite.tile", src)
+    assert {"imports DEFAULT_GRIDS", "imports search_patches", "defines FIRST_GRIDS",
+            "loops over FIRST_GRIDS", "loops over DEFAULT_GRIDS",
+            "calls search_regions in a loop"} <= set(why)
+    assert search_loops("memsched.patches.sequence", src) == []
+    assert search_loops("memsched.x", "search_regions(a)\nsearch_regions(b)\n") == \
+        ["calls search_regions 2 times"]

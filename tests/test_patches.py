@@ -255,6 +255,32 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     assert cmp["tflm_equal"] in (True, None)
 
 
+def test_rewrite_applies_regions_in_sequence(tmp_path):
+    """Two regions in one file (each its own grid; the second slices the first's reassembled
+    split tensor, numbered as in the original file): bit-equal in LiteRT and TFLite Micro."""
+    from memsched.patches.region import plan_patches, regions
+    from memsched.tflite.read import read_tflite
+    from memsched.tflite.spatial import spatial_model
+    from memsched.tflite.tile import compare_outputs, rewrite_model
+    from memsched.tflite.write import finish_model
+    from memsched.tflite import tflm
+
+    src = tmp_path / "m.tflite"
+    src.write_bytes(_small_mobilenet())
+    tg = read_tflite(str(src))
+    sm = spatial_model(tg)
+    first = min((r for r in regions(sm)[0] if r.length >= 3), key=lambda r: r.length)
+    second = max(regions(sm, [first.length])[0], key=lambda r: r.length)
+    plans = [plan_patches(sm, first, (3, 3)), plan_patches(sm, second, (2, 1))]
+    dst = tmp_path / "two.tflite"
+    dst.write_bytes(finish_model(rewrite_model(tg, sm, plans)))
+    ops = read_tflite(str(dst)).graph.ops
+    assert len(ops) == len(sm.ops) - second.length + sum(len(p.nodes) for p in plans) + \
+        (second.start - first.length)
+    cmp = compare_outputs(str(src), str(dst), count=1, tflm=tflm.available())
+    assert cmp["litert_equal"] and cmp["tflm_equal"] in (True, None)
+
+
 def _float_input_model(size: int = 48) -> bytes:
     """float32 input -> QUANTIZE (operator 0) -> int8 conv 3x3/2 -> depthwise -> conv 1x1 ->
     depthwise -> RESHAPE -> FULLY_CONNECTED: the MCU-style model whose float input a region

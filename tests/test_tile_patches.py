@@ -50,8 +50,15 @@ def test_small_mobilenet_patched_equal_and_smaller(layout, integer):
     tiled = TilePatches()(relax.transform.FoldConstant()(mod))
     a = _attrs(tiled)
     assert "memsched.patches_skipped" not in a, a
-    assert a["memsched.patches_grid"] in ("2x2", "2x3", "3x2", "3x3", "1x2", "2x1", "3x4",
-                                          "4x3", "4x4")
+    from memsched.patches.search import DEFAULT_GRIDS
+
+    regions = str(a["memsched.patches_regions"]).split("; ")
+    grids = [r.split(":")[1].split("@")[0].replace("+keep", "") for r in regions]
+    assert grids[0] == a["memsched.patches_grid"]
+    assert all(tuple(int(g) for g in grid.split("x")) in DEFAULT_GRIDS for grid in grids)
+    # each region starts where the one before ends
+    spans = [tuple(int(x) for x in r.split(":")[0].split("-")) for r in regions]
+    assert spans[0][0] == 0 and all(b[0] == a_[1] + 1 for a_, b in zip(spans, spans[1:]))
     assert int(a["memsched.patches_peak_after"]) < int(a["memsched.patches_peak_before"])
     assert float(a["memsched.patches_mac_overhead"]) <= 0.3
     relax.analysis.well_formed(tiled)
@@ -79,6 +86,28 @@ def test_forced_grid_and_split():
     assert a["memsched.patches_split"] == first
     x = random_input(mod, 0)
     _check_equal(_run(mod, x), _run(tiled, x), False)
+
+
+@pytest.mark.parametrize("integer", [False, True])
+def test_regions_in_sequence_rewritten_equal(integer):
+    """Two regions in one block (each its own grid; the second slices the first's split
+    tensor, which keeps its variable): the same outputs as the original in TVM's VM."""
+    from memsched.patches.region import plan_patches, regions
+    from memsched.transform.common import with_blocks
+    from memsched.transform.tile_patches import rewrite_block
+
+    mod = relax.transform.FoldConstant()(small_mobilenet(size=24, integer=integer))
+    func = mod["main"]
+    blocks = list(func.body.blocks)
+    bm = describe_block(func, blocks[0])
+    first = min((r for r in regions(bm.sm)[0] if r.length >= 3), key=lambda r: r.length)
+    second = max(regions(bm.sm, [first.length])[0], key=lambda r: r.length)
+    plans = [plan_patches(bm.sm, first, (3, 2)), plan_patches(bm.sm, second, (2, 2))]
+    blocks[0] = relax.DataflowBlock(rewrite_block(bm, plans), blocks[0].span)
+    tiled = tvm.IRModule({"main": with_blocks(func, blocks)})
+    relax.analysis.well_formed(tiled)
+    x = random_input(mod, 1)
+    _check_equal(_run(mod, x), _run(tiled, x), integer)
 
 
 def test_unmodellable_function_left_unchanged():

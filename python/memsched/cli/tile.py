@@ -112,16 +112,14 @@ def _print(r: dict, args) -> None:
                   f"{c['peak_bytes']:,}", f"{c['persistent_bytes']:,}", f"{c['total_bytes']:,}",
                   f"{100 * c['mac_overhead']:+.1f}", mark)
     console.print(t)
-    c2 = r.get("second_region")
-    if c2 and not any(c["split"] == choice.get("split") and c["grid"] == choice.get("grid")
-                      for c in s["frontier"]):
-        console.print(f"chosen first region (to be followed by a second): operators "
-                      f"{choice['region_start']}-{choice['region_ops'] - 1}, grid "
-                      f"{choice['grid']}, split {choice['split']}")
-    if c2:
-        console.print(f"second region after the chosen one: operators {c2['region_start']}-"
-                      f"{c2['region_ops'] - 1} of the once-rewritten model, grid {c2['grid']}, "
-                      f"split {c2['split']}; estimated total {c2['total_bytes']:,} B")
+    regions = choice.get("regions") or []
+    if len(regions) > 1:  # the frontier lists one-region candidates: say what was chosen
+        console.print(f"chosen: {len(regions)} regions, estimated total "
+                      f"{choice['total_bytes']:,} B, MACs {100 * choice['mac_overhead']:+.1f} %")
+        for i, c in enumerate(regions, 1):
+            console.print(f"  region {i}: operators {c['region_start']}-{c['region_ops'] - 1},"
+                          f" grid {c['grid']}, split {','.join(c['split'])}, its part's peak "
+                          f"{c['part_peak_bytes']:,} B")
     for note in r.get("notes", []):
         console.print(f"note: {note}")
     for why in s.get("refused", [])[:3]:

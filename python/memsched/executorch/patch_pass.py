@@ -24,12 +24,14 @@ The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
    quantized convolutions / pools / add / mul / activation, pad, minimum / maximum) are
    described by `memsched.executorch.patch_cortex_m`, their CMSIS-NN scratch buffers as
    per-op workspace.
-2. **Search.** `memsched.patches.search.search_patches` with ``RuntimeMemory("executorch",
-   EXECUTORCH_MODEL)`` and ``se=True``: region (a prefix ending at its split tensors) and
-   grid, the lowest
-   peak within ``max_overhead`` extra MACs, only if it beats the unpatched graph in its best
-   order (a forced ``grid``/``split`` is applied even when it does not).
-3. **Rewrite** (on a copy of the graph module; the input module is never changed): per patch
+2. **Search.** `memsched.patches.search_regions` with ``RuntimeMemory("executorch",
+   EXECUTORCH_MODEL)`` and ``se=True``: a sequence of regions (each a run of operators ending
+   at its split tensors, starting where the one before ends) and a grid per region, the
+   lowest peak within ``max_overhead`` extra MACs for the whole graph, only if it beats the
+   unpatched graph in its best order (a forced ``grid``/``split``: one region, applied even
+   when it does not lower the peak).
+3. **Rewrite** (on a copy of the graph module; the input module is never changed; region by
+   region, the last one first, `patch_rewrite.rewrite`): per patch
    ``slice_copy`` of the input window with its halo (H, then W), ``constant_pad_nd`` only on
    true borders (zero; ``-inf`` / the dtype's minimum before a max pool), the same
    convolution / pool with padding 0, element-wise ops on the windows; ``cat`` of each row's
@@ -52,14 +54,15 @@ a graph it cannot patch: it returns the graph unchanged with the reason in the r
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ..patches.region import Refused
-from ..patches.search import SearchResult, search_patches
+from ..patches.search import SearchResult
+from ..patches.sequence import MAX_REGIONS, search_regions
 from .errors import ExecutorchError
 from .model import EXECUTORCH_MODEL
 from .patch_describe import EXECUTORCH_MEMORY, EdgeModel, describe_graph
-from .patch_rewrite import _rewritten_copy
+from .patch_rewrite import _copy_module, rewrite
 from .records import ExecutorchRecords
 
 class TilePatchesError(ExecutorchError):
@@ -88,8 +91,10 @@ class TileReport:
     frontier: list = field(default_factory=list)  # "grid@split:peak:overhead"
     values_added: int = 0
     instructions_added: int = 0
-    # a second region after the first one's reassembly (operators [start, end) of the
-    # once-patched graph), when one lowers the peak further
+    # every region (`Candidate.region_dict`: operators [region_start, region_ops) of the
+    # unpatched graph, grid, split, its part's peak, what it adds), in model order; the
+    # second's again in second_* (the two-region fields of before)
+    regions: list = field(default_factory=list)
     second_grid: str = ""
     second_split: list = field(default_factory=list)
     second_region: list = field(default_factory=list)
@@ -112,10 +117,9 @@ class TileReport:
         if self.skipped:
             return f"patches: left unchanged: {self.skipped}"
         se = f", SE: {self.se_patches}" if self.se_patches else ""
-        if self.second_grid:
-            se += (f"; then grid {self.second_grid} @ {','.join(self.second_split)} "
-                   f"(ops {self.second_region[0]}-{self.second_region[1] - 1} of the "
-                   "once-patched graph)")
+        for r in self.regions[1:]:
+            se += (f"; then grid {r['grid']} @ {','.join(r['split'])} "
+                   f"(ops {r['region_start']}-{r['region_ops'] - 1})")
         return (f"patches: grid {self.grid} @ {','.join(self.split)} ({self.region_ops} ops"
                 f"{se}), "
                 f"MACs {self.macs_before:,} -> {self.macs:,} (+{100 * self.mac_overhead:.1f} %),"
@@ -136,14 +140,16 @@ def memory_of(em: EdgeModel, price_records: bool = True):
 
 def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
            time_limit: float = 10.0, se_patches: str | None = None,
-           price_records: bool = True) -> SearchResult:
-    """The one patch search under ExecuTorch's memory model (`memory_of`). Regions start at
-    the first operator, and also right after it when that one is element-wise on a model
-    input (the int8 flow's quantize of the float input): quantized whole before the region,
-    or patch by patch inside it, whichever the evaluator prices lower."""
-    return search_patches(em.sm, em.graph, em.tensor_index, memory_of(em, price_records),
+           price_records: bool = True, max_regions: int = MAX_REGIONS) -> SearchResult:
+    """The one patch search under ExecuTorch's memory model (`memory_of`): ``time_limit``
+    for one region, as much again for the regions after it. The first region starts at the
+    first operator, or right after it when that one is element-wise on a model input (the
+    int8 flow's quantize of the float input): quantized whole before the region, or patch by
+    patch inside it, whichever the evaluator prices lower."""
+    return search_regions(em.sm, em.graph, em.tensor_index, memory_of(em, price_records),
                           grids=[tuple(grid)] if grid is not None else None, split=split,
-                          max_overhead=max_overhead, time_limit=time_limit, se=True,
+                          max_overhead=max_overhead, time_limit=time_limit,
+                          extend_time=time_limit, max_regions=max_regions, se=True,
                           se_patches=se_patches, starts=_starts(em.sm))
 
 
@@ -159,17 +165,21 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
                       second_region: bool = True, price_records: bool = True,
                       planned_inputs: bool = True):
     """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed.
-    ``second_region`` (when neither ``grid`` nor ``split`` is forced): then a second region,
-    starting right after the first one's reassembly, searched on the once-patched graph with
-    what is left of the MAC budget (`_second_region`). ``planned_inputs``: False when the
-    planning pass leaves the user inputs out of the arena (``alloc_graph_input=False``)."""
+    ``second_region`` (when neither ``grid`` nor ``split`` is forced): regions in sequence,
+    each starting where the one before ends, each with its own grid, under the one MAC budget
+    (`memsched.patches.search_regions`; ``time_limit`` more seconds for the regions after the
+    first). ``price_records``: the objective is the planned arena plus the method allocator's
+    records (`memsched.executorch.records`), else the arena alone. ``planned_inputs``: False
+    when the planning pass leaves the user inputs out of the arena
+    (``alloc_graph_input=False``)."""
     t0 = time.perf_counter()
     rep = TileReport()
     try:
         em = describe_graph(gm, planned_inputs)
         res = search(em, max_overhead=max_overhead, grid=grid, split=split,
                      time_limit=time_limit, se_patches=se_patches,
-                     price_records=price_records)
+                     price_records=price_records,
+                     max_regions=MAX_REGIONS if second_region else 1)
     except Refused as e:
         rep.skipped, rep.seconds = str(e), time.perf_counter() - t0
         return None, rep
@@ -192,10 +202,11 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
             rep.skipped += f" (refused: {res.refused[0]})"
         rep.seconds = time.perf_counter() - t0
         return None, rep
-    plan = res.plan_of(c)
+    plans = res.plans_of(c)
     try:
         # rewrite a copy: the caller's module stays as it was, whatever happens below
-        new, nmap, (values, instructions) = _rewritten_copy(gm, em, plan, c.node_order)
+        new, (values, instructions) = _rewritten(gm, em, plans,
+                                                 [r.node_order for r in c.sequence])
     except (KeyboardInterrupt, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - the rewrite failed: the original stays
@@ -203,10 +214,16 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
         rep.skipped = f"rewrite failed: {type(e).__name__}: {first}"
         rep.seconds = time.perf_counter() - t0
         return None, rep
-    rep.grid = f"{c.grid[0]}x{c.grid[1]}"
-    rep.split = list(c.split)
-    rep.se_patches = plan.se_mode
-    rep.region_ops = int(c.region_ops)
+    seq = c.sequence
+    rep.grid = f"{seq[0].grid[0]}x{seq[0].grid[1]}"
+    rep.split = list(seq[0].split)
+    rep.se_patches = plans[0].se_mode
+    rep.region_ops = int(seq[0].region_ops)
+    rep.regions = [r.region_dict() for r in seq]
+    if len(seq) > 1:  # the old two-region fields: the second region
+        rep.second_grid = f"{seq[1].grid[0]}x{seq[1].grid[1]}"
+        rep.second_split = list(seq[1].split)
+        rep.second_region = [int(seq[1].region_start), int(seq[1].region_ops)]
     rep.macs = int(c.macs)
     rep.mac_overhead = float(c.overhead)
     rep.peak_after = int(c.peak)
@@ -214,190 +231,25 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
     rep.values_added, rep.instructions_added = values, instructions
     rep.records_before = int(res.original.persistent)
     rep.records_added = int(c.persistent - res.original.persistent)
-    if second_region and grid is None and split is None:
-        new = _two_regions(gm, em, res, new, nmap, rep, max_overhead, time_limit, se_patches,
-                           price_records, planned_inputs)
     rep.seconds = time.perf_counter() - t0
     return new, rep
 
 
-SECOND_REGION_TRIES = 4  # first-region choices (the search's, then finer grids) tried
-
-
-def _two_regions(gm, em: EdgeModel, res: SearchResult, new, nmap, rep: TileReport,
-                 max_overhead: float, time_limit: float, se_patches, price_records=True,
-                 planned_inputs=True):
-    """A second patch region after the first one's reassembly (each region with its own
-    grid: e.g. the stem's stage in many patches, then the next stage in a few), as
-    `memsched.tflite.tile` does for .tflite files. First regions tried: the search's choice,
-    then its region with finer grids within the MAC budget (alone they were no better: the
-    operators after the region bound the peak, which a second region lowers), by the peak
-    of their patched part. For each, the once-patched graph is searched again under the
-    same memory model, regions starting right after the first one, within the MAC budget
-    left; the lowest total is kept if it beats one region. Returns the graph module to use
-    and fills ``rep``; ``time_limit`` bounds the whole of it."""
-    deadline = time.perf_counter() + time_limit
-    first0 = res.choice
-    best = None  # (total, graph module, first candidate, first plan, second candidate, counts)
-    for first, plan1 in _first_choices(em, res, max_overhead, time_limit / 8):
-        left = deadline - time.perf_counter()
-        if left < 0.5:
-            break
-        try:
-            if first is first0:
-                g1, m1, counts1 = new, nmap, (rep.values_added, rep.instructions_added)
-            else:
-                g1, m1, counts1 = _rewritten_copy(gm, em, plan1, first.node_order)
-            post = {m1[n] for n in em.nodes[plan1.region.length:]}
-            out = _second_region(g1, post, first, res.original.macs, max_overhead,
-                                 min(left, time_limit / 2), se_patches, price_records,
-                                 planned_inputs)
-        except (KeyboardInterrupt, MemoryError):
-            raise
-        except Exception as e:  # noqa: BLE001 - keep what we have
-            rep.notes.append(f"second region after {first.label}: {type(e).__name__}: {e}")
-            continue
-        if out is None:
-            continue
-        g2, c2, counts2 = out
-        if c2.total < first0.total and (best is None or c2.total < best[0]):
-            best = (c2.total, g2, first, plan1, c2,
-                    (counts1[0] + counts2[0], counts1[1] + counts2[1]))
-    if best is None:
-        rep.notes.append(f"second region: none lowers the peak below {first0.total:,} B")
-        return new
-    _, g2, first, plan1, c2, (values, instructions) = best
-    rep.grid = f"{first.grid[0]}x{first.grid[1]}"
-    rep.split = list(first.split)
-    rep.se_patches = plan1.se_mode
-    rep.region_ops = int(first.region_ops)
-    rep.second_grid = f"{c2.grid[0]}x{c2.grid[1]}"
-    rep.second_split = list(c2.split)
-    rep.second_region = [int(c2.region_start), int(c2.region_ops)]
-    rep.macs = int(c2.macs)
-    rep.mac_overhead = float(c2.overhead)
-    rep.peak_after = int(c2.peak)
-    rep.certified = bool(c2.certified)
-    rep.records_added = int(c2.persistent - rep.records_before)
-    rep.values_added, rep.instructions_added = values, instructions
-    return g2
-
-
-def _first_choices(em: EdgeModel, res: SearchResult, max_overhead: float, time_limit: float):
-    """(candidate, plan) first regions for `_two_regions`: the search's choice, then its
-    region with more patches within the MAC budget, lowest patched-part peak first (the
-    rest of the model not counted: a second region will lower it)."""
-    from ..memory import Problem
-    from ..patches.region import grid_macs, plan_patches
-    from ..patches.search import DEFAULT_GRIDS, Candidate, heuristic_peak, patched_graph
-
-    c0 = res.choice
-    plan0 = res.plan_of(c0)
-    yield c0, plan0
-    sm, r, keep = em.sm, plan0.region, plan0.keep
-    t_end = time.perf_counter() + time_limit
-    region_macs = sum(sm.op_macs(sm.ops[k]) if sm.ops[k].cls != "other" else sm.macs[k]
-                      for k in r.ops)
-    scored = []
-    for g in DEFAULT_GRIDS:
-        if time.perf_counter() > t_end:
-            break
-        if g[0] * g[1] <= c0.patches or g[0] > r.hw[0] or g[1] > r.hw[1]:
-            continue
-        try:
-            macs = res.original.macs - region_macs + grid_macs(sm, r, g, keep)
-            over = macs / res.original.macs - 1 if res.original.macs else 0.0
-            if over > max_overhead:
-                continue
-            plan = plan_patches(sm, r, g, keep)
-        except Refused:
-            continue
-        pg = patched_graph(sm, em.graph, em.tensor_index, plan, prefix_only=True)
-        peak = heuristic_peak(pg, plan, Problem.from_graph(pg, EXECUTORCH_MODEL),
-                              baselines=False)
-        scored.append((peak, g[0] * g[1], Candidate(
-            list(c0.split), list(c0.split_index), c0.region_ops, g, peak, 0, macs, over, 0,
-            c0.region_start, keep=keep, note="first of two regions"), plan))
-    scored.sort(key=lambda x: (x[0], x[1]))
-    for _, _, c, plan in scored[:SECOND_REGION_TRIES - 1]:
-        yield c, plan
-
-
-def _second_region(gm, post: set, first, macs0: int, max_overhead: float, time_limit: float,
-                   se_patches, price_records=True, planned_inputs: bool = True):
-    """The second search on the once-patched graph module ``gm`` (``post``: its nodes of the
-    operators after the first region): regions starting at the first of those operators,
-    within the MAC budget left. Returns (the twice-patched copy, the second candidate,
-    (values, instructions) added) or None."""
-    em = describe_graph(gm, planned_inputs)
-    # the search runs the operators before a region in file order: put the once-patched
-    # graph in the scheduler's order first (the first region's patches, as the search priced
-    # them), or its file order's peak would hide what a second region saves
-    _in_scheduled_order(gm, em, time_limit / 4)
-    em = describe_graph(gm, planned_inputs)
-    start = next((k for k, n in enumerate(em.nodes) if n in post), None)
-    if start is None:
-        return None
-    # the budget left, in the once-patched graph's own MAC count (its slices, pads and
-    # concatenations count as the search counts them there): what the second region adds to
-    # the first's MACs stays within max_overhead of the original
-    sm = em.sm
-    macs1 = sum(sm.op_macs(op) if op.cls != "other" else sm.macs[k]
-                for k, op in enumerate(sm.ops))
-    budget = ((1 + max_overhead) * macs0 - first.macs) / macs1 if macs1 else 0.0
-    res = search_patches(em.sm, em.graph, em.tensor_index, memory_of(em, price_records),
-                         max_overhead=max(budget, 0.0), time_limit=time_limit, se=True,
-                         se_patches=se_patches, starts=[start])
-    c = res.choice
-    if c is None:
-        return None
-    c.macs = first.macs + c.macs - macs1  # in the original graph's count
-    c.overhead = c.macs / macs0 - 1 if macs0 else 0.0
-    new, _, counts = _rewritten_copy(gm, em, res.plan_of(c), c.node_order)
-    return new, c, counts
-
-
-def _in_scheduled_order(gm, em: EdgeModel, time_limit: float) -> None:
-    """Move ``gm``'s nodes (in place) into the order of memsched's scheduler on ``em``'s op
-    graph: a topological order of all FX nodes by the rank of their operator in the
-    schedule, nodes that are no operator of ``em`` (placeholders, getitems, constants)
-    right after their last input."""
-    import heapq
-
-    from ..schedulers import schedule
-    from .reorder import apply_node_order
-
-    s = schedule(em.graph, "auto", EXECUTORCH_MODEL, time_limit=max(time_limit, 0.1))
-    nodes = list(gm.graph.nodes)
-    index = {n: i for i, n in enumerate(nodes)}
-    rank = {em.nodes[v]: r for r, v in enumerate(s.order)}
-    preds = {n: [a for a in n.all_input_nodes] for n in nodes}
-    succs: dict = {n: [] for n in nodes}
-    for n in nodes:
-        for a in preds[n]:
-            succs[a].append(n)
-    key: dict = {}
-    waiting = {n: len(preds[n]) for n in nodes}
-    heap = []
-    for n in nodes:
-        if not preds[n]:
-            # a call without inputs (a scratch buffer's ``alloc``) goes with its first reader,
-            # not first in the graph, where it would live from the start (placeholders keep
-            # their order: it is the program's signature)
-            key[n] = rank.get(n, -1) if n.op != "call_function" else \
-                min((rank[u] for u in n.users if u in rank), default=-1)
-            heapq.heappush(heap, (key[n], index[n], n))
-    order = []
-    while heap:
-        _, _, n = heapq.heappop(heap)
-        order.append(n)
-        for c in succs[n]:
-            waiting[c] -= 1
-            if waiting[c] == 0:
-                key[c] = len(nodes) if c.op == "output" else \
-                    rank.get(c, max(key[a] for a in preds[c]))
-                heapq.heappush(heap, (key[c], index[c], c))
-    apply_node_order(gm, order)
+def _rewritten(gm, em: EdgeModel, plans, orders=None) -> tuple:
+    """(a copy of ``gm`` with every region of ``plans`` patched, (values, instructions)
+    added). The last region first: the nodes of the regions before stay as `describe_graph`
+    named them, and each region's reassembly then takes over every reader of its split
+    tensors, the later regions' slices included. ``orders``: per plan, its nodes in the
+    order the search priced (`Candidate.node_order`) or None."""
+    new, nmap = _copy_module(gm)
+    em2 = replace(em, nodes=[nmap[n] for n in em.nodes],
+                  node_of={t: nmap[n] for t, n in em.node_of.items()})
+    orders = list(orders) if orders is not None else [None] * len(plans)
+    values = instructions = 0
+    for plan, order in reversed(list(zip(plans, orders))):
+        v, i = rewrite(new, em2, plan, order)
+        values, instructions = values + v, instructions + i
+    return new, (values, instructions)
 
 
 def _grid(grid):

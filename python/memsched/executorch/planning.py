@@ -179,11 +179,11 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     ``max_overhead`` extra MACs; ``grid`` ("RxC" or (rows, cols)) and ``split`` (a node name)
     force the choice, and so does ``se_patches`` ("recompute" / "keep": how the patches after a
     squeeze-and-excitation block's mean get their feature maps; default: the cheaper one);
-    ``second_region``: then a second region after the first one's reassembly, when it lowers
-    the peak within what is left of the MAC budget (not with a forced grid or split);
-    ``price_records``: choose on the planned arena plus the method allocator's records the
-    patches add (`memsched.executorch.records`: what a microcontroller provisions), or
-    (False) on the planned arena alone.
+    ``second_region``: regions in sequence (each starting where the one before ends, its own
+    grid, one MAC budget; `memsched.patches.search_regions`), kept when they lower the peak
+    (not with a forced grid or split); ``price_records``: choose on the planned arena plus
+    the method allocator's records the patches add (`memsched.executorch.records`: what a
+    microcontroller provisions), or (False) on the planned arena alone.
     Options named like `MemoryPlanningPass`'s (``alloc_graph_input``,
     ``alignment``, ...) go to the planning pass, the rest to ``ExecutorchBackendConfig``. The
     report: ``report(config)`` after ``to_executorch(config)``.

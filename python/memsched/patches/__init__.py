@@ -10,6 +10,8 @@ Plain Python + numpy (no TVM):
 * `search`: the one evaluator (activation peak under the certified scheduler + the bytes the
   runtime keeps per operator, MACs), with the runtime's memory model as its parameter
   (`RuntimeMemory`), the Pareto frontier and the default choice;
+* `sequence`: regions as a search dimension: a sequence of k >= 1 regions, each with its own
+  grid, under one MAC budget (`search_regions`, the search every adapter calls);
 * `reference`: a numpy reference that runs a region whole and patched (tests).
 
 The rewrites are thin adapters in the runtime packages: `memsched.tflite.tile` (.tflite files,
@@ -20,3 +22,4 @@ from .geometry import SOp, STensor, SpatialModel, Win  # noqa: F401
 from .region import PatchPlan, Refused, Region, plan_patches, regions  # noqa: F401
 from .search import (Candidate, RuntimeMemory, SearchResult, patched_graph,  # noqa: F401
                      search_patches)
+from .sequence import search_regions  # noqa: F401

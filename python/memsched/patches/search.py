@@ -94,10 +94,24 @@ class Candidate:
     # the plan's nodes (`PatchPlan.nodes` ids) in the order that gave ``peak``: an adapter
     # that writes them in this order hands the runtime's planner the priced schedule
     node_order: list | None = None
+    # several regions (`memsched.patches.sequence`): ``peak`` / ``persistent`` / ``macs`` /
+    # ``overhead`` are the whole model's, with the regions in ``before`` patched too; this
+    # region's own part: ``part_peak`` (the peak of the patched part alone, from the end of
+    # the region before to this one's reassembly), ``own_macs`` (the MACs it adds),
+    # ``own_persistent`` (the persistent bytes it adds)
+    part_peak: int = 0
+    own_macs: int = 0
+    own_persistent: int = 0
+    before: tuple = ()  # the regions before this one (Candidates, in model order)
 
     @property
     def total(self) -> int:
         return self.peak + self.persistent
+
+    @property
+    def sequence(self) -> list:
+        """Every region of this choice, in model order (this one last)."""
+        return [*self.before, self]
 
     @property
     def patches(self) -> int:
@@ -112,15 +126,25 @@ class Candidate:
         """``RxC``, with ``+keep`` when a squeeze-and-excitation region keeps its pieces."""
         return f"{self.grid[0]}x{self.grid[1]}" + ("+keep" if self.keep else "")
 
-    def as_dict(self) -> dict:
+    def region_dict(self) -> dict:
+        """This region alone: where it is, its grid and what it adds."""
         return {"split": self.split, "region_start": self.region_start,
-                "region_ops": self.region_ops,
-                "grid": f"{self.grid[0]}x{self.grid[1]}", "patches": self.patches,
+                "region_ops": self.region_ops, "grid": f"{self.grid[0]}x{self.grid[1]}",
+                "patches": self.patches, "part_peak_bytes": self.part_peak,
+                "macs_added": self.own_macs, "persistent_added": self.own_persistent,
+                "se_patches": "keep" if self.keep else None}
+
+    def as_dict(self) -> dict:
+        first = self.sequence[0]  # the old one-region fields: the first region's
+        return {"split": first.split, "region_start": first.region_start,
+                "region_ops": first.region_ops,
+                "grid": f"{first.grid[0]}x{first.grid[1]}", "patches": first.patches,
                 "peak_bytes": self.peak, "persistent_bytes": self.persistent,
                 "total_bytes": self.total, "macs": self.macs,
                 "mac_overhead": round(self.overhead, 4), "ops": self.ops,
-                "se_patches": "keep" if self.keep else None,
-                "certified": self.certified, "note": self.note}
+                "se_patches": "keep" if first.keep else None,
+                "certified": self.certified, "note": self.note,
+                "regions": [c.region_dict() for c in self.sequence]}
 
 
 @dataclass
@@ -140,20 +164,32 @@ class SearchResult:
     own: list = field(default_factory=list, repr=False)  # per operator: its inputs + outputs
     base_persistent: int = 0  # persistent bytes of the unpatched model
     input_bytes: int = 0  # the model inputs (in the arena when the runtime counts them)
+    # every candidate evaluated (the frontier's and the others): where a next region may follow
+    candidates: list = field(default_factory=list, repr=False)
+    # per operator k: the unpatched file order's peak from operator k on (what the operators
+    # after a region ending at k hold at least; the same in the patched model, whose
+    # regions reassemble their split tensors)
+    suffix: list = field(default_factory=list, repr=False)
+    max_end: int = 0  # the end of the deepest region of this search
+    extended: int = 0  # sequences a next region was searched after (`sequence.search_regions`)
+    # candidates skipped only because of the operators after them (``extend``), and how to
+    # price one of them: ``price(item)`` -> Candidate or None
+    deferred: list = field(default_factory=list, repr=False)
+    price: object = field(default=None, repr=False)
 
     def bound(self, c: Candidate | None) -> dict:
         """What bounds the total of candidate ``c`` (None: the unpatched model) from below: the
         unpatched model's persistent bytes plus the largest of the model inputs, the largest
-        operator run whole before the region and the largest operator after it (an operator:
-        its inputs and outputs, which any order holds at once); ``floor`` is that sum,
-        ``bound_by`` its largest term, ``above_floor`` how far ``c`` is above."""
+        operator run whole before the (first) region and the largest operator after the (last)
+        one (an operator: its inputs and outputs, which any order holds at once); ``floor`` is
+        that sum, ``bound_by`` its largest term, ``above_floor`` how far ``c`` is above."""
         n = len(self.own)
         if c is None or not c.region_ops:
             terms = {"model_input": self.input_bytes,
                      "largest_operator": max(self.own, default=0)}
         else:
             terms = {"model_input": self.input_bytes,
-                     "before_region": max(self.own[:c.region_start], default=0),
+                     "before_region": max(self.own[:c.sequence[0].region_start], default=0),
                      "after_region": max(self.own[c.region_ops:], default=0)}
         by = max(terms, key=terms.get)
         floor = self.base_persistent + terms[by]
@@ -162,10 +198,17 @@ class SearchResult:
                 "persistent_added": (c.persistent if c is not None else
                                      self.base_persistent) - self.base_persistent,
                 **terms, "floor": floor, "bound_by": by, "above_floor": total - floor,
-                "operators": n}
+                "operators": n, "regions": len(c.sequence) if c is not None else 0}
 
     def plan_of(self, c: Candidate) -> PatchPlan:
+        """The plan of region ``c`` alone."""
         return self.plans[c.key]
+
+    def plans_of(self, c: Candidate) -> list[PatchPlan]:
+        """The plans of every region of choice ``c``, in model order: an adapter applies
+        them in turn (each refers to the unpatched model's operators and tensors; a region's
+        split tensors are reassembled into their own tensors, which the next region reads)."""
+        return [self.plans[r.key] for r in c.sequence]
 
     def as_dict(self) -> dict:
         return {"original": self.original.as_dict(),
@@ -180,18 +223,39 @@ class SearchResult:
 
 # ---------------------------------------------------------------------------- graphs
 def patched_graph(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
-                  plan: PatchPlan | None, prefix_only: bool = False) -> OpGraph:
-    """The patched model as an `OpGraph` (``Op.source``: ``("node", k)`` for the patched
-    region's nodes, ``("op", v)`` for the model's other operators). ``graph``: the model's
+                  plan, prefix_only: bool = False, begin: int = 0) -> OpGraph:
+    """The patched model as an `OpGraph` (``Op.source``: ``("node", k, i)`` for node ``k`` of
+    plan ``i``, ``("op", v)`` for the model's other operators). ``graph``: the model's
     `OpGraph` with op ``v`` = operator ``v`` and ``tensor_index[t]`` the file index of its tensor
-    ``t`` (`read_tflite`). ``prefix_only``: just the patched region, the tensors the rest of
-    the model reads kept to the end."""
+    ``t`` (`read_tflite`). ``plan``: a `PatchPlan`, a list of them (disjoint regions in model
+    order; each reads the split tensors of the ones before, reassembled) or None.
+    ``prefix_only``: up to the (last) patched region, the tensors the rest of the model reads
+    kept to the end. ``begin``: the operators before it are left out; the tensors they leave
+    live (read from ``begin`` on, or model outputs) are made by one ``source`` operator, so
+    they count as they would after those operators, whatever the runtime's memory model (the
+    model as the regions before ``begin`` leave it: only those tensors cross)."""
+    plans = [] if plan is None else list(plan) if isinstance(plan, (list, tuple)) else [plan]
     b = GraphBuilder(f"{graph.name}.patched")
     tmap: dict[int, int] = {}  # file tensor index -> new tensor id
-    for gt in graph.input_tensors:
-        tmap[tensor_index[gt]] = b.input(graph.tensors[gt].name, graph.tensors[gt].nbytes)
-    length = plan.region.length if plan else 0
-    start = plan.region.start if plan else 0
+    outs = set(sm.outputs)
+    if begin:
+        later = {t for v in range(begin, len(graph.ops)) for t in sm.ops[v].inputs} | outs
+        for gt in graph.input_tensors:
+            if tensor_index[gt] in later:
+                tmap[tensor_index[gt]] = b.input(graph.tensors[gt].name,
+                                                 graph.tensors[gt].nbytes)
+        crossing = [gt for v in range(begin) for gt in graph.ops[v].outputs
+                    if tensor_index[gt] in later]
+        if crossing:
+            vid = b.op("before", "source", [], [(graph.tensors[gt].name,
+                                                 graph.tensors[gt].nbytes) for gt in crossing],
+                       source=("before", begin))
+            for gt, nt in zip(crossing, b.ops[vid].outputs):
+                tmap[tensor_index[gt]] = nt
+    else:
+        for gt in graph.input_tensors:
+            tmap[tensor_index[gt]] = b.input(graph.tensors[gt].name, graph.tensors[gt].nbytes)
+    length = plans[-1].region.length if plans else 0
 
     def whole(v: int) -> None:
         op = graph.ops[v]
@@ -202,25 +266,36 @@ def patched_graph(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         for gt, nt in zip(op.outputs, b.ops[vid].outputs):
             tmap[tensor_index[gt]] = nt
 
-    for v in range(start):  # before the region: whole
-        whole(v)
-    node_t: list[int] = []
-    if plan:
-        for k, nd in enumerate(plan.nodes):
+    at = begin
+    for i, p in enumerate(plans):
+        for v in range(at, p.region.start):  # before the region: whole
+            whole(v)
+        node_t: list[int] = []
+        for k, nd in enumerate(p.nodes):
             ins = [tmap[r[1]] if isinstance(r, tuple) else node_t[r] for r in nd.inputs]
             ws = sm.ops[nd.op].workspace if nd.kind == "op" else \
                 sm.slice_band(nd.tensor, nd.win, nd.base) if nd.kind == "slice" else 0
-            vid = b.op(f"patch{nd.patch}:{nd.kind}:{k}", nd.kind, ins,
-                       [(f"n{k}", plan.node_bytes(sm, k))], source=("node", k), workspace=ws)
+            vid = b.op(f"patch{nd.patch}:{nd.kind}:{k}" + (f":r{i}" if i else ""), nd.kind, ins,
+                       [(f"n{k}" + (f"r{i}" if i else ""), p.node_bytes(sm, k))],
+                       source=("node", k, i), workspace=ws)
             node_t.append(b.ops[vid].outputs[0])
-        for t, k in plan.result.items():
+        for t, k in p.result.items():
             tmap[t] = node_t[k]
+        at = p.region.length
     if prefix_only:
+        # what the rest of the model reads stays live to the end: read by one last ``sink``
+        # operator, so it counts whatever the runtime's memory model says of model outputs
+        kept = []
         for t in list(tmap):
-            if t in set(sm.outputs) or any(c >= length for c in sm.consumers.get(t, [])):
+            if t in outs:
                 b.mark_output(tmap[t])
+            elif any(c >= length for c in sm.consumers.get(t, [])):
+                kept.append(tmap[t])
+        if kept:
+            b.op("after", "sink", kept, [], source=("after", length),
+                 extra_preds=range(len(b.ops)))
         return b.build()
-    for v in range(length, len(graph.ops)):
+    for v in range(max(at, begin), len(graph.ops)):
         whole(v)
     for gt in graph.output_tensors:
         b.mark_output(tmap[tensor_index[gt]])
@@ -318,7 +393,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    max_overhead: float = 0.3, certify: bool = True, time_limit: float = 10.0,
                    frontier_overhead: float | None = None, exclude_split=(),
                    starts=(0,), extra_grids=(), se: bool = False,
-                   se_patches: str | None = None) -> SearchResult:
+                   se_patches: str | None = None, after: Candidate | None = None,
+                   incumbent: int | None = None, extend: bool = False) -> SearchResult:
     """Evaluate candidates (region, grid) under ``memory`` and return the frontier and the
     default choice.
 
@@ -338,6 +414,15 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     nodes); ``se_patches``: how the passes after a reduction get their feature maps,
     ``"recompute"`` or ``"keep"`` (`region.plan_patches`; default: both priced, the
     evaluator chooses).
+
+    One region per candidate; `memsched.patches.sequence.search_regions` (what the adapters
+    call) chains them. Its parameters here: ``after``: the regions before (the last one's
+    candidate: its ``sequence``), patched -- the candidates' regions start at its end, their
+    totals and MACs are the whole model's with those regions too, and their part is priced
+    from that end on (`patched_graph` ``begin``); ``incumbent``: a total already reached (a
+    candidate whose lower bound cannot beat it is skipped); ``extend``: a next region may
+    follow a candidate, so the operators after it do not bound it (skipping stays exact for
+    the sequences).
     """
     from ..schedulers import best_heuristic, schedule
 
@@ -357,6 +442,13 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     op_macs = [sm.op_macs(op) if op.cls != "other" else sm.macs[k]
                for k, op in enumerate(sm.ops)]
     total_macs = sum(op_macs)
+    begin = after.region_ops if after is not None else 0
+    # the regions before: the largest of their parts' peaks, what they add
+    floor_peak = max((c.part_peak for c in after.sequence), default=0) if after else 0
+    floor_macs = sum(c.own_macs for c in after.sequence) if after else 0
+    floor_persist = sum(c.own_persistent for c in after.sequence) if after else 0
+    if after is not None:
+        starts = (begin,)
     problem = Problem.from_graph(graph, model)
     file_order = list(range(len(graph)))
     steps = problem.evaluate(file_order).steps
@@ -364,20 +456,20 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     for k in range(len(steps) - 1, -1, -1):
         suffix[k] = max(steps[k], suffix[k + 1])
     # the operators before a region run whole: each holds at least its own inputs and outputs
-    prefix = [0] * (len(graph.ops) + 1)
+    prefix = [0] * (len(graph.ops) + 1)  # from ``begin`` on: those before are patched
     own = [sum(graph.tensors[t].nbytes for t in set(op.inputs) | set(op.outputs)) -
            (max((min(graph.tensors[t].nbytes, sum(graph.tensors[o].nbytes for o in op.outputs))
                  for t in op.inplace), default=0) if model.inplace else 0)
            for op in graph.ops]
     for k in range(len(own)):
-        prefix[k + 1] = max(prefix[k], own[k])
+        prefix[k + 1] = max(prefix[k], own[k]) if k >= begin else 0
     base_persist = memory.model_persistent(sm)
     original = Candidate([], [], 0, (1, 1), suffix[0], base_persist, total_macs, 0.0,
                          len(sm.ops))
     # the unpatched model in its best order: what a patched candidate must beat
     reordered = Candidate([], [], 0, (1, 1), suffix[0], base_persist, total_macs, 0.0,
                           len(sm.ops), note="file order")
-    if certify:
+    if certify and after is None:
         s = schedule(graph, "auto", model, time_limit=max(0.2, time_limit / 5))
         if s.peak <= reordered.peak:
             reordered.peak, reordered.note = int(s.peak), "scheduled"
@@ -405,6 +497,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     over_cap: dict = {}
     at = None
     enumerate_until = t0 + ENUMERATE_SHARE * time_limit
+    # with ``extend``, what bounds a candidate after it is the operators after the deepest
+    # region (a next region may patch those before)
+    max_end = max((r.length for r in regs), default=0)
     for r in regs:
         if r.start != at:
             over_cap, at = {g: 0 for g in grids}, r.start
@@ -422,7 +517,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                 except Refused as e:
                     _refuse(refused, sm, r, g, e)
                     continue
-                macs = total_macs - sum(op_macs[k] for k in r.ops) + pm
+                macs = total_macs + floor_macs - sum(op_macs[k] for k in r.ops) + pm
                 if total_macs and macs / total_macs - 1 > cap:
                     over = True
                     continue
@@ -434,47 +529,81 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     cands.sort(key=lambda c: c[:6])  # ties: the grids' order, then the regions'
     evaluated = skipped = 0
     results: list[Candidate] = []
-    best_total = None
-    build_until = t0 + time_limit / 2
-    for macs, patches, length, keep, _, _, g, r in cands:
-        if results and time.perf_counter() > build_until:
-            break
-        reassembly = _reassembly(sm, r.split, model)
-        # copies of the region's operators are the least the patches add to the persistent part
-        length = r.length
-        floor = max(suffix[length], reassembly, prefix[r.start],
-                    kept_floor(sm, r) if keep else 0)
-        lb = floor + base_persist + (patches - 1) * (region_price[length] -
-                                                     region_price[r.start])
-        if best_total is not None and lb >= best_total:
-            skipped += 1
-            continue
+    best_total = incumbent
+    # with ``extend``: candidates skipped only because of the operators after them (a next
+    # region may patch those), or not visited in the time limit: (their bound for the
+    # sequences after them, MACs, region, grid, keep, not visited), for
+    # `sequence.search_regions` to price (``SearchResult.price``) when it gets there
+    deferred: list = []
+
+    def floors(r: Region, keep: bool) -> tuple[int, int]:
+        """Lower bounds on the peak: with the operators after the region, and (for the
+        sequences after it) with those after the deepest region."""
+        part = max(_reassembly(sm, r.split, model), prefix[r.start],
+                   kept_floor(sm, r) if keep else 0, floor_peak)
+        return max(part, suffix[r.length]), max(part, suffix[max_end])
+
+    def build(macs: int, r: Region, g, keep: bool, limit) -> Candidate | None:
+        """The candidate (region ``r``, grid ``g``) priced by the evaluator; None when refused
+        or when its bound reaches ``limit`` (None: no limit)."""
+        nonlocal evaluated, skipped
         try:
             plan = plan_patches(sm, r, g, keep)
         except Refused as e:
             _refuse(refused, sm, r, g, e)
-            continue
-        persist = base_persist + memory.plan_persistent_delta(sm, plan)
-        if best_total is not None and floor + persist >= best_total:
+            return None
+        own_persist = memory.plan_persistent_delta(sm, plan)
+        persist = base_persist + floor_persist + own_persist
+        floor, floor_ext = floors(r, keep)
+        if limit is not None and floor + persist >= limit:
             skipped += 1
-            continue
-        pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
+            if extend and floor_ext + persist < limit:
+                deferred.append((floor_ext + persist, macs, r, g, keep, False))
+            return None
+        length = r.length
+        pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True, begin=begin)
         pp = Problem.from_graph(pg, model)
-        own_peak, order = heuristic_order(pg, plan, pp, baselines=False)
-        if best_total is None or own_peak + persist <= REFINE_WINDOW * best_total:
+        part, order = heuristic_order(pg, plan, pp, baselines=False)
+        peak = max(part, suffix[length], floor_peak)
+        if limit is None or peak + persist <= REFINE_WINDOW * limit:
             # close to the best: the scheduler package's heuristics may do better
             h_order, h_peak, _ = best_heuristic(pp)
-            if h_peak < own_peak:
-                own_peak, order = h_peak, h_order
-        peak = max(own_peak, suffix[length])
+            if h_peak < part:
+                part, order = h_peak, h_order
+            peak = max(part, suffix[length], floor_peak)
         evaluated += 1
         c = Candidate([sm.tensors[t].name for t in r.split], list(r.split), length, g, peak,
                       persist, macs, macs / total_macs - 1 if total_macs else 0.0,
                       len(sm.ops) - length + r.start + len(plan.nodes), r.start, keep=keep,
-                      node_order=node_order(pg, order))
+                      node_order=node_order(pg, order),
+                      part_peak=part, own_macs=macs - total_macs - floor_macs,
+                      own_persistent=own_persist,
+                      before=tuple(after.sequence) if after is not None else ())
+        if after is not None:  # the operators of the regions before, patched
+            c.ops += after.ops - len(sm.ops)
         results.append(c)
         plans[c.key] = plan
-        if best_total is None or c.total < best_total:
+        return c
+
+    build_until = t0 + time_limit / 2
+    out_of_time = False
+    for macs, patches, length, keep, _, _, g, r in cands:
+        out_of_time = out_of_time or bool(results and time.perf_counter() > build_until)
+        # copies of the region's operators are the least the patches add to the persistent part
+        floor, floor_ext = floors(r, keep)
+        copies = base_persist + floor_persist + (patches - 1) * (
+            region_price[r.length] - region_price[r.start])
+        if out_of_time:  # not visited: with ``extend``, the sequence search may get there
+            if extend and (best_total is None or floor_ext + copies < best_total):
+                deferred.append((floor_ext + copies, macs, r, g, keep, True))
+            continue
+        if best_total is not None and floor + copies >= best_total:
+            skipped += 1
+            if extend and floor_ext + copies < best_total:
+                deferred.append((floor_ext + copies, macs, r, g, keep, False))
+            continue
+        c = build(macs, r, g, keep, best_total)
+        if c is not None and (best_total is None or c.total < best_total):
             best_total = c.total
     # refine: the scheduler on the patched prefix of the most promising candidates (the
     # heuristic orders above can be 20 % off on the peak), best heuristic total first, within
@@ -489,19 +618,21 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             break
         plan = plans[c.key]
         reassembly = _reassembly(sm, plan.region.split, model)
-        floor = max(suffix[c.region_ops], reassembly) + c.persistent
+        floor = max(suffix[c.region_ops], reassembly, floor_peak) + c.persistent
         if best_refined is not None and (floor >= best_refined or
                                          c.total > REFINE_WINDOW * best_refined):
             continue
-        pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True)
+        pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True, begin=begin)
         s = schedule(pg, "auto", model, time_limit=min(REFINE_SECONDS, left))
-        if max(s.peak, suffix[c.region_ops]) < c.peak:
-            c.peak, c.node_order = max(s.peak, suffix[c.region_ops]), node_order(pg, s.order)
+        if int(s.peak) < c.part_peak:
+            c.node_order = node_order(pg, s.order)
+        c.part_peak = min(c.part_peak, int(s.peak))
+        c.peak = min(c.peak, max(c.part_peak, suffix[c.region_ops], floor_peak))
         c.note = "prefix scheduled"
         if best_refined is None or c.total < best_refined:
             best_refined = c.total
     frontier = pareto(results)
-    if certify and frontier:
+    if certify and frontier and after is None:
         per = max(0.1, (deadline - time.perf_counter()) / max(len(frontier), 1))
         for c in frontier:
             plan = plans[c.key]
@@ -519,7 +650,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     inputs = sum(graph.tensors[t].nbytes for t in graph.input_tensors) \
         if model.count_inputs else 0
     return SearchResult(original, frontier, choice, evaluated, skipped, refused, why,
-                        time.perf_counter() - t0, plans, reordered, own, base_persist, inputs)
+                        time.perf_counter() - t0, plans, reordered, own, base_persist, inputs,
+                        results, suffix, max_end, deferred=deferred,
+                        price=lambda item: build(item[1], item[2], item[3], item[4], None))
 
 
 def _reassembly(sm: SpatialModel, split, model: MemoryModel) -> int:

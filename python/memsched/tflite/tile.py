@@ -1,8 +1,9 @@
 """Patch-based execution written as a plain .tflite file that stock LiteRT and TFLite Micro run.
 
-`tile_tflite` searches the split point and grid (`memsched.patches.search_patches`: TFLite
-Micro's total arena = certified activation peak + persistent bytes, MAC overhead budget), then
-rewrites subgraph 0 with builtin operators only:
+`tile_tflite` searches the regions, each with its split point and grid
+(`memsched.patches.search_regions`: TFLite Micro's total arena = certified activation peak +
+persistent bytes, one MAC overhead budget for the whole model), then rewrites subgraph 0 with
+builtin operators only, region by region:
 
 * ``STRIDED_SLICE`` cuts each patch's window of the model input (with its halo) and crops a
   tensor's window where a consumer reads less of it;
@@ -38,7 +39,8 @@ import numpy as np
 from ..patches import SpatialModel
 from ..patches.geometry import PAD_MIN
 from ..patches.region import PatchPlan, Refused
-from ..patches.search import BAND_GRIDS, Candidate, SearchResult, search_patches
+from ..patches.search import BAND_GRIDS, Candidate, SearchResult
+from ..patches.sequence import MAX_REGIONS, search_regions
 from .read import TFLiteModelError, graph_of, read_tflite, schema
 from .spatial import spatial_model
 from .tflm_memory import TFLM_MODEL, TFLMMemory
@@ -68,8 +70,6 @@ class TileResult:
     # persistent bytes + the largest of the model input, the operators before the region and
     # the largest operator after it
     bound: dict = field(default_factory=dict)
-    # the second region's search (in the once-rewritten model), when it was kept
-    second: SearchResult | None = None
 
     def as_dict(self, curves: bool = False) -> dict:
         """JSON-ready summary; ``curves``: also the memory curves (bytes live per step under
@@ -81,7 +81,9 @@ class TileResult:
              "optimal": self.optimal, "offline_arena_bytes": self.offline_arena,
              "seconds": round(self.seconds, 3), "notes": self.notes, "bound": self.bound,
              "search": self.search.as_dict(),
-             "second_region": self.second.choice.as_dict() if self.second else None}
+             # the regions after the first (the choice's ``regions`` lists them all)
+             "second_region": self.choice.sequence[1].region_dict()
+             if self.choice is not None and len(self.choice.sequence) > 1 else None}
         if self.measured:
             d["measured"] = self.measured
         if curves:
@@ -113,9 +115,9 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     ``grid``: ``"RxC"`` or (rows, cols) to force the grid; ``split``: name of the tensor the
     region must end at; ``max_overhead``: extra MACs allowed for the default choice (0.3 =
     +30 %); ``region_start``: the operator the region must start at (default: searched over
-    `region_starts`); ``second_region``: then search a second region starting right after the
-    first one's reassembly, in the rewritten model, with the same evaluator (kept only when it
-    lowers the total within the MAC budget; not with a forced grid, split or start). Returns
+    `region_starts`); ``second_region``: regions in sequence, each starting where the one
+    before ends, each with its own grid (`search_regions`: kept only when they lower the
+    total within the one MAC budget; not with a forced grid, split or start). Returns
     (file bytes, `TileResult`); writes ``dst`` atomically when given. When no candidate lowers
     the total arena within the budget, the model is only reordered."""
     from .reorder import reorder_model
@@ -130,10 +132,12 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     # for float models too (measured: same persistent bytes for the float and int8 model)
     memory, graph = _memory(tg, offline_plan)
     sm = spatial_model(tg)
+    several = second_region and region_start is None
     try:
-        res = search_patches(sm, graph, tg.tensor_index, memory, grids=[g] if g else None,
+        res = search_regions(sm, graph, tg.tensor_index, memory, grids=[g] if g else None,
                              split=split, max_overhead=max_overhead,
-                             time_limit=0.6 * time_limit,
+                             time_limit=0.6 * time_limit, extend_time=0.3 * time_limit,
+                             max_regions=MAX_REGIONS if several else 1,
                              starts=region_starts(sm) if region_start is None
                              else [int(region_start)], extra_grids=BAND_GRIDS)
     except Refused as e:
@@ -150,9 +154,8 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                          "the model is only reordered")
         written = tg
     else:
-        plan = res.plan_of(choice)
         try:
-            model = rewrite_model(tg, sm, plan)
+            model = rewrite_model(tg, sm, res.plans_of(choice))
         except Refused as e:
             raise TileError(f"cannot tile {label!r}: {e}") from None
         from .write import remove_offline_plan
@@ -162,12 +165,6 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                              "tensors); offline_plan=True writes one for the patched model")
         # the rewritten model object is scheduled as it is: no serialise-and-parse round trip
         written = graph_of(model, tg.name, label)
-        if second_region and g is None and split is None and region_start is None:
-            written, choice = _second_region(out, tg, sm, written, res, label, max_overhead,
-                                             0.3 * time_limit, offline_plan)
-            out.choice = choice
-            if written is not None and choice is not res.choice:
-                remove_offline_plan(written.model)
     left = time_limit - (time.perf_counter() - t0)  # the search had its share
     data, rr = reorder_model(written, label, out_label=dst, offline_plan=offline_plan,
                              inplace_quantize=offline_plan,
@@ -179,16 +176,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     if choice is not None and not offline_plan:
         out.notes.append("TFLite Micro's own planner may place the patched tensors in more than "
                          "the certified peak; offline_plan=True writes offsets that reach it")
-    if out.second is not None:  # the written file is the second search's choice
-        out.bound = out.second.bound(out.second.choice)
-        out.bound["persistent_original"] = res.base_persistent
-        out.bound["persistent_added"] = out.second.choice.persistent - res.base_persistent
-        terms = ("model_input", "before_region", "after_region")
-        by = max(terms, key=lambda k: out.bound[k])
-        out.bound.update(bound_by=by, floor=res.base_persistent + out.bound[by])
-        out.bound["above_floor"] = out.second.choice.total - out.bound["floor"]
-    else:
-        out.bound = res.bound(choice)
+    out.bound = res.bound(choice)
     out.curves = {"original": original_curve, "patched": _curve(written.graph, rr.order)}
     out.seconds = time.perf_counter() - t0
     if dst is not None:
@@ -196,9 +184,6 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
 
         write_atomic(dst, data)
     return data, out
-
-
-SECOND_REGION_TRIES = 4  # first-region candidates (best totals first) a second region follows
 
 
 def _memory(tg, inplace: bool):
@@ -212,109 +197,6 @@ def _memory(tg, inplace: bool):
         return (TFLMMemory(activations=TFLM_INPLACE, n_tensors=n, quantized=True),
                 inplace_quantize_graph(tg))
     return TFLMMemory(n_tensors=n, quantized=True), tg.graph
-
-
-def _second_region(out: TileResult, tg, sm: SpatialModel, tg1, res1: SearchResult, label: str,
-                   max_overhead: float, time_limit: float, inplace: bool = False):
-    """A second patch region after the first one (multiple regions, each with its own grid:
-    e.g. the stem in height bands, then the next blocks in a few patches). For the first
-    search's best `SECOND_REGION_TRIES` candidates within the MAC budget (``tg1``: the model
-    rewritten with its choice), the model rewritten with that candidate is searched again with
-    the same evaluator, the region starting right after the first one's reassembly. Returns
-    (the rewritten `TFLiteGraph`, the first-region candidate it follows); ``out.second`` holds
-    the second search when a second region is kept (it lowers the total within the overall
-    MAC budget)."""
-    best = (res1.choice.total, tg1, res1.choice, None)
-    deadline = time.perf_counter() + time_limit
-    for first, plan1 in _first_regions(tg, sm, res1, max_overhead, time_limit / 4, inplace):
-        left = deadline - time.perf_counter()
-        if left <= 0.2:
-            break
-        try:
-            cur = tg1 if first is res1.choice else graph_of(rewrite_model(tg, sm, plan1),
-                                                             tg.name, label)
-        except Refused:
-            continue
-        start = plan1.region.start + len(plan1.nodes)
-        sm1 = spatial_model(cur)
-        if start >= len(sm1.ops):
-            continue
-        memory, graph = _memory(cur, inplace)
-        budget = (1 + max_overhead) / (1 + first.overhead) - 1  # relative to ``cur``
-        try:
-            res2 = search_patches(sm1, graph, cur.tensor_index, memory,
-                                  max_overhead=max(budget, 0.0),
-                                  time_limit=min(left, time_limit / 2), starts=[start],
-                                  extra_grids=BAND_GRIDS)
-        except Refused:
-            continue
-        c = res2.choice
-        if c is None or c.total >= best[0]:
-            continue
-        try:
-            model = rewrite_model(cur, sm1, res2.plan_of(c))
-        except Refused:
-            continue
-        best = (c.total, graph_of(model, tg.name, label), first, res2)
-    out.second = best[3]
-    return best[1], best[2]
-
-
-FIRST_GRIDS = ((2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (8, 1), (2, 2), (2, 3), (3, 2), (3, 3))
-
-
-def _first_regions(tg, sm: SpatialModel, res1: SearchResult, max_overhead: float,
-                   time_limit: float, inplace: bool = False):
-    """First regions for a second one to follow: the first search's choice, then, for the
-    regions of its frontier that are shallower, the grids whose patched part alone (peak of
-    the patched prefix, the rest of the model not counted: a second region will lower it)
-    plus added persistent bytes is lowest. Yields (candidate, plan), at most
-    `SECOND_REGION_TRIES`."""
-    from ..memory import Problem
-    from ..patches.region import grid_macs, plan_patches, regions
-    from ..patches.search import heuristic_peak, patched_graph
-
-    yield res1.choice, res1.plan_of(res1.choice)
-    t_end = time.perf_counter() + time_limit
-    memory, graph = _memory(tg, inplace)
-    ends = {(c.region_start, c.region_ops) for c in res1.frontier
-            if c.region_ops and c.region_ops < res1.choice.region_ops}
-    total_macs = res1.original.macs
-    scored = []
-    for start, length in sorted(ends):
-        regs = [r for r in regions(sm, [start])[0] if r.length == length]
-        if not regs:
-            continue
-        r = regs[0]
-        for g in FIRST_GRIDS:
-            if time.perf_counter() > t_end:
-                break
-            if g[0] > r.hw[0] or g[1] > r.hw[1]:
-                continue
-            try:
-                extra = grid_macs(sm, r, g) - sum(sm.op_macs(sm.ops[k]) for k in r.ops)
-                if total_macs and extra / total_macs > max_overhead:
-                    continue
-                plan = plan_patches(sm, r, g)
-            except Refused:
-                continue
-            pg = patched_graph(sm, graph, tg.tensor_index, plan, prefix_only=True)
-            pk = heuristic_peak(pg, plan, Problem.from_graph(pg, memory.activations),
-                                baselines=False)
-            persist = memory.plan_persistent_delta(sm, plan)
-            c = Candidate([sm.tensors[t].name for t in r.split], list(r.split), length, g, pk,
-                          res1.base_persistent + persist, total_macs + extra,
-                          extra / total_macs if total_macs else 0.0, 0, start,
-                          note="first of two regions")
-            scored.append((-length, pk + persist, c, plan))
-    # the deepest shallower regions first (a second region takes over where their part of the
-    # model is no longer the peak), each end's two best grids
-    scored.sort(key=lambda x: (x[0], x[1]))
-    per_end: dict = {}
-    picked = [x for x in scored if per_end.setdefault(x[0], []).append(x) or
-              len(per_end[x[0]]) <= 2]
-    for *_, c, plan in picked[:SECOND_REGION_TRIES - 1]:
-        yield c, plan
 
 
 def region_starts(sm: SpatialModel) -> list[int]:
@@ -336,10 +218,12 @@ def region_starts(sm: SpatialModel) -> list[int]:
 
 
 # ---------------------------------------------------------------------------- rewrite
-def rewrite_model(tg, sm: SpatialModel, plan: PatchPlan):
-    """A new ``ModelT``: the patched region (`PatchPlan` nodes, in patch order) in place of
-    operators ``plan.region.start .. length - 1``, the rest unchanged, unused tensors
-    dropped."""
+def rewrite_model(tg, sm: SpatialModel, plans):
+    """A new ``ModelT``: each patched region (`PatchPlan` nodes, in patch order; ``plans``: one
+    plan or several, in model order) in place of its operators ``plan.region.start .. length -
+    1``, the rest unchanged, unused tensors dropped. A region's split tensors are reassembled
+    into their own tensor indices, which the next region reads like any region input."""
+    plans = [plans] if isinstance(plans, PatchPlan) else list(plans)
     s = schema()
     model = copy.deepcopy(tg.model)
     from .write import inline_buffers
@@ -374,13 +258,33 @@ def rewrite_model(tg, sm: SpatialModel, plan: PatchPlan):
                                  quantization=copy.deepcopy(src.quantization)))
         return len(tensors) - 1
 
-    strides = None
+    shared: dict = {}  # the strides constant, one for every slice
+    segments = []  # the new operator list: whole operators between the patched regions
+    at = 0
+    for i, plan in enumerate(plans):
+        segments += old_ops[at:plan.region.start]
+        segments += _patched_ops(s, plan, sm, tensors, old_ops, opcode, const, like, shared,
+                                 f"/r{i}" if i else "")
+        at = plan.region.length
+    sg.operators = segments + old_ops[at:]
+    sg.tensors = tensors
+    model.buffers = buffers
+    model.operatorCodes = codes
+    _drop_unused_tensors(model)
+    return model
+
+
+def _patched_ops(s, plan: PatchPlan, sm: SpatialModel, tensors: list, old_ops: list, opcode,
+                 const, like, shared: dict, tag: str = "") -> list:
+    """The operators of one patched region (`rewrite_model`; ``opcode`` / ``const`` / ``like``
+    add operator codes, constant tensors and window tensors to the model being written;
+    ``tag`` ends the new tensors' names, unique per region)."""
     final = {k: t for t, k in plan.result.items()}  # node -> original tensor it becomes
     node_t: list[int] = []
     new_ops = []
     for k, nd in enumerate(plan.nodes):
         ins = [r[1] if isinstance(r, tuple) else node_t[r] for r in nd.inputs]
-        name = f"{_tname(tensors[nd.tensor])}/p{nd.patch}/{nd.kind}{k}"
+        name = f"{_tname(tensors[nd.tensor])}/p{nd.patch}/{nd.kind}{k}{tag}"
         out = final.get(k)
         if out is None:
             out = like(nd.tensor, (nd.win.height, nd.win.width), name)
@@ -390,9 +294,10 @@ def rewrite_model(tg, sm: SpatialModel, plan: PatchPlan):
             c = int(tensors[nd.tensor].shape[3])
             begin = np.array([0, nd.win.h0 - b.h0, nd.win.w0 - b.w0, 0], np.int32)
             end = np.array([1, nd.win.h1 - b.h0, nd.win.w1 - b.w0, c], np.int32)
-            if strides is None:
-                strides = const("memsched/patch_strides", np.ones(4, np.int32),
-                                s.TensorType.INT32)
+            if "strides" not in shared:
+                shared["strides"] = const("memsched/patch_strides", np.ones(4, np.int32),
+                                          s.TensorType.INT32)
+            strides = shared["strides"]
             bt = const(name + "/begin", begin, s.TensorType.INT32)
             et = const(name + "/end", end, s.TensorType.INT32)
             new_ops.append(s.OperatorT(opcodeIndex=opcode("STRIDED_SLICE"),
@@ -444,12 +349,7 @@ def rewrite_model(tg, sm: SpatialModel, plan: PatchPlan):
             op.inputs = new_in
             op.outputs = [out]
             new_ops.append(op)
-    sg.operators = old_ops[:plan.region.start] + new_ops + old_ops[plan.region.length:]
-    sg.tensors = tensors
-    model.buffers = buffers
-    model.operatorCodes = codes
-    _drop_unused_tensors(model)
-    return model
+    return new_ops
 
 
 def _curve(graph, order=None) -> list[int]:

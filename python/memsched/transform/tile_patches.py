@@ -16,7 +16,8 @@ This pass is a thin adapter over `memsched.patches` (plain Python):
    vector -> ``scale``: `_squeeze_excitation`; regions through them are searched with
    ``se=True``). Bindings that read no activation (weight reshapes) are kept in front,
    untouched;
-2. the one patch search (`memsched.patches.search_patches`) chooses the region and grid under
+2. the one patch search (`memsched.patches.search_regions`) chooses the regions (a sequence,
+   each starting where the one before ends) and a grid per region under
    TVM's planned storage (`TVM_MEMORY`: memsched's ``tvm`` memory model, parameters and the
    returned tensor not planned, nothing kept per operator): MACs, patch-order heuristics and the
    certified scheduler on the whole patched graph for the frontier. Choice: the lowest peak
@@ -34,7 +35,9 @@ This pass is a thin adapter over `memsched.patches` (plain Python):
    docs/patches_tvm.md).
 
 Results are function attributes: ``memsched.patches_split`` (tensor names, comma separated),
-``memsched.patches_grid`` ("RxC"), ``memsched.patches_region_ops``,
+``memsched.patches_grid`` ("RxC"), ``memsched.patches_region_ops`` (these three: the first
+region), ``memsched.patches_regions`` (every region: ``first-last op:RxC@split``, ``; ``
+separated),
 ``memsched.patches_peak_before`` / ``memsched.patches_peak_after`` (bytes, the scheduler's
 peaks under the ``tvm`` model, unpatched and patched), ``memsched.patches_mac_overhead``,
 ``memsched.patches_macs``, ``memsched.patches_certified``, ``memsched.patches_se``
@@ -61,7 +64,8 @@ from ..graph import GraphBuilder
 from ..memory import MemoryModel
 from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
 from ..patches.region import Refused
-from ..patches.search import RuntimeMemory, SearchResult, search_patches
+from ..patches.search import RuntimeMemory, SearchResult
+from ..patches.sequence import MAX_REGIONS, search_regions
 from .common import map_relax_functions, with_blocks
 
 TVM_MODEL = MemoryModel.get("tvm")
@@ -432,16 +436,18 @@ TVM_MEMORY = RuntimeMemory("tvm", TVM_MODEL)  # planned storage: activations onl
 
 
 def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
-           time_limit: float = 10.0, se_patches: str | None = None) -> SearchResult:
-    """The one patch search (`memsched.patches.search_patches`) under TVM's planned storage."""
+           time_limit: float = 10.0, se_patches: str | None = None,
+           max_regions: int = MAX_REGIONS) -> SearchResult:
+    """The one patch search (`memsched.patches.search_regions`) under TVM's planned storage:
+    ``time_limit`` for one region, half as much again for the regions after it."""
     sm = bm.sm
     # a batch norm's tuple cannot be reassembled by concat: its [0] is the split tensor
     bn = [t for t in sm.tensors if t in sm.producer and
           sm.ops[sm.producer[t]].kind == "nn.batch_norm"]
-    return search_patches(sm, bm.graph, bm.tensor_index, TVM_MEMORY,
+    return search_regions(sm, bm.graph, bm.tensor_index, TVM_MEMORY,
                           grids=[tuple(grid)] if grid is not None else None, split=split,
                           max_overhead=max_overhead, time_limit=time_limit, exclude_split=bn,
-                          se=True, se_patches=se_patches)
+                          se=True, se_patches=se_patches, max_regions=max_regions)
 
 
 # ---------------------------------------------------------------------------- rewrite
@@ -466,12 +472,27 @@ def _with_args(value, mapping: dict):
     return tvm.ir.Call(value.op, args, value.attrs, list(getattr(value, "ty_args", None) or []))
 
 
-def rewrite_block(bm: BlockModel, plan) -> relax.DataflowBlock:
-    """The dataflow block with the plan's region patched (see the module docstring)."""
+def rewrite_block(bm: BlockModel, plans) -> list:
+    """The bindings of the dataflow block with each region of ``plans`` (one `PatchPlan` or
+    several, in model order) patched (see the module docstring). A region's split tensors keep
+    their variables, which the next region reads like any region input."""
+    plans = list(plans) if isinstance(plans, (list, tuple)) else [plans]
+    out_bindings = list(bm.hoisted)
+    at = 0
+    for i, plan in enumerate(plans):
+        out_bindings += list(bm.bindings[at:plan.region.start])
+        out_bindings += _patched_bindings(bm, plan, f"r{i}" if i else "")
+        at = plan.region.length
+    return out_bindings + list(bm.bindings[at:])
+
+
+def _patched_bindings(bm: BlockModel, plan, tag: str = "") -> list:
+    """The bindings of one patched region (``tag`` starts the new variables' names, unique
+    per region)."""
     sm = bm.sm
     ah, aw, ac = LAYOUTS[bm.layout]
     norm = relax.BlockBuilder()
-    out_bindings = list(bm.hoisted)
+    out_bindings = []
     final = {nid: t for t, nid in plan.result.items()}
     nvar: list = []
 
@@ -551,12 +572,11 @@ def rewrite_block(bm: BlockModel, plan) -> relax.DataflowBlock:
             pre = {"partial": "part", "accumulate": "acc"}.get(nd.kind, "p")
             if nd.phase:
                 pre = f"s{nd.phase}{pre}"
-            var = relax.DataflowVar(f"{pre}{nd.patch}_{sm.tensors[nd.tensor].name}"
-                                    if nd.patch >= 0 else f"cat_{sm.tensors[nd.tensor].name}",
-                                    expr.ty)
+            var = relax.DataflowVar(
+                tag + (f"{pre}{nd.patch}_{sm.tensors[nd.tensor].name}" if nd.patch >= 0
+                       else f"cat_{sm.tensors[nd.tensor].name}"), expr.ty)
         nvar.append(var)
         out_bindings.append(relax.VarBinding(var, expr))
-    out_bindings += list(bm.bindings[plan.region.length:])
     return out_bindings
 
 
@@ -581,10 +601,14 @@ class TilePatches:
         Through a squeeze-and-excitation block, the patches after its mean recompute their
         feature maps from the region's inputs, or read the first pass's pieces kept live
         (default: whichever the search prices lower).
+    max_regions : int
+        Regions in sequence, each with its own grid, under the one MAC budget (default 4; 1:
+        one region). A forced grid or split asks for one region.
     """
 
     def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
-                 time_limit: float = 10.0, functions=None, se_patches: str | None = None):
+                 time_limit: float = 10.0, functions=None, se_patches: str | None = None,
+                 max_regions: int = MAX_REGIONS):
         if grid is not None:
             if isinstance(grid, str):
                 grid = tuple(int(x) for x in grid.lower().split("x"))
@@ -595,6 +619,9 @@ class TilePatches:
             raise ValueError("max_overhead must be >= 0")
         if se_patches not in (None, "recompute", "keep"):
             raise ValueError(f"se_patches must be 'recompute' or 'keep', not {se_patches!r}")
+        if int(max_regions) < 1:
+            raise ValueError("max_regions must be >= 1")
+        self.max_regions = int(max_regions)
         self.se_patches = se_patches
         self.max_overhead = float(max_overhead)
         self.grid = grid
@@ -625,7 +652,7 @@ class TilePatches:
                 raise Refused("the block has no operator on the inputs")
             res = search(bm, max_overhead=self.max_overhead, grid=self.grid,
                          split=self.split, time_limit=self.time_limit,
-                         se_patches=self.se_patches)
+                         se_patches=self.se_patches, max_regions=self.max_regions)
         except Refused as e:
             return self._skip(func, name, str(e))
         except (KeyboardInterrupt, MemoryError):
@@ -650,23 +677,27 @@ class TilePatches:
             attrs["memsched.patches_seconds"] = float(round(time.perf_counter() - t0, 4))
             return func.with_attrs(attrs)
         try:
-            plan = res.plan_of(choice)
-            blocks[i] = relax.DataflowBlock(rewrite_block(bm, plan), blocks[i].span)
+            plans = res.plans_of(choice)
+            blocks[i] = relax.DataflowBlock(rewrite_block(bm, plans), blocks[i].span)
             new = with_blocks(func, blocks)
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as e:  # noqa: BLE001 - TVM rejected the rewrite: leave it as it was
             return self._skip(func, name, f"rewrite failed: {type(e).__name__}: "
                               f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+        seq = choice.sequence  # the one-region attributes: the first region's
         attrs.update({
-            "memsched.patches_split": ",".join(choice.split),
-            "memsched.patches_grid": f"{choice.grid[0]}x{choice.grid[1]}",
-            "memsched.patches_region_ops": int(choice.region_ops),
+            "memsched.patches_split": ",".join(seq[0].split),
+            "memsched.patches_grid": f"{seq[0].grid[0]}x{seq[0].grid[1]}",
+            "memsched.patches_region_ops": int(seq[0].region_ops),
+            "memsched.patches_regions": "; ".join(
+                f"{r.region_start}-{r.region_ops - 1}:{r.label}@{','.join(r.split)}"
+                for r in seq),
             "memsched.patches_peak_after": int(choice.peak),
             "memsched.patches_macs": int(choice.macs),
             "memsched.patches_mac_overhead": float(round(choice.overhead, 6)),
             "memsched.patches_certified": int(choice.certified),
-            "memsched.patches_se": plan.se_mode,
+            "memsched.patches_se": plans[0].se_mode,
             "memsched.patches_seconds": float(round(time.perf_counter() - t0, 4)),
         })
         return new.with_attrs(attrs)

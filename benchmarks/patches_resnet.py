@@ -1,0 +1,67 @@
+"""CIFAR-scale int8 ResNets (issue 40 item 3): `memsched tile` against its own floor.
+
+ResNet-8 is the MLPerf Tiny image-classification layout (32x32x3 input, a 3x3 stem of 16
+channels, three stages of basic residual blocks with 16 / 32 / 64 channels, the later two
+starting with stride 2 and a 1x1 stride-2 shortcut, then the classifier; here flattened into a
+FULLY_CONNECTED, random int8 weights); ResNet-20 has three blocks per stage. Prints TFLite
+Micro's minimal total arena before and after (`measure_tile`, outputs compared in LiteRT and
+TFLM), the regions chosen, the search's estimate and its `bound`.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/patches_resnet.py
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+
+
+def resnet(blocks: int = 1, size: int = 32, name: str = "resnet8") -> bytes:
+    from memsched.generators.tflite_synth import _Net
+
+    net = _Net(name, True, 0)
+    x = net.act("x", [1, size, size, 3], 0.05, 0)
+    net.b.inputs = [x]
+    t, sh = net.conv(x, [1, size, size, 3], 16)
+    for cout, stride in ((16, 1), (32, 2), (64, 2)):
+        for b in range(blocks):
+            st = stride if b == 0 else 1
+            y, ysh = net.conv(t, sh, cout, stride=st)
+            y, ysh = net.conv(y, ysh, cout, relu=False)
+            # the shortcut: a 1x1 convolution where the block changes shape
+            sc = net.conv(t, sh, cout, k=1, stride=st, relu=False)[0] \
+                if st != 1 or sh[3] != cout else t
+            t, sh = net.add(y, sc, ysh), ysh
+    n = sh[1] * sh[2] * sh[3]
+    r, _ = net.reshape(t, [1, n])
+    net.b.outputs = [net.fc(r, n, 10)]
+    return net.b.finish()
+
+
+def main() -> int:
+    from memsched.tflite.tile import measure_tile, tile_tflite
+
+    for name, blocks in (("resnet8", 1), ("resnet20", 3)):
+        with tempfile.TemporaryDirectory() as d:
+            src, dst = os.path.join(d, "m.tflite"), os.path.join(d, "p.tflite")
+            with open(src, "wb") as f:
+                f.write(resnet(blocks, name=name))
+            _, res = tile_tflite(src, dst, offline_plan=True)
+            m = measure_tile(src, dst, count=1)
+            c = res.choice
+            regions = [f"{r['region_start']}-{r['region_ops'] - 1} {r['grid']}"
+                       for r in c.as_dict()["regions"]] if c else []
+            b = res.bound
+            print(f"{name}: TFLM {m.get('tflm_arena_original'):,} -> "
+                  f"{m.get('tflm_arena_patched'):,} B ({m.get('tflm_arena_ratio')}x), "
+                  f"regions {' + '.join(regions) or 'none'}, estimate "
+                  f"{c.total if c else 0:,} B (peak {c.peak if c else 0:,} + persistent "
+                  f"{c.persistent if c else 0:,}), floor {b['floor']:,} B by {b['bound_by']}, "
+                  f"equal LiteRT {m['litert_equal']} TFLM {m['tflm_equal']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

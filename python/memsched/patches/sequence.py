@@ -1,0 +1,207 @@
+"""Regions as a search dimension: a sequence of k >= 1 patch regions, each with its own grid.
+
+The first, high-resolution stage of a CNN wants many patches, the next one a few (halos grow
+with depth, so one grid for both costs MACs or bytes). `search_regions` chooses a sequence of
+regions ``[s1, e1), [e1, e2), ...`` (each starting where the one before ends) and a grid and
+SE variant per region, under one MAC budget for the whole model, priced by the one evaluator
+of `memsched.patches.search` under the runtime's memory model (`RuntimeMemory`).
+
+Why the regions can be priced one at a time: after a region's reassembly exactly the tensors
+read later (its split tensors, and whatever crosses it) are live, whatever its grid. So the
+model as region i leaves it is the same for every grid of region i, and region i+1 is priced
+on it (`search_patches` with ``after=``: its part from region i's end, the tensors crossing
+made by one ``source`` operator -- `patched_graph` ``begin``). A sequence's peak is the
+largest of its regions' parts and of the operators after the last region (file order); its
+persistent bytes and MACs add up. Every region is priced by the same evaluator as one region
+alone, and the certified scheduler then schedules the chosen sequence's whole patched graph.
+
+The search: the one-region search first (its choice is the k = 1 answer); then, in turn,
+(a) sequences to extend: first the one-region choice's region with any grid and the
+frontier's shallower regions, by their part alone (what a next region leaves of them; what
+the adapters' second-region code tried first before issue 40), then every sequence by its
+total as it is (lowest first: a bound cannot tell a shallow sequence, its rest still to
+patch, from a deep one), each extended by the one-region search
+from its end (with the sequence's totals, the global best as incumbent), and (b) the
+candidates a search deferred: not visited in its time (by MACs, as the one-region search
+visits them), then those skipped only for the operators after them (a next region may patch
+those). A sequence whose bound (the largest part so far, the operators after the deepest
+region, the persistent bytes so far) cannot beat the best total is not extended, nor one
+another beats on part peak, persistent bytes and MACs at the same end. A sequence is kept
+only when it lowers the total: the search stops where no further region does (or at
+``max_regions`` / the time limit). On small models it visits every sequence the bound cannot
+exclude: exact for the evaluator
+(tests/test_patches_regions.py checks it against brute-force enumeration).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+
+from ..graph import OpGraph
+from ..memory import Problem
+from .geometry import SpatialModel
+from .region import PatchPlan
+from .search import Candidate, RuntimeMemory, SearchResult, choose, heuristic_peak, \
+    patched_graph, search_patches
+
+MAX_REGIONS = 4  # regions per sequence (deeper ones add little: halos grow, maps shrink)
+
+
+def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
+                   memory: RuntimeMemory, *, max_regions: int = MAX_REGIONS,
+                   max_overhead: float = 0.3, time_limit: float = 10.0,
+                   extend_time: float | None = None, grids=None, split: str | None = None,
+                   certify: bool = True, **options) -> SearchResult:
+    """The patch search of every adapter: one region (`search_patches`, within
+    ``time_limit``), then up to ``max_regions`` regions in sequence (within ``extend_time``
+    more seconds; default ``time_limit / 2``). A forced ``grids`` / ``split`` asks for one
+    region. Returns the one-region search's `SearchResult` with ``choice`` the best sequence's
+    last region (``choice.sequence``: every region; ``plans_of(choice)``: their plans; its
+    ``peak`` / ``persistent`` / ``macs`` the whole model's), ``candidates`` every one-region
+    candidate. ``options``: the other parameters of `search_patches`."""
+    first = search_patches(sm, graph, tensor_index, memory, grids=grids, split=split,
+                           max_overhead=max_overhead, time_limit=time_limit, certify=certify,
+                           extend=max_regions > 1 and not grids and split is None, **options)
+    if max_regions <= 1 or grids or split is not None or not first.candidates:
+        return first
+    t0 = time.perf_counter()
+    deadline = t0 + (time_limit / 2 if extend_time is None else extend_time)
+    total_macs = first.original.macs
+    budget = (1 + max_overhead) * total_macs + 1e-9 * max(total_macs, 1)
+    bar = first.reordered.total if first.reordered is not None else first.original.total
+    best = first.choice
+    best_total = best.total if best is not None else bar
+    suffix, max_end = first.suffix, first.max_end
+
+    def bound(c: Candidate) -> int:
+        """No sequence extending ``c`` totals less: its parts so far, the operators after the
+        deepest region, its persistent bytes (extensions only add MACs and bytes)."""
+        return max(max(r.part_peak for r in c.sequence), suffix[max_end]) + c.persistent
+
+    # two queues, taken in turn: sequences to extend, by bound; candidates a search deferred
+    # (skipped for the operators after them, or not visited in its time), by MACs as the
+    # one-region search visits them. Each is skipped once its bound cannot beat the best.
+    ext: list = []
+    waiting: list = []
+    pushed = itertools.count()  # ties: first pushed first (never compares candidates)
+    front: dict = {}  # end -> [(part peak, persistent, MACs)] of the sequences extended there
+
+    # first regions to follow first: the one-region choice's region (finer grids than its
+    # own: alone no better, with a next region they can be) and the frontier's shallower
+    # regions, by their part alone (what a next region leaves of them)
+    ref = first.choice or min(first.frontier, key=lambda c: c.total, default=None)
+    seeds = {(c.region_start, c.region_ops) for c in first.frontier
+             if ref is None or c.region_ops < ref.region_ops}
+    if ref is not None:
+        seeds.add((ref.region_start, ref.region_ops))
+
+    def push(c: Candidate) -> None:
+        # then by the total a sequence has as it is: a bound cannot tell a shallow sequence
+        # (its rest still to patch) from a deep one, its total can
+        if len(c.sequence) < max_regions and c.macs <= budget and c.region_ops < max_end:
+            seed = len(c.sequence) == 1 and (c.region_start, c.region_ops) in seeds
+            key = (0, bound(c)) if seed else (1, c.total)
+            heapq.heappush(ext, (*key, c.macs, next(pushed), c))
+
+    def defer(res: SearchResult) -> None:
+        # the ones not visited first (each may be an answer itself), then those skipped for
+        # the operators after them (only a next region can make them one)
+        for item in res.deferred:
+            if item[1] <= budget:
+                seed = res is first and (item[2].start, item[2].length) in seeds
+                heapq.heappush(waiting, (not seed, not item[5], item[1], item[0], next(pushed),
+                                         item, res))
+
+    def take(turn: int):
+        """The next entry worth a look (None: both queues done)."""
+        while waiting and waiting[0][3] >= best_total:
+            heapq.heappop(waiting)
+        while ext and bound(ext[0][-1]) >= best_total:
+            heapq.heappop(ext)
+        if waiting and (turn % 2 or not ext):
+            *_, item, res = heapq.heappop(waiting)
+            return item, res
+        return (heapq.heappop(ext)[-1], None) if ext else None
+
+    for c in first.candidates:
+        push(c)
+    defer(first)
+    extended = 0
+    turn = 0
+    while time.perf_counter() < deadline:
+        turn += 1
+        got = take(turn)
+        if got is None:
+            break
+        c, owner = got
+        if owner is not None:  # a deferred candidate: price it, then it waits its turn
+            c = owner.price(c)
+            if c is not None:
+                first.plans[c.key] = owner.plans[c.key]
+                if c.macs <= budget and c.overhead <= max_overhead + 1e-12 and \
+                        c.total < best_total:  # e.g. one the first search had no time for
+                    best, best_total = c, c.total
+                push(c)
+            continue
+        key = (max(r.part_peak for r in c.sequence), c.persistent, c.macs)
+        seen = front.setdefault(c.region_ops, [])
+        if any(all(a <= b for a, b in zip(o, key)) for o in seen):
+            continue  # another sequence to the same end is no worse on all three
+        seen.append(key)
+        extended += 1
+        left = deadline - time.perf_counter()
+        # a share of what is left: the sequences after this one and the deferred candidates
+        # get their turns too
+        res = search_patches(sm, graph, tensor_index, memory, max_overhead=max_overhead,
+                             time_limit=max(min(left / 3, time_limit / 4), 0.2),
+                             certify=certify, after=c, incumbent=best_total,
+                             extend=len(c.sequence) + 1 < max_regions, **options)
+        first.plans.update(res.plans)
+        first.refused += [r for r in res.refused if r not in first.refused]
+        ok = [n for n in res.candidates if n.macs <= budget]
+        pick = choose(ok, first.reordered or first.original, max_overhead)
+        if pick is not None and pick.total < best_total:
+            best, best_total = pick, pick.total
+        for n in res.candidates:
+            push(n)
+        defer(res)
+    if best is not None and best is not first.choice:
+        best.note = f"{len(best.sequence)} region" + ("s" if len(best.sequence) > 1 else "")
+        if certify:  # the whole patched graph, by the certified scheduler
+            from ..schedulers import schedule
+
+            full = patched_graph(sm, graph, tensor_index, first.plans_of(best))
+            s = schedule(full, "auto", memory.activations,
+                         time_limit=max(0.2, min(2.0, deadline + 1.0 - time.perf_counter())))
+            best.lower_bound = int(s.lower_bound)
+            if s.peak <= best.peak:
+                best.peak = int(s.peak)
+            best.certified = bool(s.optimal and s.peak <= best.peak)
+    first.choice = best
+    first.seconds += time.perf_counter() - t0
+    first.extended = extended
+    return first
+
+
+def price_sequence(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
+                   memory: RuntimeMemory, plans: list[PatchPlan]) -> tuple[int, int]:
+    """(total bytes, MACs) of the model with the regions of ``plans`` patched (model order,
+    each starting where the one before ends), as the search prices a sequence with every
+    heuristic on (`heuristic_peak` with the scheduler package's baselines, no certified
+    scheduler): the largest of the regions' parts (each from the end of the one before) and
+    of the operators after the last region in file order, plus the persistent bytes. The
+    reference the search is checked against (brute-force enumeration in the tests)."""
+    model = memory.activations
+    steps = Problem.from_graph(graph, model).evaluate(list(range(len(graph)))).steps
+    peak = max(steps[plans[-1].region.length:], default=0)
+    begin = 0
+    for p in plans:
+        pg = patched_graph(sm, graph, tensor_index, p, prefix_only=True, begin=begin)
+        peak = max(peak, heuristic_peak(pg, p, Problem.from_graph(pg, model)))
+        begin = p.region.length
+    persist = memory.model_persistent(sm) + sum(memory.plan_persistent_delta(sm, p)
+                                                for p in plans)
+    macs = sum(sm.op_macs(op) if op.cls != "other" else sm.macs[k]
+               for k, op in enumerate(sm.ops))
+    return peak + persist, macs + sum(p.macs - p.region_macs for p in plans)
