@@ -4,7 +4,7 @@ The x86 runtime has no ``cortex_m::`` kernels, but the backend registers a Pytho
 implementation of each one: the edge graph module is run eagerly before and after patching on
 the same float input, and the outputs must be bit-equal. The flow is the backend's own
 (``CortexMQuantizer``, ``to_edge`` with its compile config, ``CortexMPassManager``), which
-needs the Arm backend's ``tosa-tools`` (in the ``test`` extra).
+needs the Arm backend's ``tosa-tools`` (the README's set-up line installs it).
 """
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ kernel, and the edge program is run eagerly through them before and after patchi
 compared bit for bit.
 
 Run: ``.venv/bin/python tutorials/executorch_cortex_m.py`` (needs ``executorch`` and the Arm
-backend's ``tosa-tools``, which the Cortex-M quantizer imports: the test extra installs both).
+backend's ``tosa-tools``, which the Cortex-M quantizer imports: the README's set-up line installs
+both).
 """
 import copy
 import warnings
