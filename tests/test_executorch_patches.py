@@ -409,6 +409,7 @@ def test_regions_in_sequence_rewritten_equal():
     assert _max_diff(got, want) <= TOL
 
 
+@pytest.mark.heavy  # the same path: test_regions_in_sequence_rewritten_equal (3 s)
 def test_second_region_after_the_first():
     """Where the operators after the first region bound the peak, a second region (its own
     grid, starting right after the first one's reassembly) lowers it within the same MAC

@@ -45,6 +45,8 @@ def test_split_run_rpc_through_a_tracker(tracker, capsys):
     assert d["rpc"]["outputs_equal"] and all(p > 0 for p in d["per_device_peak_bytes"])
 
 
+@pytest.mark.heavy  # host:port servers: test_split_rpc.py (local servers, 4 s); the split
+# through stock servers: test_split_run_rpc_through_a_tracker
 def test_profile_and_split_on_stock_host_port_servers(capsys, tmp_path):
     with stock_servers(2, key=None) as (entries, pids):
         servers = ",".join(entries)
