@@ -142,8 +142,12 @@ def _run_and_interrupt(code: str, after: float = 1.5, guard: float = 60.0):
     """Start ``code`` in a fresh interpreter, wait for it to print 'go', wait ``after`` s,
     send SIGINT, and return (returncode, stderr). ``guard`` only stops a hang."""
     env = dict(os.environ, PYTHONPATH=PYTHON_DIR)
+    # SIGINT at its default in the child, as in a terminal: a parent that ignores it (a
+    # pytest-xdist worker) would pass SIG_IGN on, and Python then installs no
+    # KeyboardInterrupt handler at all
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+                            stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         line = proc.stdout.readline()
         assert line.strip() == "go", line + proc.stderr.read()

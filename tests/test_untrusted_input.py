@@ -519,7 +519,11 @@ def test_ctrl_c_subprocess_exits_130_within_a_second(tmp_path):
                  "-o", str(tmp_path / "out.so")]):
         for delay in (10, 16):  # past start-up: a signal cannot cut into loading a .so
             p = subprocess.Popen([sys.executable, "-m", "memsched.cli", *cmd],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 # SIGINT at its default, as in a terminal (not a worker's
+                                 # SIG_IGN)
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT,
+                                                                  signal.SIG_DFL))
             time.sleep(delay)
             if p.poll() is not None:
                 continue
