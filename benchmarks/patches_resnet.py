@@ -7,7 +7,13 @@ FULLY_CONNECTED, random int8 weights); ResNet-20 has three blocks per stage. Pri
 Micro's minimal total arena before and after (`measure_tile`, outputs compared in LiteRT and
 TFLM), the regions chosen, the search's estimate and its `bound`.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/patches_resnet.py
+``--what-binds`` (no files written, the search's estimates only): the persistent bytes the
+chosen regions add, by node kind (copied operators, PADs at patch borders, STRIDED_SLICEs --
+input windows and the crops a residual ADD needs --, CONCATENATIONs), and the choice the same
+search makes when copies cost no persistent bytes: how far TFLite Micro's per-node persistent
+bytes keep the total from the floor.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/patches_resnet.py [--what-binds]
 """
 from __future__ import annotations
 
@@ -40,8 +46,69 @@ def resnet(blocks: int = 1, size: int = 32, name: str = "resnet8") -> bytes:
     return net.b.finish()
 
 
+def what_binds() -> int:
+    """Where the persistent bytes go, and the search with copies free of them."""
+    from collections import Counter
+
+    from memsched.tflite import tflm_memory as tm
+    from memsched.tflite.tile import tile_tflite
+
+    def node_price(sm, nd, mem) -> int:
+        if nd.kind == "op":
+            op = sm.ops[nd.op]
+            return mem.price.op(op.kind, op.cout, mem.quantized, 1)
+        consts = tm.NEW_CONSTS[nd.kind]
+        return mem.price.op(tm.NODE_KIND[nd.kind], 0, mem.quantized, 1 + consts)
+
+    for name, blocks in (("resnet8", 1), ("resnet20", 3)):
+        data = resnet(blocks, name=name)
+        _, res = tile_tflite(data, None, offline_plan=True)
+        c, s = res.choice, res.search
+        sm = s_model(data)
+
+        def nodes(choice, search) -> str:
+            """The regions' nodes (each copy of an operator included) by kind, priced."""
+            mem = tm.TFLMMemory()
+            by: Counter = Counter()
+            count: Counter = Counter()
+            for r in choice.sequence:
+                for nd in search.plans[r.key].nodes:
+                    by[nd.kind] += node_price(sm, nd, mem)
+                    count[nd.kind] += 1
+            return ", ".join(f"{k} {count[k]} nodes {by[k]:,} B" for k in sorted(by))
+
+        parts = nodes(c, s)
+        print(f"{name}: total {c.total:,} B = peak {c.peak:,} + persistent {c.persistent:,} "
+              f"(model {s.base_persistent:,}; the regions' nodes: {parts})")
+        price = (tm.TFLMMemory.plan_persistent_delta, tm.TFLMMemory.copy_price)
+        tm.TFLMMemory.plan_persistent_delta = lambda self, sm, plan: 0
+        tm.TFLMMemory.copy_price = lambda self, op: 0
+        try:
+            _, free = tile_tflite(data, None, offline_plan=True)
+        finally:
+            tm.TFLMMemory.plan_persistent_delta, tm.TFLMMemory.copy_price = price
+        f = free.choice
+        regions = " + ".join(f"{r.region_start}-{r.region_ops - 1} {r.grid[0]}x{r.grid[1]}"
+                             for r in f.sequence)
+        print(f"{name}, copies free of persistent bytes: peak {f.peak:,} + persistent "
+              f"{f.persistent:,} = {f.total:,} B, regions {regions}, MACs "
+              f"+{100 * f.overhead:.1f} % (floor {res.bound['floor']:,} B); its nodes at "
+              f"TFLM's prices: {nodes(f, free.search)}", flush=True)
+    return 0
+
+
+def s_model(data: bytes):
+    from memsched.tflite.read import read_tflite
+    from memsched.tflite.spatial import spatial_model
+
+    return spatial_model(read_tflite(data))
+
+
 def main() -> int:
     from memsched.tflite.tile import measure_tile, tile_tflite
+
+    if "--what-binds" in sys.argv[1:]:
+        return what_binds()
 
     for name, blocks in (("resnet8", 1), ("resnet20", 3)):
         with tempfile.TemporaryDirectory() as d:

@@ -225,7 +225,12 @@ def test_search_frontier_and_choice():
 @pytest.mark.parametrize("model,kw", [("mobilenet", {"grid": "2x2"}),
                                       ("pad_slice", {"grid": "3x3", "split": "conv2"}),
                                       ("residual_concat", {"grid": "3x2", "split": "sum"}),
-                                      ("pools", {"grid": "3x3", "region_start": 0})])
+                                      ("pools", {"grid": "3x3", "region_start": 0,
+                                                 "padding": "explicit"}),
+                                      ("pools", {"grid": "3x3", "region_start": 0,
+                                                 "padding": "margins"}),
+                                      ("residual_concat", {"grid": "2x3", "split": "sum",
+                                                           "padding": "margins"})])
 def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     """The rewrite runs in stock LiteRT and TFLite Micro with bit-equal outputs."""
     from memsched.generators.tflite_synth import pad_slice_model, residual_concat_model
@@ -244,8 +249,10 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     assert res.choice is not None and res.ops_after > res.ops_before
     kinds = {op.kind for op in read_tflite(out).graph.ops}
     assert "STRIDED_SLICE" in kinds and "CONCATENATION" in kinds
-    if model == "pools":  # MAX_POOL_2D's border padding: PADV2 with the int8 minimum
-        assert "PADV2" in kinds
+    if model == "pools" and kw["padding"] == "explicit":  # MAX_POOL_2D's border padding:
+        assert "PADV2" in kinds  # PADV2 with the int8 minimum
+    if kw.get("padding") == "margins":  # no PAD: operators keep their own padding
+        assert res.choice.margins and not kinds & {"PAD", "PADV2"}
     d = res.as_dict(curves=True)
     assert d["patched"] is True
     assert max(d["curves"]["patched"]) == res.peak == d["peak_bytes"]

@@ -1,7 +1,7 @@
 """``memsched tile`` (`memsched.cli`): patch-based execution written as a plain .tflite file.
 
     memsched tile model.tflite -o out.tflite [--grid RxC] [--split TENSOR] [--max-overhead X]
-        [--offline-plan] [--measure] [--time-limit S] [--plot curves.png] [--json]
+        [--padding auto|explicit|margins] [--offline-plan] [--measure] [--time-limit S] [--plot curves.png] [--json]
 
 Searches the split tensor and patch grid (`memsched.patches.search_patches`: TFLite Micro's
 total arena = certified activation peak + persistent bytes, within ``--max-overhead`` extra
@@ -59,7 +59,8 @@ def _tile(args) -> int:
         _check_path(args.plot, "--plot", (".png", ".svg"))
     data, res = tile_tflite(args.model, None, grid=args.grid, split=args.split,
                             max_overhead=args.max_overhead, offline_plan=args.offline_plan,
-                            time_limit=args.time_limit)
+                            time_limit=args.time_limit,
+                            padding=None if args.padding == "auto" else args.padding)
     report = {"model": args.model, "output": out, **res.as_dict(curves=bool(args.plot))}
     if args.measure:  # before the file exists: a model that computes something else is not
         with tempfile.TemporaryDirectory(prefix="memsched-tile-") as d:
@@ -104,11 +105,13 @@ def _print(r: dict, args) -> None:
     choice = r.get("choice") or {}
     for label, c in rows:
         mark = "chosen" if choice and c["split"] == choice.get("split") and \
-            c["grid"] == choice.get("grid") else label
+            c["grid"] == choice.get("grid") and \
+            c.get("padding") == choice.get("padding") else label
+        grid = c["grid"] + (" margins" if c.get("padding") == "margins" else "")
         where = c["split"] if label != "original" else "(unpatched)"
         if label != "original" and c.get("region_start"):
             where = f"{where} (from op {c['region_start']})"
-        t.add_row(str(where), c["grid"],
+        t.add_row(str(where), grid,
                   f"{c['peak_bytes']:,}", f"{c['persistent_bytes']:,}", f"{c['total_bytes']:,}",
                   f"{100 * c['mac_overhead']:+.1f}", mark)
     console.print(t)
@@ -118,7 +121,9 @@ def _print(r: dict, args) -> None:
                       f"{choice['total_bytes']:,} B, MACs {100 * choice['mac_overhead']:+.1f} %")
         for i, c in enumerate(regions, 1):
             console.print(f"  region {i}: operators {c['region_start']}-{c['region_ops'] - 1},"
-                          f" grid {c['grid']}, split {','.join(c['split'])}, its part's peak "
+                          f" grid {c['grid']}"
+                          f"{' with margins' if c.get('padding') == 'margins' else ''}, split "
+                          f"{','.join(c['split'])}, its part's peak "
                           f"{c['part_peak_bytes']:,} B")
     for note in r.get("notes", []):
         console.print(f"note: {note}")
@@ -180,6 +185,10 @@ def register(sub) -> None:
     p.add_argument("-o", "--output", help="output file (default MODEL.tiled.tflite)")
     p.add_argument("--grid", help="force the patch grid, ROWSxCOLS (e.g. 2x3)")
     p.add_argument("--split", help="force the split tensor (its name in the file)")
+    p.add_argument("--padding", choices=("auto", "explicit", "margins"), default="auto",
+                   help="patch borders: explicit PADs on exact windows, or operators keeping "
+                        "their SAME padding on wider windows (fewer nodes, more MACs); "
+                        "default auto: priced both ways")
     p.add_argument("--max-overhead", type=float, default=0.3,
                    help="extra MACs allowed for the default choice (default 0.3 = +30 %%)")
     p.add_argument("--offline-plan", action="store_true",

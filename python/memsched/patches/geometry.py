@@ -205,6 +205,9 @@ class SpatialModel:
     # the runtime cuts a window with two one-axis copies (ExecuTorch's ``slice_copy``): the
     # band of the first axis is held while the second is cut (`slice_band`)
     two_step_slices: bool = False
+    # the adapter can write an operator with its own padding rule (TFLite's SAME / VALID) on a
+    # window of its input: the search may price patches with margins (`patches.margins`)
+    implicit_padding: bool = False
 
     def __post_init__(self):
         self.producer = {}

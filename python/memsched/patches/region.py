@@ -270,6 +270,9 @@ class PNode:
     base: Win | None = None  # slice: the window of ``tensor`` its source holds
     phase: int = 0  # the pass over the patches (squeeze-and-excitation regions)
     nbytes: int = -1  # bytes when not the window of ``tensor`` (vectors, partial sums)
+    # op: the operator with its own padding rule on its input's window (`margins`; ``pads``
+    # what that rule amounts to there), not VALID on an explicitly padded input
+    implicit: bool = False
 
 
 @dataclass
@@ -282,6 +285,7 @@ class PatchPlan:
     macs: int = 0  # MACs of the region's operators over all patches
     region_macs: int = 0  # MACs of the region unpatched
     keep: bool = False  # squeeze-and-excitation: later passes read kept pieces (no recompute)
+    margins: bool = False  # operators with their own padding on wider windows (`margins`)
 
     @property
     def se_mode(self) -> str:
@@ -582,20 +586,30 @@ def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int],
                 op = sm.ops[k]
                 raise Refused(f"operator {op.index} ({op.kind}): its output is never used")
     plan.region_macs = sum(sm.op_macs(sm.ops[k]) for k in region.ops)
-    # reassembly: each row's patches along W, then the rows along H
+    reassemble(plan)
+    return plan
+
+
+def reassemble(plan: PatchPlan) -> None:
+    """Concatenate each split tensor's pieces (``plan.result[t]``: one node per patch, in
+    cell order) into one node: each row's patches along W, then the rows along H, chained by
+    `MAX_CONCAT_INPUTS`."""
+    nodes = plan.nodes
+    rows, cols = plan.grid
+    cells = plan.cells
+
     def concat(t: int, pieces: list[tuple[int, Win]], axis: int) -> tuple[int, Win]:
-        """Concatenate ``pieces`` (node, window of ``t``) along ``axis``, chained by
-        `MAX_CONCAT_INPUTS`."""
         cur, rest = None, list(pieces)
         while rest:
             take = MAX_CONCAT_INPUTS - (cur is not None)
             group = ([cur] if cur is not None else []) + rest[:take]
             rest = rest[take:]
             win = bbox([w for _, w in group])
-            cur = (add(PNode("concat", t, win, tuple(k for k, _ in group), axis=axis)), win)
+            nodes.append(PNode("concat", t, win, tuple(k for k, _ in group), axis=axis))
+            cur = (len(nodes) - 1, win)
         return cur
 
-    for t in region.split:
+    for t in plan.region.split:
         pieces = plan.result[t]
         if len(pieces) == 1:
             plan.result[t] = pieces[0]
@@ -605,4 +619,3 @@ def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int],
             row = list(zip(pieces[i * cols:(i + 1) * cols], cells[i * cols:(i + 1) * cols]))
             row_nodes.append(row[0] if cols == 1 else concat(t, row, 2))
         plan.result[t] = row_nodes[0][0] if rows == 1 else concat(t, row_nodes, 1)[0]
-    return plan

@@ -33,9 +33,11 @@ from dataclasses import dataclass, field
 from ..graph import GraphBuilder, OpGraph
 from ..memory import MemoryModel, Problem
 from .geometry import SOp, SpatialModel
+from .margins import plan_margins
 from .region import (PatchPlan, Refused, Region, grid_macs, is_se, kept_floor, plan_patches,
                      regions)
 
+MARGIN_TRIES = 8  # best explicit candidates also priced with margins (`margins`)
 ENUMERATE_SHARE = 0.3  # of the time limit: counting candidates' MACs (then building them)
 REFINE_SECONDS = 0.2  # the scheduler's limit per refined candidate
 REFINE_WINDOW = 1.25  # refine candidates whose heuristic total is within this of the best
@@ -91,6 +93,7 @@ class Candidate:
     lower_bound: int = 0
     note: str = ""
     keep: bool = False  # squeeze-and-excitation: later passes read kept pieces (no recompute)
+    margins: bool = False  # operators with their own padding on wider windows (`margins`)
     # the plan's nodes (`PatchPlan.nodes` ids) in the order that gave ``peak``: an adapter
     # that writes them in this order hands the runtime's planner the priced schedule
     node_order: list | None = None
@@ -119,12 +122,14 @@ class Candidate:
 
     @property
     def key(self) -> tuple:
-        return (self.region_start, self.region_ops, self.grid, self.keep)
+        return (self.region_start, self.region_ops, self.grid, self.keep, self.margins)
 
     @property
     def label(self) -> str:
-        """``RxC``, with ``+keep`` when a squeeze-and-excitation region keeps its pieces."""
-        return f"{self.grid[0]}x{self.grid[1]}" + ("+keep" if self.keep else "")
+        """``RxC``, with ``+keep`` when a squeeze-and-excitation region keeps its pieces,
+        ``+margins`` for a plan with margins."""
+        return f"{self.grid[0]}x{self.grid[1]}" + ("+keep" if self.keep else "") + \
+            ("+margins" if self.margins else "")
 
     def region_dict(self) -> dict:
         """This region alone: where it is, its grid and what it adds."""
@@ -132,7 +137,8 @@ class Candidate:
                 "region_ops": self.region_ops, "grid": f"{self.grid[0]}x{self.grid[1]}",
                 "patches": self.patches, "part_peak_bytes": self.part_peak,
                 "macs_added": self.own_macs, "persistent_added": self.own_persistent,
-                "se_patches": "keep" if self.keep else None}
+                "se_patches": "keep" if self.keep else None,
+                "padding": "margins" if self.margins else "explicit"}
 
     def as_dict(self) -> dict:
         first = self.sequence[0]  # the old one-region fields: the first region's
@@ -143,6 +149,7 @@ class Candidate:
                 "total_bytes": self.total, "macs": self.macs,
                 "mac_overhead": round(self.overhead, 4), "ops": self.ops,
                 "se_patches": "keep" if first.keep else None,
+                "padding": "margins" if first.margins else "explicit",
                 "certified": self.certified, "note": self.note,
                 "regions": [c.region_dict() for c in self.sequence]}
 
@@ -394,7 +401,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    frontier_overhead: float | None = None, exclude_split=(),
                    starts=(0,), extra_grids=(), se: bool = False,
                    se_patches: str | None = None, after: Candidate | None = None,
-                   incumbent: int | None = None, extend: bool = False) -> SearchResult:
+                   incumbent: int | None = None, extend: bool = False,
+                   padding: str | None = None) -> SearchResult:
     """Evaluate candidates (region, grid) under ``memory`` and return the frontier and the
     default choice.
 
@@ -413,7 +421,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     (`region.regions`; only for runtimes whose adapter rewrites the reduce / vector / scale
     nodes); ``se_patches``: how the passes after a reduction get their feature maps,
     ``"recompute"`` or ``"keep"`` (`region.plan_patches`; default: both priced, the
-    evaluator chooses).
+    evaluator chooses); ``padding``: ``"explicit"`` (exact windows, PADs on borders:
+    `region.plan_patches`), ``"margins"`` (operators with their own padding on wider windows:
+    `margins.plan_margins`, where ``sm.implicit_padding``); default: both priced.
 
     One region per candidate; `memsched.patches.sequence.search_regions` (what the adapters
     call) chains them. Its parameters here: ``after``: the regions before (the last one's
@@ -429,6 +439,14 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     if se_patches not in (None, "recompute", "keep"):
         raise Refused(f"se_patches must be 'recompute' or 'keep', not {se_patches!r}")
     modes = {None: (False, True), "recompute": (False,), "keep": (True,)}[se_patches]
+    if padding not in (None, "explicit", "margins"):
+        raise Refused(f"padding must be 'explicit' or 'margins', not {padding!r}")
+    if padding == "margins" and not sm.implicit_padding:
+        raise Refused("padding='margins': this runtime's adapter writes explicit padding only")
+    # the plan with margins: asked for, or (default) tried on the best explicit candidates
+    # below (pricing every candidate twice would halve what the time limit visits)
+    margins = [padding == "margins"]
+    try_margins = padding is None and sm.implicit_padding
     t0 = time.perf_counter()
     model = memory.activations
     forced = bool(grids) or split is not None
@@ -495,6 +513,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     # regions by start, then length; the grids side by side, so a long search drops the
     # deepest regions (for every grid) when ENUMERATE_SHARE of the time limit is spent
     over_cap: dict = {}
+    margin_cache: dict = {}  # margin windows per region, axis and band count (`margins`)
     at = None
     enumerate_until = t0 + ENUMERATE_SHARE * time_limit
     # with ``extend``, what bounds a candidate after it is the operators after the deepest
@@ -510,10 +529,15 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             if over_cap[g] >= 3 or g[0] > r.hw[0] or g[1] > r.hw[1]:
                 continue
             fits = over = False
-            # a squeeze-and-excitation region: recompute or keep, both priced
-            for keep in modes if is_se(sm, r) else (False,):
+            # a squeeze-and-excitation region: recompute or keep, both priced; with a
+            # runtime that pads on windows, the plan with margins too
+            variants = [(keep, False) for keep in modes] if is_se(sm, r) else \
+                [(False, m) for m in margins]
+            for mode in variants:
                 try:
-                    pm = grid_macs(sm, r, g, keep, mac_cache)
+                    # margins: the exact plan's MACs bound them from below (counted when
+                    # the plan is built: windows per band cost more than this loop may spend)
+                    pm = grid_macs(sm, r, g, mode[0], mac_cache)
                 except Refused as e:
                     _refuse(refused, sm, r, g, e)
                     continue
@@ -522,7 +546,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                     over = True
                     continue
                 fits = True
-                cands.append((macs, g[0] * g[1], r.length - r.start, keep, gi, r.start, g, r))
+                cands.append((macs, g[0] * g[1], r.length - r.start, mode, gi, r.start, g, r))
             # halos only grow with depth: three regions in a row over the cap end the grid
             if fits or over:
                 over_cap[g] = 0 if fits else over_cap[g] + 1
@@ -543,22 +567,28 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    kept_floor(sm, r) if keep else 0, floor_peak)
         return max(part, suffix[r.length]), max(part, suffix[max_end])
 
-    def build(macs: int, r: Region, g, keep: bool, limit) -> Candidate | None:
-        """The candidate (region ``r``, grid ``g``) priced by the evaluator; None when refused
-        or when its bound reaches ``limit`` (None: no limit)."""
+    def build(macs: int, r: Region, g, mode: tuple, limit) -> Candidate | None:
+        """The candidate (region ``r``, grid ``g``, ``mode`` = (keep, margins)) priced by the
+        evaluator; None when refused or when its bound reaches ``limit`` (None: no limit)."""
         nonlocal evaluated, skipped
+        keep, margins = mode
         try:
-            plan = plan_patches(sm, r, g, keep)
+            plan = plan_margins(sm, r, g, margin_cache) if margins else \
+                plan_patches(sm, r, g, keep)
         except Refused as e:
             _refuse(refused, sm, r, g, e)
             return None
+        if margins:  # the MACs of its wider windows
+            macs = total_macs + floor_macs - sum(op_macs[k] for k in r.ops) + plan.macs
+            if total_macs and macs / total_macs - 1 > cap:
+                return None
         own_persist = memory.plan_persistent_delta(sm, plan)
         persist = base_persist + floor_persist + own_persist
         floor, floor_ext = floors(r, keep)
         if limit is not None and floor + persist >= limit:
             skipped += 1
             if extend and floor_ext + persist < limit:
-                deferred.append((floor_ext + persist, macs, r, g, keep, False))
+                deferred.append((floor_ext + persist, macs, r, g, mode, False))
             return None
         length = r.length
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True, begin=begin)
@@ -575,6 +605,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         c = Candidate([sm.tensors[t].name for t in r.split], list(r.split), length, g, peak,
                       persist, macs, macs / total_macs - 1 if total_macs else 0.0,
                       len(sm.ops) - length + r.start + len(plan.nodes), r.start, keep=keep,
+                      margins=margins,
                       node_order=node_order(pg, order),
                       part_peak=part, own_macs=macs - total_macs - floor_macs,
                       own_persistent=own_persist,
@@ -587,7 +618,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
 
     build_until = t0 + time_limit / 2
     out_of_time = False
-    for macs, patches, length, keep, _, _, g, r in cands:
+    for macs, patches, length, mode, _, _, g, r in cands:
+        keep = mode[0]
         out_of_time = out_of_time or bool(results and time.perf_counter() > build_until)
         # copies of the region's operators are the least the patches add to the persistent part
         floor, floor_ext = floors(r, keep)
@@ -595,16 +627,23 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             region_price[r.length] - region_price[r.start])
         if out_of_time:  # not visited: with ``extend``, the sequence search may get there
             if extend and (best_total is None or floor_ext + copies < best_total):
-                deferred.append((floor_ext + copies, macs, r, g, keep, True))
+                deferred.append((floor_ext + copies, macs, r, g, mode, True))
             continue
         if best_total is not None and floor + copies >= best_total:
             skipped += 1
             if extend and floor_ext + copies < best_total:
-                deferred.append((floor_ext + copies, macs, r, g, keep, False))
+                deferred.append((floor_ext + copies, macs, r, g, mode, False))
             continue
-        c = build(macs, r, g, keep, best_total)
+        c = build(macs, r, g, mode, best_total)
         if c is not None and (best_total is None or c.total < best_total):
             best_total = c.total
+    if try_margins:  # the same regions and grids with margins: no PADs, fewer crops
+        for c in sorted(results, key=lambda c: (c.total, c.macs))[:MARGIN_TRIES]:
+            if c.keep or time.perf_counter() > t0 + time_limit:
+                continue
+            m = build(c.macs, plans[c.key].region, c.grid, (False, True), best_total)
+            if m is not None and (best_total is None or m.total < best_total):
+                best_total = m.total
     # refine: the scheduler on the patched prefix of the most promising candidates (the
     # heuristic orders above can be 20 % off on the peak), best heuristic total first, within
     # half the time limit; skipped: a candidate whose lower bound cannot beat the best refined

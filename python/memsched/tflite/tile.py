@@ -109,7 +109,8 @@ def _parse_grid(grid) -> tuple[int, int] | None:
 def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None,
                 max_overhead: float = 0.3, offline_plan: bool = False,
                 time_limit: float = 10.0, region_start: int | None = None,
-                second_region: bool = True) -> tuple[bytes, TileResult]:
+                second_region: bool = True, padding: str | None = None
+                ) -> tuple[bytes, TileResult]:
     """Search and write a patch-based version of the .tflite model ``src`` (path or bytes).
 
     ``grid``: ``"RxC"`` or (rows, cols) to force the grid; ``split``: name of the tensor the
@@ -117,7 +118,10 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     +30 %); ``region_start``: the operator the region must start at (default: searched over
     `region_starts`); ``second_region``: regions in sequence, each starting where the one
     before ends, each with its own grid (`search_regions`: kept only when they lower the
-    total within the one MAC budget; not with a forced grid, split or start). Returns
+    total within the one MAC budget; not with a forced grid, split or start);
+    ``padding``: ``"explicit"`` (PADs at patch borders, exact windows) or ``"margins"``
+    (operators keep their SAME padding on wider windows: no PADs, fewer crops; more MACs);
+    default: the search prices both. Returns
     (file bytes, `TileResult`); writes ``dst`` atomically when given. When no candidate lowers
     the total arena within the budget, the model is only reordered."""
     from .reorder import reorder_model
@@ -139,7 +143,8 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                              time_limit=0.6 * time_limit, extend_time=0.3 * time_limit,
                              max_regions=MAX_REGIONS if several else 1,
                              starts=region_starts(sm) if region_start is None
-                             else [int(region_start)], extra_grids=BAND_GRIDS)
+                             else [int(region_start)], extra_grids=BAND_GRIDS,
+                             padding=padding)
     except Refused as e:
         raise TileError(f"cannot tile {label!r}: {e}") from None
     choice = res.choice
@@ -344,7 +349,7 @@ def _patched_ops(s, plan: PatchPlan, sm: SpatialModel, tensors: list, old_ops: l
                 pads = np.array([[0, 0], [nd.pads[0], nd.pads[1]], [nd.pads[2], nd.pads[3]],
                                  [0, 0]], np.int32)
                 new_in[1] = const(name + "/paddings", pads, s.TensorType.INT32)
-            elif sop.cls == "window":
+            elif sop.cls == "window" and not nd.implicit:  # margins: its own padding
                 op.builtinOptions.padding = s.Padding.VALID
             op.inputs = new_in
             op.outputs = [out]
