@@ -393,7 +393,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    max_overhead: float = 0.3, certify: bool = True, time_limit: float = 10.0,
                    frontier_overhead: float | None = None, exclude_split=(),
                    starts=(0,), extra_grids=(), se: bool = False,
-                   se_patches: str | None = None, after: Candidate | None = None,
+                   exact_reductions: bool = True, se_patches: str | None = None, after: Candidate | None = None,
                    incumbent: int | None = None, extend: bool = False) -> SearchResult:
     """Evaluate candidates (region, grid) under ``memory`` and return the frontier and the
     default choice.
@@ -411,7 +411,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     model inputs only); ``extra_grids``: grids tried besides the default ones (not a forced
     choice, e.g. `BAND_GRIDS`); ``se``: regions may contain squeeze-and-excitation blocks
     (`region.regions`; only for runtimes whose adapter rewrites the reduce / vector / scale
-    nodes); ``se_patches``: how the passes after a reduction get their feature maps,
+    nodes); ``exact_reductions``: only through reductions whose partial sums combine exactly
+    (False: float sums too, equal up to rounding; `geometry.inexact_reduction`); ``se_patches``: how the passes after a reduction get their feature maps,
     ``"recompute"`` or ``"keep"`` (`region.plan_patches`; default: both priced, the
     evaluator chooses).
 
@@ -474,7 +475,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         if s.peak <= reordered.peak:
             reordered.peak, reordered.note = int(s.peak), "scheduled"
         reordered.lower_bound, reordered.certified = int(s.lower_bound), bool(s.optimal)
-    regs, why = regions(sm, starts, se=se)
+    regs, why = regions(sm, starts, se=se, exact_reductions=exact_reductions)
     excluded = set(exclude_split)
     regs = [r for r in regs if not excluded.intersection(r.split)]
     if split is not None:
