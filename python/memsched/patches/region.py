@@ -27,9 +27,9 @@ of reductions it depends on. The patches then run in passes: pass ``p`` computes
 patch (grid cell ``i`` of each target tensor's own size), the tensors of stage ``p`` that a
 reduction reads and their *partial* sums over the patch's own cells (no halo), added up
 (``accumulate``); after the pass each reduction is finished once (``reduce``: the sum of the
-partials divided by H*W for a mean) and the ``vector`` operators that can run do; the last pass computes the
-split tensors. Two ways to get the feature maps a later pass reads (the search prices both and
-keeps whichever its evaluator prefers):
+partials divided by H*W for a mean) and the ``vector`` operators that can run do; the last
+pass computes the split tensors. Two ways to get the feature maps a later pass reads (the
+search prices both and keeps whichever its evaluator prefers):
 
 * **recompute** (default): every pass recomputes what it needs from the region's inputs (the
   MACs count it; only patch-sized tensors live across a reduction);

@@ -393,8 +393,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    max_overhead: float = 0.3, certify: bool = True, time_limit: float = 10.0,
                    frontier_overhead: float | None = None, exclude_split=(),
                    starts=(0,), extra_grids=(), se: bool = False,
-                   exact_reductions: bool = True, se_patches: str | None = None, after: Candidate | None = None,
-                   incumbent: int | None = None, extend: bool = False) -> SearchResult:
+                   exact_reductions: bool = True, se_patches: str | None = None,
+                   after: Candidate | None = None, incumbent: int | None = None,
+                   extend: bool = False) -> SearchResult:
     """Evaluate candidates (region, grid) under ``memory`` and return the frontier and the
     default choice.
 
@@ -412,9 +413,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     choice, e.g. `BAND_GRIDS`); ``se``: regions may contain squeeze-and-excitation blocks
     (`region.regions`; only for runtimes whose adapter rewrites the reduce / vector / scale
     nodes); ``exact_reductions``: only through reductions whose partial sums combine exactly
-    (False: float sums too, equal up to rounding; `geometry.inexact_reduction`); ``se_patches``: how the passes after a reduction get their feature maps,
-    ``"recompute"`` or ``"keep"`` (`region.plan_patches`; default: both priced, the
-    evaluator chooses).
+    (False: float sums too, equal up to rounding; `geometry.inexact_reduction`);
+    ``se_patches``: how the passes after a reduction get their feature maps, ``"recompute"``
+    or ``"keep"`` (`region.plan_patches`; default: both priced, the evaluator chooses).
 
     One region per candidate; `memsched.patches.sequence.search_regions` (what the adapters
     call) chains them. Its parameters here: ``after``: the regions before (the last one's
