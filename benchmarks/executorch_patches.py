@@ -240,7 +240,7 @@ def pte_counts(buffer: bytes) -> tuple[int, int]:
 
 def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=None,
             const_prop: bool = True, se_patches: str | None = None,
-            price_records: bool = True) -> dict:
+            price_records: bool = True, exact_reductions: bool = True) -> dict:
     from executorch.exir import ExecutorchBackendConfig
 
     import memsched.executorch as mx
@@ -265,7 +265,8 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
     row["memsched_s"] = round(s, 1)
     cfg = mx.backend_config(time_limit=time_limit, tile_patches=True,
                             max_overhead=max_overhead, grid=grid, se_patches=se_patches,
-                            price_records=price_records, **opts)
+                            price_records=price_records, exact_reductions=exact_reductions,
+                            **opts)
     et, s = lower(model, x, cfg)
     progs["patches"] = et.buffer
     row["patches_s"] = round(s, 1)
@@ -340,12 +341,16 @@ def main(argv=None) -> int:
     ap.add_argument("--arena-only", action="store_true",
                     help="choose patches on the planned arena alone (price_records=False), "
                     "not on arena + method-allocator records")
+    ap.add_argument("--float-reductions", action="store_true",
+                    help="let regions run through float SE means (exact_reductions=False: "
+                    "partial sums equal up to rounding)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
         row = measure(name, args.runs, args.time_limit, args.max_overhead, args.grid,
-                      not args.no_const_prop, args.se_patches, not args.arena_only)
+                      not args.no_const_prop, args.se_patches, not args.arena_only,
+                      not args.float_reductions)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     print(json.dumps(rows, indent=1) if args.json else table(rows))

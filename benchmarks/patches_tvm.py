@@ -68,7 +68,8 @@ def build(name: str):
     return mobilenet_v2(**spec), spec.get("integer", False)
 
 
-def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0) -> dict:
+def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0,
+              exact_reductions: bool = True) -> dict:
     import tvm
     from tvm import relax
 
@@ -80,7 +81,8 @@ def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0) ->
     folded = relax.transform.FoldConstant()(mod)
     ops = len(folded["main"].body.blocks[0].bindings)
     t0 = time.perf_counter()
-    tiled = TilePatches(max_overhead=max_overhead, time_limit=time_limit)(folded)
+    tiled = TilePatches(max_overhead=max_overhead, time_limit=time_limit,
+                        exact_reductions=exact_reductions)(folded)
     search_s = time.perf_counter() - t0
     attrs = tiled["main"].attrs
     plain = memsched.planned_bytes(mod, schedule=False, plan_arena=False)
@@ -89,7 +91,7 @@ def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0) ->
 
     conv_over, split_shape = None, None
     if "memsched.patches_grid" in attrs:
-        conv_over, split_shape = _conv_pool_overhead(folded, attrs)
+        conv_over, split_shape = _conv_pool_overhead(folded, attrs, exact_reductions)
     x = random_input(mod, 1)
 
     def run(m, pipe=None):
@@ -124,10 +126,11 @@ def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0) ->
         "max_abs_diff": diff,
         "skipped": str(attrs["memsched.patches_skipped"])
         if "memsched.patches_skipped" in attrs else None,
+        "prefix_end": str(attrs.get("memsched.patches_prefix_end", "")),
     }
 
 
-def _conv_pool_overhead(folded, attrs):
+def _conv_pool_overhead(folded, attrs, exact_reductions: bool = True):
     """MAC overhead counting only conv/pool multiply-accumulates (the pass's own count also
     charges one per element-wise output element), over every region
     (``memsched.patches_regions``: ``first-last:RxC[+keep]@split``), and the first region's
@@ -146,7 +149,10 @@ def _conv_pool_overhead(folded, attrs):
         start, last = (int(x) for x in ops.split("-"))
         label = rest.split("@", 1)[0]
         grid = tuple(int(g) for g in label.replace("+keep", "").split("x"))
-        region = next(r for r in regions(sm, [start], se=True)[0] if r.length == last + 1)
+        # the regions the pass chose from: float means only if it accepted them
+        region = next(r for r in regions(sm, [start], se=True,
+                                         exact_reductions=exact_reductions)[0]
+                      if r.length == last + 1)
         plan = plan_patches(sm, region, grid, keep=label.endswith("+keep"))
         extra += sum(sm.op_macs(sm.ops[nd.op], nd.win) for nd in plan.nodes
                      if nd.kind == "op" and nd.op in conv) - \
@@ -172,6 +178,9 @@ def main(argv=None) -> int:
                     help=f"comma-separated, from {', '.join(MODELS)}")
     ap.add_argument("--max-overhead", type=float, default=0.3)
     ap.add_argument("--time-limit", type=float, default=10.0)
+    ap.add_argument("--float-reductions", action="store_true",
+                    help="let regions run through float means (exact_reductions=False: "
+                    "partial sums equal up to rounding)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = []
@@ -180,7 +189,8 @@ def main(argv=None) -> int:
           "only) | search s | outputs |")
     print("|---|---:|---:|---:|---:|---|---|---|---:|---|")
     for name in args.models.split(","):
-        r = run_model(name.strip(), args.max_overhead, args.time_limit)
+        r = run_model(name.strip(), args.max_overhead, args.time_limit,
+                      not args.float_reductions)
         rows.append(r)
         eq = ("bit-equal" if r["outputs_equal"] else f"DIFFER {r['max_abs_diff']:g}") \
             if r["outputs_equal"] is not None else f"max abs diff {r['max_abs_diff']:.2g}"

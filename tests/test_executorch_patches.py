@@ -289,9 +289,10 @@ def _mean_index(model, x) -> int:
 
 @pytest.mark.parametrize("linear", [False, True], ids=["conv-se", "linear-se"])
 def test_squeeze_excitation_patched_in_runtime(linear):
-    """Regions through an SE block: partial sums per patch, one division, the SE vector once,
-    the patches recomputed and scaled; the region reaches past the block (the expansion after
-    it is the largest tensor)."""
+    """Regions through an SE block (its float mean accepted: ``exact_reductions=False``):
+    partial sums per patch, one division, the SE vector once, the patches recomputed and
+    scaled; the region reaches past the block (the expansion after it is the largest
+    tensor)."""
     torch.manual_seed(4)
     model, x = MobileV3Like(linear=linear), torch.randn(1, 3, 64, 64)
     grid = (2, 2) if linear else (3, 3)
@@ -299,7 +300,7 @@ def test_squeeze_excitation_patched_in_runtime(linear):
     # (hardswish's 3.0 / 6.0) are constants, not model inputs
     opts = {"do_quant_fusion_and_const_prop": True} if linear else {}
     cfg = mx.backend_config(time_limit=3, tile_patches=True, grid=grid, max_overhead=1.0,
-                            **opts)
+                            exact_reductions=False, **opts)
     got, want, planned, default = _compare(model, x, cfg)
     diff = _max_diff(got, want)
     equal = all(torch.equal(u, v) for u, v in zip(got, want))
@@ -313,6 +314,26 @@ def test_squeeze_excitation_patched_in_runtime(linear):
     assert tr.region_ops > _mean_index(model, x) + 8  # past the SE block's scale
     assert diff <= TOL
     assert planned < default
+
+
+def test_float_se_mean_refused_by_default():
+    """Exact or refused: the SE block's mean is a float sum, so by default no region runs
+    through it (the reason in the report's ``prefix_end``); ``exact_reductions=False`` lets
+    the same forced region through."""
+    from memsched.executorch.patch_pass import tile_graph_module
+
+    torch.manual_seed(4)
+    model, x = MobileV3Like(), torch.randn(1, 3, 64, 64)
+    gm = _edge(model, x).exported_program().graph_module
+    mean = _mean_index(model, x)
+    em = describe_graph(gm)
+    assert em.sm.ops[mean].acc_dtype == "float32"
+    _, rep = tile_graph_module(gm, time_limit=2, max_overhead=1.0)
+    assert "float32 sum" in rep.prefix_end and f"operator {mean} " in rep.prefix_end
+    assert rep.region_ops <= mean and all(r["region_ops"] <= mean for r in rep.regions)
+    _, rep = tile_graph_module(gm, time_limit=2, max_overhead=1.0, exact_reductions=False)
+    assert rep.patched and "float32 sum" not in rep.prefix_end
+    assert max(r["region_ops"] for r in rep.regions) > mean, rep.summary()
 
 
 class RandomSEStack(nn.Module):
@@ -355,7 +376,7 @@ def test_random_se_stacks_equal_unpatched(seed):
     grid = (rng.randint(1, 3), rng.randint(2, 3))
     mode = ("recompute", "keep")[seed % 2]  # both ways through the SE blocks
     cfg = mx.backend_config(time_limit=2, tile_patches=True, grid=grid, max_overhead=3.0,
-                            se_patches=mode)
+                            se_patches=mode, exact_reductions=False)
     got, want, _, _ = _compare(model, x, cfg)
     tr = list(mx.report(cfg).values())[0].patches
     assert _max_diff(got, want) <= TOL, (seed, grid, tr.summary())

@@ -206,7 +206,9 @@ def test_tile_patches_through_se_small(integer, layout):
                 int(b.var.ty.shape.values[1 if layout == "NHWC" else 2]) > 1:
             split = b.var.name
             break
-    tiled = TilePatches(grid=(2, 2), split=split, time_limit=3.0)(folded)
+    # float sums only with the opt-in (equal up to rounding); integer ones by default
+    tiled = TilePatches(grid=(2, 2), split=split, time_limit=3.0,
+                        exact_reductions=integer)(folded)
     attrs = tiled["main"].attrs
     assert "memsched.patches_grid" in attrs, attrs.get("memsched.patches_skipped")
     names = [b.var.name for b in tiled["main"].body.blocks[0].bindings]
@@ -253,7 +255,8 @@ def test_random_se_stacks_through_tvm(seed):
     """Random conv / depthwise / pool / SE stacks (`relax_cnn.random_se_stack`) through
     TVM's `TilePatches`, the region forced to end before the head (so through every SE
     block) with either way of getting the feature maps after a mean: built and run in TVM's
-    VM, outputs equal to the unpatched module's (integer: bit-equal; float: within 1e-5)."""
+    VM, outputs equal to the unpatched module's (integer, exact by default: bit-equal; float,
+    refused by default, with ``exact_reductions=False``: within 1e-5)."""
     from tvm import relax
 
     from memsched.generators.relax_cnn import random_input, random_se_stack
@@ -267,8 +270,13 @@ def test_random_se_stacks_through_tvm(seed):
     ref = _tvm_run(mod, x)
     split = _last_spatial(folded["main"], layout)
     grid = ((2, 2), (1, 3), (3, 1))[seed % 3]
+    if not integer:  # a float mean: refused by default, with the reason
+        attrs = TilePatches(grid=grid, split=split, time_limit=2.0)(folded)["main"].attrs
+        assert "memsched.patches_grid" not in attrs
+        assert "float32 sum" in str(attrs["memsched.patches_skipped"])
     for mode in ("recompute", "keep"):
-        tiled = TilePatches(grid=grid, split=split, time_limit=2.0, se_patches=mode)(folded)
+        tiled = TilePatches(grid=grid, split=split, time_limit=2.0, se_patches=mode,
+                            exact_reductions=integer)(folded)
         attrs = tiled["main"].attrs
         assert "memsched.patches_grid" in attrs, attrs.get("memsched.patches_skipped")
         assert str(attrs["memsched.patches_se"]) == mode
@@ -277,3 +285,155 @@ def test_random_se_stacks_through_tvm(seed):
             assert np.array_equal(ref, out), mode
         else:
             np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------- exact or refused
+def test_inexact_reduction_rule():
+    """`geometry.inexact_reduction`: an integer sum passes only when no sum of the cells can
+    overflow its accumulator; a float sum only with ``float_sums``; an ordered combine always;
+    an unknown accumulation never."""
+    from memsched.patches.geometry import SOp, inexact_reduction
+
+    def red(**kw):
+        return SOp(0, "MEAN", "reduce", (0,), 1, **kw)
+
+    i8 = (-128, 127)
+    assert inexact_reduction(red(acc_dtype="int32", acc_range=i8), 32 * 32) == ""
+    # 2**31 // 128 cells of -128 reach int32's minimum exactly; one more overflows
+    assert inexact_reduction(red(acc_dtype="int32", acc_range=i8), (1 << 31) // 128) == ""
+    assert "overflow" in inexact_reduction(red(acc_dtype="int32", acc_range=i8),
+                                           (1 << 31) // 128 + 1)
+    assert "overflow" in inexact_reduction(red(acc_dtype="int32"), 4)  # its own range
+    assert inexact_reduction(red(acc_dtype="int32"), 1) == ""
+    assert "overflow" in inexact_reduction(red(acc_dtype="uint8", acc_range=(0, 255)), 2)
+    why = inexact_reduction(red(acc_dtype="float32"), 16)
+    assert "float32 sum" in why and "exact_reductions=False" in why
+    assert inexact_reduction(red(acc_dtype="float32"), 16, float_sums=True) == ""
+    assert inexact_reduction(red(acc_dtype="float32", acc_ordered=True), 16) == ""
+    assert "not known" in inexact_reduction(red(), 16)
+    assert "not known" in inexact_reduction(red(), 16, float_sums=True)
+
+
+@pytest.mark.parametrize("acc,through", [("int64", True), ("float32", False),
+                                         ("int32", False)])
+def test_search_never_through_an_inexact_reduction(acc, through):
+    """Regions and the search stop before a reduction whose partial sums do not combine
+    exactly (a float sum; an int32 sum of int32-range values, which may overflow), the reason
+    in ``prefix_end``; ``exact_reductions=False`` lets a float sum through, not an overflow."""
+    from memsched.memory import MemoryModel
+    from memsched.patches.search import RuntimeMemory, search_patches
+
+    sm = stack_model(SE_STACK, 32, 32, 3, se_acc=acc)
+    mean = next(k for k, op in enumerate(sm.ops) if op.cls == "reduce")
+    regs, why = regions(sm, se=True)
+    assert (max(r.length for r in regs) > mean) == through
+    graph, index = _graph_of(sm)
+    mem = RuntimeMemory("test", MemoryModel.get("tvm"))
+    res = search_patches(sm, graph, index, mem, time_limit=2.0, se=True)
+    assert res.candidates or res.frontier
+    assert all((c.region_ops > mean) <= through for c in res.frontier)
+    if not through:
+        assert all(c.region_ops <= mean for c in res.candidates)
+        assert f"operator {mean} (MEAN)" in res.prefix_end and res.prefix_end == why
+        assert ("overflow" if acc.startswith("int") else "float32 sum") in why
+        split = sm.tensors[sm.ops[-2].output].name  # past the SE block
+        with pytest.raises(Refused, match="float32 sum|overflow"):
+            search_patches(sm, graph, index, mem, grids=[(2, 2)], split=split, se=True,
+                           time_limit=1.0)
+    loose, _ = regions(sm, se=True, exact_reductions=False)
+    assert (max(r.length for r in loose) > mean) == (acc != "int32")
+
+
+def _int_se_module(from_int8: bool):
+    """x (int8) -> astype int32 -> (from_int8: nothing; else a 1x1 int32 conv, whose values
+    span int32) -> sum over H, W -> multiply back: an integer SE block in Relax (NHWC)."""
+    import tvm
+    from tvm import relax
+
+    x = relax.Var("x", relax.TensorType((1, 8, 8, 4), "int8"))
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            c = bb.emit(relax.op.nn.conv2d(x, relax.const(np.ones((1, 1, 4, 4), "int8")), 1,
+                                           0, data_layout="NHWC", kernel_layout="HWIO",
+                                           out_dtype="int32"))
+            t = bb.emit(relax.op.astype(bb.emit(relax.op.clip(c, -128, 127)), "int8"))
+            xi = bb.emit(relax.op.astype(t, "int32"))
+            if not from_int8:
+                xi = bb.emit(relax.op.nn.conv2d(
+                    xi, relax.const(np.ones((1, 1, 4, 4), "int32")), 1, 0,
+                    data_layout="NHWC", kernel_layout="HWIO", out_dtype="int32"))
+            # a sum (TVM's legalized int32 mean divides by an int64 count: an int64 vector)
+            m = bb.emit(relax.op.sum(xi, axis=[1, 2], keepdims=True))
+            y = bb.emit(relax.op.multiply(xi, m))
+            out = bb.emit_output(y)
+        bb.emit_func_output(out)
+    return tvm.IRModule({"main": bb.get()["main"]})
+
+
+@pytest.mark.parametrize("from_int8", [True, False])
+def test_tvm_integer_sum_range(from_int8):
+    """`TilePatches`' description reads the summands' range off the graph: an int32 sum of
+    int8 values (an ``astype``) is exact and carried through (built and run in TVM's VM:
+    bit-equal); one of a conv's int32 outputs (any int32 value) may overflow and ends the
+    region, the reason in the attributes."""
+    from memsched.transform.tile_patches import TilePatches
+    from memsched.transform.tile_patches_describe import describe_block
+
+    mod = _int_se_module(from_int8)
+    f = mod["main"]
+    mean = next(op for op in describe_block(f, f.body.blocks[0]).sm.ops if op.cls == "reduce")
+    assert mean.acc_dtype == "int32"
+    assert mean.acc_range == ((-128, 127) if from_int8 else (-(1 << 31), (1 << 31) - 1))
+    split = next(b.var.name for b in f.body.blocks[0].bindings
+                 if getattr(getattr(b.value, "op", None), "name", "") == "relax.multiply")
+    attrs = TilePatches(grid=(2, 2), split=split, time_limit=1.0)(mod)["main"].attrs
+    if from_int8:
+        assert "memsched.patches_grid" in attrs, attrs.get("memsched.patches_skipped")
+        tiled = TilePatches(grid=(2, 2), split=split, time_limit=1.0)(mod)
+        x = np.random.default_rng(0).integers(-128, 128, (1, 8, 8, 4)).astype("int8")
+        assert np.array_equal(_tvm_run(mod, x), _tvm_run(tiled, x))  # built, run: bit-equal
+    else:
+        assert "overflow" in str(attrs["memsched.patches_skipped"])
+
+
+def _se_tflite_relax(tmp_path):
+    from memsched.generators.tflite_synth import se_model
+    from memsched.importers.load import load_relax
+
+    path = tmp_path / "se_int8.tflite"
+    path.write_bytes(se_model(quantized=True, size=16, width=8))
+    return load_relax(str(path), None)
+
+
+@pytest.mark.heavy
+def test_int8_se_through_tvm_tflite_frontend(tmp_path):
+    """An int8 SE .tflite imported by TVM's TFLite frontend: its MEAN is a float32 sum of
+    dequantized values, so by default no region goes through it (the reason in
+    ``memsched.patches_prefix_end``, a forced split past it refused); with
+    ``exact_reductions=False`` the region runs through it as before and the int8 outputs
+    stay within one quantization step (equal on this input; not guaranteed)."""
+    from memsched.generators.relax_cnn import random_input
+    from memsched.transform.tile_patches import TilePatches
+    from memsched.transform.tile_patches_describe import describe_block
+
+    mod = _se_tflite_relax(tmp_path)
+    f = mod["main"]
+    sm = describe_block(f, f.body.blocks[0]).sm
+    mean = next(k for k, op in enumerate(sm.ops) if op.cls == "reduce")
+    assert sm.ops[mean].acc_dtype == "float32"
+    scale = next(k for k, op in enumerate(sm.ops) if op.cls == "scale")
+    split = f.body.blocks[0].bindings[scale + 1].var.name  # the quantized scaled map
+    attrs = TilePatches(time_limit=2.0)(mod)["main"].attrs
+    assert "float32 sum" in str(attrs["memsched.patches_prefix_end"])
+    assert int(attrs.get("memsched.patches_region_ops", 0)) <= mean
+    attrs = TilePatches(grid=(2, 2), split=split, time_limit=2.0)(mod)["main"].attrs
+    assert "float32 sum" in str(attrs["memsched.patches_skipped"])
+    tiled = TilePatches(grid=(2, 2), split=split, time_limit=2.0,
+                        exact_reductions=False)(mod)
+    attrs = tiled["main"].attrs
+    assert "memsched.patches_grid" in attrs, attrs.get("memsched.patches_skipped")
+    assert int(attrs["memsched.patches_region_ops"]) > scale
+    x = random_input(mod, 0)
+    ref, out = _tvm_run(mod, x), _tvm_run(tiled, x)
+    assert np.abs(ref.astype(int) - out.astype(int)).max() <= 1

@@ -350,6 +350,9 @@ def _compile(args, out, names, schedule, arena, others, target, config):
                 f"{f', SE: {se}' if se else ''})")
     elif attrs is not None and "memsched.patches_skipped" in attrs:
         result["patches"] = {"skipped": str(attrs["memsched.patches_skipped"])}
+    if "patches" in result and "memsched.patches_prefix_end" in attrs:
+        # why the regions stop (e.g. a float mean refused: not bit-exact through patches)
+        result["patches"]["prefix_end"] = str(attrs["memsched.patches_prefix_end"])
     if cut:
         msg += cut(planned)
     return msg, result

@@ -104,6 +104,8 @@ def cmd_export(args) -> int:
                          lower_bound=rep.order.lower_bound, order_optimal=rep.order.optimal)
             if rep.patches is not None:
                 d["patches"] = rep.patches.summary()
+                # why the regions stop (e.g. a float mean: not bit-exact through patches)
+                d["patches_prefix_end"] = rep.patches.prefix_end
             methods[name] = d
         report = {"model": args.model, "output": out, "format": "pte",
                   "planned_bytes": {k: sum(v[1:]) for k, v in pte.planned_sizes(data).items()},

@@ -1,7 +1,8 @@
 """``memsched tile`` (`memsched.cli`): patch-based execution written as a plain .tflite file.
 
     memsched tile model.tflite -o out.tflite [--grid RxC] [--split TENSOR] [--max-overhead X]
-        [--padding auto|explicit|margins] [--offline-plan] [--measure] [--time-limit S] [--plot curves.png] [--json]
+        [--padding auto|explicit|margins] [--offline-plan] [--measure] [--time-limit S]
+        [--plot curves.png] [--json]
 
 Searches the split tensor and patch grid (`memsched.patches.search_patches`: TFLite Micro's
 total arena = certified activation peak + persistent bytes, within ``--max-overhead`` extra

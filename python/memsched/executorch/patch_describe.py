@@ -409,8 +409,11 @@ def _squeeze_excitation(ops, nodes, act_pos, macs, tensors, model_out) -> None:
                 _global_reduce(n, name, tensors[op.inputs[0]]):
             x = tensors[op.inputs[0]]
             h, w = x.hw
+            # only floating-point reductions are described (`_global_reduce`): a float sum,
+            # which the patch search refuses unless float partial sums are accepted
             ops[k] = SOp(k, op.kind, "reduce", op.inputs, op.output, macs_per_out=h * w,
-                         cout=x.channels, divisor=h * w if REDUCE[name] else 1)
+                         cout=x.channels, divisor=h * w if REDUCE[name] else 1,
+                         acc_dtype=str(_val(n.args[0]).dtype).replace("torch.", ""))
             vec.add(op.output)
         elif op.inputs and all(t in vec for t in op.inputs) and ("kw",) not in act_pos[k]:
             ops[k] = SOp(k, op.kind, "vector", op.inputs, op.output,

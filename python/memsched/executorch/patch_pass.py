@@ -42,9 +42,11 @@ The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
    by H*W for a mean (divide, not multiply by 1/(H*W): the same operation as the mean's
    kernel), copies of the vector nodes on it, then the last pass scales the patches with a
    copy of the ``mul.Tensor``: recomputed from the region's inputs, or the first pass's
-   pieces kept live (``TileReport.se_patches``), whichever the search prices lower. fp32
-   results may differ from the unpatched program in the last bits (the partial sums change
-   the summation order).
+   pieces kept live (``TileReport.se_patches``), whichever the search prices lower. Only
+   with ``exact_reductions=False``: a float mean's partial sums change the summation order,
+   so fp32 results may differ from the unpatched program in the last bits; by default
+   (exact or refused, `memsched.patches.geometry.inexact_reduction`) the regions end before
+   it and ``TileReport.prefix_end`` says why.
 
 The pass (`TilePatchesPass`) keeps a `TileReport` per method in ``report``; it never raises on
 a graph it cannot patch: it returns the graph unchanged with the reason in the report.
@@ -140,7 +142,8 @@ def memory_of(em: EdgeModel, price_records: bool = True):
 
 def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
            time_limit: float = 10.0, se_patches: str | None = None,
-           price_records: bool = True, max_regions: int = MAX_REGIONS) -> SearchResult:
+           price_records: bool = True, max_regions: int = MAX_REGIONS,
+           exact_reductions: bool = True) -> SearchResult:
     """The one patch search under ExecuTorch's memory model (`memory_of`): ``time_limit``
     for one region, as much again for the regions after it. The first region starts at the
     first operator, or right after it when that one is element-wise on a model input (the
@@ -150,7 +153,8 @@ def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
                           grids=[tuple(grid)] if grid is not None else None, split=split,
                           max_overhead=max_overhead, time_limit=time_limit,
                           extend_time=time_limit, max_regions=max_regions, se=True,
-                          se_patches=se_patches, starts=_starts(em.sm))
+                          se_patches=se_patches, starts=_starts(em.sm),
+                          exact_reductions=exact_reductions)
 
 
 def _starts(sm) -> tuple:
@@ -163,7 +167,7 @@ def _starts(sm) -> tuple:
 def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
                       time_limit: float = 10.0, se_patches: str | None = None,
                       second_region: bool = True, price_records: bool = True,
-                      planned_inputs: bool = True):
+                      planned_inputs: bool = True, exact_reductions: bool = True):
     """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed.
     ``second_region`` (when neither ``grid`` nor ``split`` is forced): regions in sequence,
     each starting where the one before ends, each with its own grid, under the one MAC budget
@@ -171,7 +175,10 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
     first). ``price_records``: the objective is the planned arena plus the method allocator's
     records (`memsched.executorch.records`), else the arena alone. ``planned_inputs``: False
     when the planning pass leaves the user inputs out of the arena
-    (``alloc_graph_input=False``)."""
+    (``alloc_graph_input=False``). ``exact_reductions``: regions through a squeeze-and-excitation
+    mean only if its partial sums combine exactly (a float mean, the only kind described, is
+    refused, the reason in ``prefix_end``); False accepts float partial sums (equal up to
+    rounding)."""
     t0 = time.perf_counter()
     rep = TileReport()
     try:
@@ -179,7 +186,8 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
         res = search(em, max_overhead=max_overhead, grid=grid, split=split,
                      time_limit=time_limit, se_patches=se_patches,
                      price_records=price_records,
-                     max_regions=MAX_REGIONS if second_region else 1)
+                     max_regions=MAX_REGIONS if second_region else 1,
+                     exact_reductions=exact_reductions)
     except Refused as e:
         rep.skipped, rep.seconds = str(e), time.perf_counter() - t0
         return None, rep
@@ -275,13 +283,14 @@ class TilePatchesPass:
     def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
                  time_limit: float = 10.0, se_patches: str | None = None,
                  second_region: bool = True, price_records: bool = True,
-                 planned_inputs: bool = True):
+                 planned_inputs: bool = True, exact_reductions: bool = True):
         if max_overhead < 0:
             raise TilePatchesError("max_overhead must be >= 0")
         if se_patches not in (None, "recompute", "keep"):
             raise TilePatchesError(f"se_patches must be 'recompute' or 'keep', not "
                                    f"{se_patches!r}")
         self.se_patches = se_patches
+        self.exact_reductions = bool(exact_reductions)
         self.second_region = bool(second_region)
         self.price_records = bool(price_records)
         self.planned_inputs = bool(planned_inputs)  # alloc_graph_input of the planning pass
@@ -299,7 +308,8 @@ class TilePatchesPass:
                                      time_limit=self.time_limit, se_patches=self.se_patches,
                                      price_records=self.price_records,
                                      second_region=self.second_region,
-                                     planned_inputs=self.planned_inputs)
+                                     planned_inputs=self.planned_inputs,
+                                     exact_reductions=self.exact_reductions)
         self.report.append(rep)
         if new is None:
             return PassResult(graph_module, False)

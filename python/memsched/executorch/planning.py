@@ -170,7 +170,7 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
                    tile_patches: bool = False, max_overhead: float = 0.3, grid=None,
                    split: str | None = None, se_patches: str | None = None,
                    second_region: bool = True, price_records: bool = True,
-                   **executorch_config_options):
+                   exact_reductions: bool = True, **executorch_config_options):
     """An ``ExecutorchBackendConfig`` whose memory planning is memsched's.
 
     ``time_limit``: seconds for the scheduler and for each arena's packer (and for the patch
@@ -183,7 +183,9 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     grid, one MAC budget; `memsched.patches.search_regions`), kept when they lower the peak
     (not with a forced grid or split); ``price_records``: choose on the planned arena plus
     the method allocator's records the patches add (`memsched.executorch.records`: what a
-    microcontroller provisions), or (False) on the planned arena alone.
+    microcontroller provisions), or (False) on the planned arena alone;
+    ``exact_reductions=False``: regions may run through a squeeze-and-excitation block's float
+    mean (per-patch partial sums: equal up to rounding, not bit-equal; refused by default).
     Options named like `MemoryPlanningPass`'s (``alloc_graph_input``,
     ``alignment``, ...) go to the planning pass, the rest to ``ExecutorchBackendConfig``. The
     report: ``report(config)`` after ``to_executorch(config)``.
@@ -196,6 +198,7 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
         tp = TilePatchesPass(max_overhead=max_overhead, grid=grid, split=split,
                              se_patches=se_patches, second_region=second_region,
                              price_records=price_records,
+                             exact_reductions=exact_reductions,
                              planned_inputs=executorch_config_options.get(
                                  "alloc_graph_input", True),
                              time_limit=time_limit if time_limit is not None else 10.0)

@@ -404,3 +404,39 @@ def custom_op_model() -> bytes:
     y, _ = net.conv(c, shape, 4)
     b.outputs = [y]
     return b.finish()
+
+
+def se_model(quantized: bool = True, size: int = 16, width: int = 8, seed: int = 0) -> bytes:
+    """A MobileNetV3-like stem with a squeeze-and-excitation block, as Keras converts it:
+    conv3x3 -> depthwise3x3 -> MEAN over H, W (keepDims) -> conv1x1 + ReLU -> conv1x1 ->
+    LOGISTIC -> MUL of the depthwise output by that vector -> conv1x1 (stride 2 before it: a
+    conv3x3/2) -> MEAN -> FULLY_CONNECTED. The SE MEAN of an int8 model is a float32 sum on
+    dequantized values once TVM's TFLite frontend imports it."""
+    net = _Net("se_int8" if quantized else "se_f32", quantized, seed)
+    s_ = net.s
+    x = net.act("input", [1, size, size, 3], 0.02, 0)
+    net.b.inputs = [x]
+    t, shape = net.conv(x, [1, size, size, 3], width, k=3)
+    d, shape = net.conv(t, shape, width, depthwise=True)
+
+    def reduce_mean(src, out_shape, name, keep):
+        m = net.act(name, out_shape, 0.03, -2)
+        o = s_.ReducerOptionsT()
+        o.keepDims = keep
+        net.b.op("MEAN", [src, net.const_i32(f"{name}/axes", [1, 2])], [m],
+                 s_.BuiltinOptions.ReducerOptions, o)
+        return m
+
+    m = reduce_mean(d, [1, 1, 1, width], "se/mean", True)
+    v, vs = net.conv(m, [1, 1, 1, width], max(width // 4, 1), k=1)
+    v, vs = net.conv(v, vs, width, k=1, relu=False)
+    g = net.act("se/gate", vs, 1.0 / 256, -128)  # TFLite's fixed int8 LOGISTIC output scale
+    net.b.op("LOGISTIC", [v], [g])
+    y = net.act("se/scaled", shape, 0.04, -3)
+    o = s_.MulOptionsT()
+    o.fusedActivationFunction = s_.ActivationFunctionType.NONE
+    net.b.op("MUL", [d, g], [y], s_.BuiltinOptions.MulOptions, o)
+    p, shape = net.conv(y, shape, 2 * width, k=3, stride=2)
+    h = reduce_mean(p, [1, 2 * width], "head/mean", False)
+    net.b.outputs = [net.fc(h, 2 * width, 4)]
+    return net.b.finish()

@@ -20,6 +20,12 @@ inputs, output, class (``window`` / ``eltwise`` / ``concat`` / ``other``; for
 squeeze-and-excitation blocks ``reduce`` / ``vector`` / ``scale``, see `SOp`), kernel, stride,
 dilation, leading padding, the value implicit padding stands for, and MACs per output element
 (`memsched.tflite.spatial` for a .tflite file, `memsched.transform.tile_patches` for Relax).
+
+Exact or refused: a region runs through a whole-map reduction (``reduce``) only if per-patch
+partial sums combine to the bits of the whole sum -- an integer accumulator that cannot
+overflow, or a combine in the original's order; a float sum only when the caller accepts
+rounding differences (`inexact_reduction`, the one rule; each adapter describes its
+reductions' accumulation in `SOp.acc_dtype` / ``acc_range`` / ``acc_ordered``).
 """
 from __future__ import annotations
 
@@ -164,6 +170,14 @@ class SOp:
     cout: int = 0
     reason: str = ""  # why the op is not spatially local ("other")
     divisor: int = 1  # "reduce": what the sum over space is divided by (H*W: mean; 1: sum)
+    # "reduce": how its sum over space accumulates, as the adapter reads it off its graph (the
+    # combine of per-patch partial sums is judged by `inexact_reduction`): the accumulator's
+    # dtype ("int32", "float32", ...; "" unknown), for an integer one the range (lo, hi) of
+    # the values summed (None: the accumulator's own), and ``acc_ordered``: the adapter's
+    # combine adds the cells in the original's order (exact whatever the dtype)
+    acc_dtype: str = ""
+    acc_range: tuple | None = None
+    acc_ordered: bool = False
     # scratch bytes the kernel holds while it runs (CMSIS-NN buffers of the Cortex-M flow);
     # each copy of the op in a patch is priced with the whole op's (scratch does not grow
     # with the window)
@@ -190,6 +204,43 @@ class SOp:
         w0, w1 = axis_read(out.w0, out.w1, self.kernel[1], self.stride[1], self.dilation[1],
                            self.pad[1], hw[1])
         return Win(h0, h1, w0, w1)
+
+
+# ---------------------------------------------------------------------------- exact or refused
+INT_RANGES = {f"{u}int{b}": ((0, (1 << b) - 1) if u else (-(1 << (b - 1)), (1 << (b - 1)) - 1))
+              for u in ("", "u") for b in (8, 16, 32, 64)}
+
+
+def inexact_reduction(op: SOp, cells: int, float_sums: bool = False) -> str:
+    """Why per-patch partial sums of the ``reduce`` operator ``op`` (a sum over ``cells``
+    cells per channel) may not combine to the bits of its whole sum; "" when they do. The one
+    rule of every adapter (`region.regions` applies it): a region extends through a whole-map
+    reduction only if its combine is exact --
+
+    * an integer accumulator no partial or running sum can overflow: ``cells`` times the
+      largest magnitude of the summands' range fits the accumulator (then every sum is the
+      exact integer, in any order);
+    * or a combine that adds in the original's order (``acc_ordered``);
+
+    a floating-point accumulation is refused (the partial sums reassociate the additions:
+    equal up to rounding, not bit-equal) unless ``float_sums`` accepts that; an accumulation
+    the adapter could not tell is refused."""
+    if op.acc_ordered:
+        return ""
+    dt = op.acc_dtype
+    if dt in INT_RANGES:
+        lo_acc, hi_acc = INT_RANGES[dt]
+        lo, hi = op.acc_range if op.acc_range is not None else (lo_acc, hi_acc)
+        if cells * min(lo, 0) < lo_acc or cells * max(hi, 0) > hi_acc:
+            return (f"its {dt} sum of {cells} cells of values in [{lo}, {hi}] may overflow, "
+                    "so per-patch partial sums are not guaranteed to combine exactly")
+        return ""
+    if "float" in dt:
+        if float_sums:
+            return ""
+        return (f"a {dt} sum: per-patch partial sums add in another order, equal only up to "
+                "rounding (accept it: exact_reductions=False)")
+    return "its accumulation is not known to be exact (integer or in the original's order)"
 
 
 @dataclass

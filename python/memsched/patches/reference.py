@@ -173,14 +173,16 @@ def random_weights(sm: SpatialModel, rng: np.random.Generator, length: int | Non
 
 
 def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
-                concat: bool = False) -> SpatialModel:
+                concat: bool = False, se_acc: str = "int64") -> SpatialModel:
     """A chain of window ops on a ``1 x h x w x c`` input: ``specs`` items
     ``(kind, kernel, stride, dilation, padding)`` (kernel, stride, dilation: an int or an
     (h, w) pair) with kind one of CONV_2D, DEPTHWISE_CONV_2D,
     MAX_POOL_2D, AVERAGE_POOL_2D, PAD (kernel = the padding amount), or SE (a
     squeeze-and-excitation block: MEAN over space, FC to ``kernel`` channels, RELU, FC back,
     HSIG, scale of the block's input) and padding ``SAME`` / ``VALID``. ``residual``: an ADD
-    of the last two same-shape tensors at the end (a DAG).
+    of the last two same-shape tensors at the end (a DAG). ``se_acc``: the accumulator the
+    SE blocks' MEAN declares (`SOp.acc_dtype`; integers: of int32 values, as the reference's
+    int64 arithmetic sums them).
     Raises ValueError when a spec leaves no output cell."""
     from .geometry import (PAD_NONE, PAD_ZERO, STensor, same_padding, valid_size)
 
@@ -192,7 +194,7 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
         H, W = tensors[cur].hw
         cin = tensors[cur].channels
         if kind == "SE":
-            cur = _se_block(ops, tensors, cur, max(int(k), 1))
+            cur = _se_block(ops, tensors, cur, max(int(k), 1), se_acc)
             continue
         if kind == "PAD":
             oh, ow, pb, pa = H + 2 * k, W + 2 * k, k, k
@@ -237,7 +239,7 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
     return SpatialModel(ops, tensors, [0], [cur], name="stack")
 
 
-def _se_block(ops: list, tensors: dict, x: int, mid: int) -> int:
+def _se_block(ops: list, tensors: dict, x: int, mid: int, acc: str = "int64") -> int:
     """Append a squeeze-and-excitation block on tensor ``x``; return the scaled tensor."""
     from .geometry import STensor
 
@@ -250,7 +252,8 @@ def _se_block(ops: list, tensors: dict, x: int, mid: int) -> int:
 
     m = new((1, 1, 1, c))
     ops.append(SOp(len(ops), "MEAN", "reduce", (x,), m, cout=c, divisor=H * W,
-                   macs_per_out=H * W))
+                   macs_per_out=H * W, acc_dtype=acc,
+                   acc_range=(-(1 << 31), (1 << 31) - 1) if "int" in acc else None))
     cur = m
     for kind, cout in (("FC", mid), ("RELU", mid), ("FC", c), ("HSIG", c)):
         t = new((1, 1, 1, cout))

@@ -27,10 +27,9 @@ of reductions it depends on. The patches then run in passes: pass ``p`` computes
 patch (grid cell ``i`` of each target tensor's own size), the tensors of stage ``p`` that a
 reduction reads and their *partial* sums over the patch's own cells (no halo), added up
 (``accumulate``); after the pass each reduction is finished once (``reduce``: the sum of the
-partials divided by H*W for a mean -- integer sums are exact, float ones differ from the whole
-sum by rounding only) and the ``vector`` operators that can run do; the last pass computes the
-split tensors. Two ways to get the feature maps a later pass reads (the search prices both and
-keeps whichever its evaluator prefers):
+partials divided by H*W for a mean) and the ``vector`` operators that can run do; the last
+pass computes the split tensors. Two ways to get the feature maps a later pass reads (the
+search prices both and keeps whichever its evaluator prefers):
 
 * **recompute** (default): every pass recomputes what it needs from the region's inputs (the
   MACs count it; only patch-sized tensors live across a reduction);
@@ -38,12 +37,17 @@ keeps whichever its evaluator prefers):
   all passes need of its output; pass ``p`` runs the operators of stage ``p`` and the pieces a
   later pass reads stay live until it does (no extra MACs; the pieces of those feature maps,
   halos included, live across the reduction).
+
+Exact or refused (`geometry.inexact_reduction`, applied by `regions`): a region runs through
+a reduction only if the partial sums combine to the whole sum's bits (an integer accumulator
+that cannot overflow, or the original's order); float sums only with
+``exact_reductions=False`` (they differ from the whole sum by rounding).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .geometry import PAD_NONE, SpatialModel, Win, axis_read, bbox
+from .geometry import PAD_NONE, SpatialModel, Win, axis_read, bbox, inexact_reduction
 
 SPATIAL = ("window", "eltwise", "concat")
 SE_CLASSES = ("reduce", "vector", "scale")  # squeeze-and-excitation (regions opt in: se=True)
@@ -106,12 +110,15 @@ def partial_se_blocks(ops, outputs) -> set[int]:
     return partial
 
 
-def regions(sm: SpatialModel, starts=(0,), se: bool = False) -> tuple[list[Region], str]:
+def regions(sm: SpatialModel, starts=(0,), se: bool = False, exact_reductions: bool = True
+            ) -> tuple[list[Region], str]:
     """Candidate regions: for each ``start`` (default: the model inputs only), each run of
     spatial operators from ``start`` whose split tensors share one spatial size; and why the
     spatial prefix from operator 0 ends (the first operator that is not spatial). ``se``: runs
     may contain squeeze-and-excitation blocks (``reduce`` / ``vector`` / ``scale`` operators);
-    a run whose vectors are read after it is not a region."""
+    a run whose vectors are read after it is not a region; a run ends before a reduction whose
+    partial sums do not combine exactly (`geometry.inexact_reduction`; a float sum passes when
+    ``exact_reductions`` is False)."""
     out = []
     why = "every operator is spatially local"
     why_se = ""
@@ -143,6 +150,9 @@ def regions(sm: SpatialModel, starts=(0,), se: bool = False) -> tuple[list[Regio
                 bad = "a scale that does not multiply a feature map by a vector of the region"
             elif op.cls == "reduce" and op.inputs[0] in vec:
                 bad = "a reduction of a vector"
+            elif op.cls == "reduce":
+                h, w = sm.tensors[op.inputs[0]].hw
+                bad = inexact_reduction(op, h * w, float_sums=not exact_reductions)
             elif op.cls in SPATIAL and any(t in vec for t in op.inputs):
                 bad = "a spatial operator reads a vector"
             if bad:

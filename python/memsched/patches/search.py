@@ -30,10 +30,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from ..graph import GraphBuilder, OpGraph
+from ..graph import OpGraph
 from ..memory import MemoryModel, Problem
 from .geometry import SOp, SpatialModel
 from .margins import plan_margins
+from .patched import heuristic_order, heuristic_peak, node_order, patch_order, \
+    patched_graph  # noqa: F401 (the evaluator's graphs; names kept importable from here)
 from .region import (PatchPlan, Refused, Region, grid_macs, is_se, kept_floor, plan_patches,
                      regions)
 
@@ -41,7 +43,6 @@ MARGIN_TRIES = 8  # best explicit candidates also priced with margins (`margins`
 ENUMERATE_SHARE = 0.3  # of the time limit: counting candidates' MACs (then building them)
 REFINE_SECONDS = 0.2  # the scheduler's limit per refined candidate
 REFINE_WINDOW = 1.25  # refine candidates whose heuristic total is within this of the best
-HEURISTIC_CUTS = 24  # patch-order variants per candidate (model-input slices moved earlier)
 DEFAULT_GRIDS = ((1, 2), (2, 1), (1, 3), (3, 1), (2, 2), (1, 4), (4, 1), (2, 3), (3, 2),
                  (2, 4), (4, 2), (3, 3), (3, 4), (4, 3), (4, 4), (5, 5), (6, 6), (7, 7), (8, 8))
 # more height bands (the rows of an NHWC tensor: contiguous pieces), beyond CONCATENATION's 10
@@ -228,181 +229,15 @@ class SearchResult:
                 "seconds": round(self.seconds, 3)}
 
 
-# ---------------------------------------------------------------------------- graphs
-def patched_graph(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
-                  plan, prefix_only: bool = False, begin: int = 0) -> OpGraph:
-    """The patched model as an `OpGraph` (``Op.source``: ``("node", k, i)`` for node ``k`` of
-    plan ``i``, ``("op", v)`` for the model's other operators). ``graph``: the model's
-    `OpGraph` with op ``v`` = operator ``v`` and ``tensor_index[t]`` the file index of its tensor
-    ``t`` (`read_tflite`). ``plan``: a `PatchPlan`, a list of them (disjoint regions in model
-    order; each reads the split tensors of the ones before, reassembled) or None.
-    ``prefix_only``: up to the (last) patched region, the tensors the rest of the model reads
-    kept to the end. ``begin``: the operators before it are left out; the tensors they leave
-    live (read from ``begin`` on, or model outputs) are made by one ``source`` operator, so
-    they count as they would after those operators, whatever the runtime's memory model (the
-    model as the regions before ``begin`` leave it: only those tensors cross)."""
-    plans = [] if plan is None else list(plan) if isinstance(plan, (list, tuple)) else [plan]
-    b = GraphBuilder(f"{graph.name}.patched")
-    tmap: dict[int, int] = {}  # file tensor index -> new tensor id
-    outs = set(sm.outputs)
-    if begin:
-        later = {t for v in range(begin, len(graph.ops)) for t in sm.ops[v].inputs} | outs
-        for gt in graph.input_tensors:
-            if tensor_index[gt] in later:
-                tmap[tensor_index[gt]] = b.input(graph.tensors[gt].name,
-                                                 graph.tensors[gt].nbytes)
-        crossing = [gt for v in range(begin) for gt in graph.ops[v].outputs
-                    if tensor_index[gt] in later]
-        if crossing:
-            vid = b.op("before", "source", [], [(graph.tensors[gt].name,
-                                                 graph.tensors[gt].nbytes) for gt in crossing],
-                       source=("before", begin))
-            for gt, nt in zip(crossing, b.ops[vid].outputs):
-                tmap[tensor_index[gt]] = nt
-    else:
-        for gt in graph.input_tensors:
-            tmap[tensor_index[gt]] = b.input(graph.tensors[gt].name, graph.tensors[gt].nbytes)
-    length = plans[-1].region.length if plans else 0
-
-    def whole(v: int) -> None:
-        op = graph.ops[v]
-        vid = b.op(op.name, op.kind, [tmap[tensor_index[gt]] for gt in op.inputs],
-                   [(graph.tensors[gt].name, graph.tensors[gt].nbytes) for gt in op.outputs],
-                   source=("op", v), workspace=op.workspace,
-                   inplace=[tmap[tensor_index[gt]] for gt in op.inplace])
-        for gt, nt in zip(op.outputs, b.ops[vid].outputs):
-            tmap[tensor_index[gt]] = nt
-
-    at = begin
-    for i, p in enumerate(plans):
-        for v in range(at, p.region.start):  # before the region: whole
-            whole(v)
-        node_t: list[int] = []
-        for k, nd in enumerate(p.nodes):
-            ins = [tmap[r[1]] if isinstance(r, tuple) else node_t[r] for r in nd.inputs]
-            ws = sm.ops[nd.op].workspace if nd.kind == "op" else \
-                sm.slice_band(nd.tensor, nd.win, nd.base) if nd.kind == "slice" else 0
-            vid = b.op(f"patch{nd.patch}:{nd.kind}:{k}" + (f":r{i}" if i else ""), nd.kind, ins,
-                       [(f"n{k}" + (f"r{i}" if i else ""), p.node_bytes(sm, k))],
-                       source=("node", k, i), workspace=ws)
-            node_t.append(b.ops[vid].outputs[0])
-        for t, k in p.result.items():
-            tmap[t] = node_t[k]
-        at = p.region.length
-    if prefix_only:
-        # what the rest of the model reads stays live to the end: read by one last ``sink``
-        # operator, so it counts whatever the runtime's memory model says of model outputs
-        kept = []
-        for t in list(tmap):
-            if t in outs:
-                b.mark_output(tmap[t])
-            elif any(c >= length for c in sm.consumers.get(t, [])):
-                kept.append(tmap[t])
-        if kept:
-            b.op("after", "sink", kept, [], source=("after", length),
-                 extra_preds=range(len(b.ops)))
-        return b.build()
-    for v in range(max(at, begin), len(graph.ops)):
-        whole(v)
-    for gt in graph.output_tensors:
-        b.mark_output(tmap[tensor_index[gt]])
-    return b.build()
-
-
-def patch_order(graph: OpGraph, plan: PatchPlan | None = None, cut: int | None = None
-                ) -> list[int]:
-    """Patch by patch, each row's concatenation right after its last patch (the input order of
-    `patched_graph`, which is built that way). With ``cut`` (and the ``plan``): the slices of
-    the model inputs of patches ``cut..`` run right before patch ``cut``, which frees the
-    inputs early at the price of holding those slices."""
-    nodes = [v for v, op in enumerate(graph.ops) if isinstance(op.source, tuple)
-             and op.source[0] == "node"]
-    # the operators before the region (built first by `patched_graph`) run first
-    pre = list(range(nodes[0])) if nodes else []
-    early: list[int] = []
-    if plan is not None and cut is not None:
-        early = [v for v in nodes if plan.nodes[graph.ops[v].source[1]].kind == "slice"
-                 and isinstance(plan.nodes[graph.ops[v].source[1]].inputs[0], tuple)
-                 and plan.nodes[graph.ops[v].source[1]].patch >= cut]
-    concat = {v for v in nodes if graph.ops[v].kind == "concat"}
-    waiting = {c: len(set(graph.ops[c].preds)) for c in concat}  # preds not yet run
-    succs = graph.succs
-    order: list[int] = list(pre)
-    done: set[int] = set(pre)
-
-    def run(v: int) -> None:
-        order.append(v)
-        done.add(v)
-        for c in set(succs[v]):  # a concatenation runs as soon as all its pieces exist
-            if c in waiting:
-                waiting[c] -= 1
-                if waiting[c] == 0:
-                    del waiting[c]
-                    run(c)
-
-    for v in nodes:
-        if v in done or v in concat:
-            continue
-        if early and plan.nodes[graph.ops[v].source[1]].patch >= cut:
-            for e in early:
-                if e not in done:
-                    run(e)
-            early = []
-            if v in done:
-                continue
-        run(v)
-    order += [c for c in concat if c not in done]
-    seen = set(order)
-    order += [v for v in range(len(graph.ops)) if v not in seen]
-    return order
-
-
-def heuristic_peak(graph: OpGraph, plan: PatchPlan, problem: Problem,
-                   baselines: bool = True, max_cuts: int = HEURISTIC_CUTS) -> int:
-    """The best of: patch by patch with the model-input slices of the later patches moved
-    before patch ``cut`` (``max_cuts`` cuts evenly spread over the patches), and, with
-    ``baselines``, the scheduler package's best heuristic."""
-    return heuristic_order(graph, plan, problem, baselines, max_cuts)[0]
-
-
-def heuristic_order(graph: OpGraph, plan: PatchPlan, problem: Problem,
-                    baselines: bool = True, max_cuts: int = HEURISTIC_CUTS
-                    ) -> tuple[int, list[int]]:
-    """(peak, order) of `heuristic_peak`'s best order of ``graph``'s operators."""
-    order = patch_order(graph, plan)
-    best = (problem.evaluate(order).peak, order)
-    n = plan.patches
-    cuts = sorted({1 + (k * (n - 1)) // max_cuts for k in range(max_cuts)} - {n}) if n > 1 else []
-    for cut in cuts:
-        order = patch_order(graph, plan, cut)
-        peak = problem.evaluate(order).peak
-        if peak < best[0]:
-            best = (peak, order)
-    if baselines:
-        from ..schedulers import best_heuristic
-
-        order, peak, _ = best_heuristic(problem)
-        if peak < best[0]:
-            best = (peak, order)
-    return best
-
-
-def node_order(graph: OpGraph, order: list[int]) -> list[int]:
-    """The plan node ids of a patched graph's operators (``source == ("node", k)``) in the
-    order ``order`` runs them."""
-    return [graph.ops[v].source[1] for v in order
-            if isinstance(graph.ops[v].source, tuple) and graph.ops[v].source[0] == "node"]
-
-
 # ---------------------------------------------------------------------------- search
 def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    memory: RuntimeMemory, *, grids=None, split: str | None = None,
                    max_overhead: float = 0.3, certify: bool = True, time_limit: float = 10.0,
                    frontier_overhead: float | None = None, exclude_split=(),
                    starts=(0,), extra_grids=(), se: bool = False,
-                   se_patches: str | None = None, after: Candidate | None = None,
-                   incumbent: int | None = None, extend: bool = False,
-                   padding: str | None = None) -> SearchResult:
+                   exact_reductions: bool = True, se_patches: str | None = None,
+                   after: Candidate | None = None, incumbent: int | None = None,
+                   extend: bool = False, padding: str | None = None) -> SearchResult:
     """Evaluate candidates (region, grid) under ``memory`` and return the frontier and the
     default choice.
 
@@ -419,11 +254,13 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     model inputs only); ``extra_grids``: grids tried besides the default ones (not a forced
     choice, e.g. `BAND_GRIDS`); ``se``: regions may contain squeeze-and-excitation blocks
     (`region.regions`; only for runtimes whose adapter rewrites the reduce / vector / scale
-    nodes); ``se_patches``: how the passes after a reduction get their feature maps,
-    ``"recompute"`` or ``"keep"`` (`region.plan_patches`; default: both priced, the
-    evaluator chooses); ``padding``: ``"explicit"`` (exact windows, PADs on borders:
-    `region.plan_patches`), ``"margins"`` (operators with their own padding on wider windows:
-    `margins.plan_margins`, where ``sm.implicit_padding``); default: both priced.
+    nodes); ``exact_reductions``: only through reductions whose partial sums combine exactly
+    (False: float sums too, equal up to rounding; `geometry.inexact_reduction`);
+    ``se_patches``: how the passes after a reduction get their feature maps, ``"recompute"``
+    or ``"keep"`` (`region.plan_patches`; default: both priced, the evaluator chooses);
+    ``padding``: ``"explicit"`` (exact windows, PADs on borders: `region.plan_patches`),
+    ``"margins"`` (operators with their own padding on wider windows: `margins.plan_margins`,
+    where ``sm.implicit_padding``); default: explicit, and the best candidates with margins too.
 
     One region per candidate; `memsched.patches.sequence.search_regions` (what the adapters
     call) chains them. Its parameters here: ``after``: the regions before (the last one's
@@ -492,7 +329,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         if s.peak <= reordered.peak:
             reordered.peak, reordered.note = int(s.peak), "scheduled"
         reordered.lower_bound, reordered.certified = int(s.lower_bound), bool(s.optimal)
-    regs, why = regions(sm, starts, se=se)
+    regs, why = regions(sm, starts, se=se, exact_reductions=exact_reductions)
     excluded = set(exclude_split)
     regs = [r for r in regs if not excluded.intersection(r.split)]
     if split is not None:

@@ -14,8 +14,9 @@ This pass is a thin adapter over `memsched.patches` (plain Python):
    relu, residual add), concat along channels; squeeze-and-excitation blocks (a mean/sum over
    H and W -> ``reduce``, the bindings on its vector -> ``vector``, the feature map times the
    vector -> ``scale``: `_squeeze_excitation`; regions through them are searched with
-   ``se=True``). Bindings that read no activation (weight reshapes) are kept in front,
-   untouched;
+   ``se=True``, through a mean / sum only when its partial sums combine exactly: an integer
+   sum that cannot overflow, float sums with ``exact_reductions=False``). Bindings that
+   read no activation (weight reshapes) are kept in front, untouched;
 2. the one patch search (`memsched.patches.search_regions`) chooses the regions (a sequence,
    each starting where the one before ends) and a grid per region under
    TVM's planned storage (`TVM_MEMORY`: memsched's ``tvm`` memory model, parameters and the
@@ -71,7 +72,7 @@ TVM_MEMORY = RuntimeMemory("tvm", TVM_MODEL)  # planned storage: activations onl
 
 def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
            time_limit: float = 10.0, se_patches: str | None = None,
-           max_regions: int = MAX_REGIONS) -> SearchResult:
+           max_regions: int = MAX_REGIONS, exact_reductions: bool = True) -> SearchResult:
     """The one patch search (`memsched.patches.search_regions`) under TVM's planned storage:
     ``time_limit`` for one region, half as much again for the regions after it."""
     sm = bm.sm
@@ -81,7 +82,8 @@ def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
     return search_regions(sm, bm.graph, bm.tensor_index, TVM_MEMORY,
                           grids=[tuple(grid)] if grid is not None else None, split=split,
                           max_overhead=max_overhead, time_limit=time_limit, exclude_split=bn,
-                          se=True, se_patches=se_patches, max_regions=max_regions)
+                          se=True, se_patches=se_patches, max_regions=max_regions,
+                          exact_reductions=exact_reductions)
 
 
 # ---------------------------------------------------------------------------- the pass
@@ -108,11 +110,18 @@ class TilePatches:
     max_regions : int
         Regions in sequence, each with its own grid, under the one MAC budget (default 4; 1:
         one region). A forced grid or split asks for one region.
+    exact_reductions : bool
+        A region runs through a squeeze-and-excitation mean / sum only if its per-patch
+        partial sums combine exactly: an integer sum that cannot overflow (default True; a
+        float sum ends the region, the reason in ``memsched.patches_prefix_end``). False also
+        allows float sums, equal to the unpatched mean up to float reassociation (not
+        bit-equal; e.g. an int8 .tflite imported by TVM's TFLite frontend, whose MEAN is a
+        float32 sum of dequantized values).
     """
 
     def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
                  time_limit: float = 10.0, functions=None, se_patches: str | None = None,
-                 max_regions: int = MAX_REGIONS):
+                 max_regions: int = MAX_REGIONS, exact_reductions: bool = True):
         if grid is not None:
             if isinstance(grid, str):
                 grid = tuple(int(x) for x in grid.lower().split("x"))
@@ -126,6 +135,7 @@ class TilePatches:
         if int(max_regions) < 1:
             raise ValueError("max_regions must be >= 1")
         self.max_regions = int(max_regions)
+        self.exact_reductions = bool(exact_reductions)
         self.se_patches = se_patches
         self.max_overhead = float(max_overhead)
         self.grid = grid
@@ -156,7 +166,8 @@ class TilePatches:
                 raise Refused("the block has no operator on the inputs")
             res = search(bm, max_overhead=self.max_overhead, grid=self.grid,
                          split=self.split, time_limit=self.time_limit,
-                         se_patches=self.se_patches, max_regions=self.max_regions)
+                         se_patches=self.se_patches, max_regions=self.max_regions,
+                         exact_reductions=self.exact_reductions)
         except Refused as e:
             return self._skip(func, name, str(e))
         except (KeyboardInterrupt, MemoryError):

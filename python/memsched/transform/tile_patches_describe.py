@@ -12,7 +12,8 @@ from tvm import relax
 
 from ..graph import GraphBuilder
 from ..memory import MemoryModel
-from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
+from ..patches.geometry import (INT_RANGES, PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel,
+                                STensor)
 from ..patches.region import Refused
 
 TVM_MODEL = MemoryModel.get("tvm")
@@ -188,6 +189,7 @@ def _squeeze_excitation(ops, bindings, paths_all, macs, tensors, layout) -> None
     -> ``scale`` (inputs reordered: the feature map first)."""
     ah, aw, _ = LAYOUTS[layout]
     vec: set[int] = set()
+    value_of = {b.var: b.value for b in bindings}
     for k, op in enumerate(ops):
         value = bindings[k].value
         name = value.op.name if isinstance(value, tvm.ir.Call) and \
@@ -198,9 +200,15 @@ def _squeeze_excitation(ops, bindings, paths_all, macs, tensors, layout) -> None
                 tensors[op.inputs[0]].spatial and _global_reduce(value, name, layout):
             x = tensors[op.inputs[0]]
             h, w = x.hw
+            src = _at(value, paths_all[k][0])
+            dt = str(src.ty.dtype)
+            # Relax's mean / sum accumulate in the input's dtype (as the rewrite's partial
+            # sums do); an integer adaptive pool's rounding is not modelled: unknown
+            acc = dt if name in REDUCE or "float" in dt else ""
             ops[k] = SOp(k, name.replace("relax.", ""), "reduce", op.inputs, op.output,
                          macs_per_out=h * w, cout=x.channels,
-                         divisor=1 if name == "relax.sum" else h * w)
+                         divisor=1 if name == "relax.sum" else h * w, acc_dtype=acc,
+                         acc_range=_int_range(src, value_of) if acc in INT_RANGES else None)
             vec.add(op.output)
         elif op.inputs and all(t in vec for t in op.inputs):
             ops[k] = SOp(k, op.kind, "vector", op.inputs, op.output,
@@ -222,6 +230,29 @@ def _squeeze_excitation(ops, bindings, paths_all, macs, tensors, layout) -> None
         elif any(t in vec for t in op.inputs):
             ops[k] = _other(k, op.inputs, op.output,
                             "reads a squeeze-and-excitation vector and a feature map", op.kind)
+
+
+def _int_range(var, value_of: dict, depth: int = 8) -> tuple[int, int]:
+    """The integer values ``var`` can hold: its dtype's range, narrowed by what computes it
+    (an ``astype`` from a narrower integer type, a ``clip`` by constants), so that an int32
+    sum of int8 values is known not to overflow."""
+    lo, hi = INT_RANGES[str(var.ty.dtype)]
+    v = value_of.get(var)
+    if depth == 0 or not isinstance(v, tvm.ir.Call) or not isinstance(v.op, tvm.ir.Op):
+        return lo, hi
+    a = v.args[0]
+    if v.op.name == "relax.astype" and isinstance(getattr(a, "ty", None), relax.TensorType) \
+            and str(a.ty.dtype) in INT_RANGES:
+        a_lo, a_hi = _int_range(a, value_of, depth - 1)
+        return max(lo, a_lo), min(hi, a_hi)
+    if v.op.name == "relax.clip":
+        bounds = [getattr(getattr(b, "value", b), "value", None) for b in v.args[1:3]]
+        if all(isinstance(b, int) for b in bounds):
+            a_lo, a_hi = _int_range(a, value_of, depth - 1) \
+                if isinstance(getattr(a, "ty", None), relax.TensorType) and \
+                str(a.ty.dtype) in INT_RANGES else (lo, hi)
+            return max(lo, a_lo, bounds[0]), min(hi, a_hi, bounds[1])
+    return lo, hi
 
 
 def _global_reduce(value, name: str, layout: str) -> bool:
