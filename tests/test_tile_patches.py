@@ -47,7 +47,7 @@ def test_small_mobilenet_patched_equal_and_smaller(layout, integer):
     # stem conv s2, inverted residual with its residual add, a stride-2 depthwise, a
     # max-pool/conv branch pair joined by a channel concat, global pool + classifier
     mod = small_mobilenet(layout=layout, integer=integer)
-    tiled = TilePatches()(relax.transform.FoldConstant()(mod))
+    tiled = TilePatches(time_limit=3)(relax.transform.FoldConstant()(mod))
     a = _attrs(tiled)
     assert "memsched.patches_skipped" not in a, a
     from memsched.patches.search import DEFAULT_GRIDS
