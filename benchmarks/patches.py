@@ -195,7 +195,8 @@ def _regions(c) -> str:
     """Every region of a choice: ``ops a-b RxC @ split``, joined by ``+``."""
     if not c:
         return "none"
-    return " + ".join(f"ops {r['region_start']}-{r['region_ops'] - 1} {r['grid']} @ "
+    return " + ".join(f"ops {r['region_start']}-{r['region_ops'] - 1} {r['grid']}"
+                      f"{' margins' if r.get('padding') == 'margins' else ''} @ "
                       f"{','.join(r['split'])}" for r in c.get("regions") or [c])
 
 

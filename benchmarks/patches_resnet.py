@@ -119,6 +119,7 @@ def main() -> int:
             m = measure_tile(src, dst, count=1)
             c = res.choice
             regions = [f"{r['region_start']}-{r['region_ops'] - 1} {r['grid']}"
+                       f"{' margins' if r.get('padding') == 'margins' else ''}"
                        for r in c.as_dict()["regions"]] if c else []
             b = res.bound
             print(f"{name}: TFLM {m.get('tflm_arena_original'):,} -> "
