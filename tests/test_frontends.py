@@ -70,3 +70,17 @@ def test_tflite_analyze_compile_and_match_litert(tmp_path, capsys):
     it.invoke()
     ref = it.get_tensor(it.get_output_details()[0]["index"])
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_float_reductions_is_an_option_of_tile_patches(pt2_path, capsys, tmp_path):
+    """``--float-reductions`` without ``--pass TilePatches``: one line, exit 2, nothing
+    written; with it, TilePatches is built with ``exact_reductions=False``."""
+    from memsched.cli.compile import _resolve_pass
+
+    out = tmp_path / "x.so"
+    assert main(["compile", pt2_path, "--float-reductions", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--float-reductions" in err[0] and not out.exists()
+    made = _resolve_pass("TilePatches", {"TilePatches": {"exact_reductions": False}})
+    assert made.exact_reductions is False
+    assert _resolve_pass("TilePatches").exact_reductions is True

@@ -17,8 +17,9 @@ from .common import (CLIError, _add_verbose, _import_tvm, _one_line, _quiet_nati
 from .pipeline import add_partition_pass_args, partition_for_compile
 
 
-def _resolve_pass(name: str):
-    """Our passes by class name, or any ``relax.transform.NAME`` (called with no arguments)."""
+def _resolve_pass(name: str, options: dict | None = None):
+    """Our passes by class name (``options``: keyword arguments for our pass of that name), or
+    any ``relax.transform.NAME`` (called with no arguments)."""
     import tvm
     from tvm import relax
 
@@ -36,7 +37,7 @@ def _resolve_pass(name: str):
     if not callable(cls):
         raise CLIError(f"unknown pass {name!r}: relax.transform.{name} is not a pass")
     try:
-        made = cls()
+        made = cls(**((options or {}).get(name, {}) if name in PASSES else {}))
     except Exception as e:  # noqa: BLE001 - TypeError for required arguments, or anything
         first = (str(e).strip().splitlines() or [""])[0]
         raise CLIError(f"pass {name!r} needs arguments and cannot be named on the command "
@@ -256,7 +257,11 @@ def cmd_compile(args) -> int:
     # StaticPlanBlockMemory); every other named pass runs first, in the order given.
     schedule = "MemoryAwareSchedule" in names
     arena = "auto" if "PlanArena" in names else False
-    others = [_resolve_pass(n) for n in names
+    if getattr(args, "float_reductions", False) and "TilePatches" not in names:
+        raise CLIError("--float-reductions is an option of --pass TilePatches")
+    pass_options = {"TilePatches": {"exact_reductions": False}} \
+        if getattr(args, "float_reductions", False) else {}
+    others = [_resolve_pass(n, pass_options) for n in names
               if n not in ("MemoryAwareSchedule", "PlanArena", "PartitionPipeline")]
     target = _target(args.target)
     config = _parse_pass_config(getattr(args, "pass_config", None))
@@ -371,6 +376,9 @@ def _add_compile_args(p):
                    help="scheduling time limit in seconds (default 10)")
     p.add_argument("--pass-config", action="append", metavar="KEY=VALUE",
                    help="PassContext option (repeatable), e.g. memsched.algorithm=exact")
+    p.add_argument("--float-reductions", action="store_true",
+                   help="--pass TilePatches: let patch regions run through float means / "
+                        "sums (partial sums then equal the whole up to rounding, not bit-equal)")
     p.add_argument("--json", action="store_true",
                    help="one JSON object on stdout: peaks before/after, lower bound, optimal, "
                         "planned bytes of plain TVM and of this build, seconds")

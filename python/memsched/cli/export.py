@@ -2,7 +2,7 @@
 ExecuTorch program (``.pte``) whose memory memsched plans.
 
     memsched export model.pt2 [-o model.pte] [--tile-patches] [--max-overhead F] [--grid RxC]
-        [--time-limit S] [--measure] [--json]
+        [--float-reductions] [--time-limit S] [--measure] [--json]
 
 The ``.pt2`` is read without unpickling anything (`memsched.importers.pt2`), lowered with
 ``to_edge`` and ``to_executorch(memsched.executorch.backend_config(...))``: the certified order
@@ -88,7 +88,8 @@ def cmd_export(args) -> int:
 
             program = load_exported_program(args.model)
             config = backend_config(time_limit=limit, tile_patches=args.tile_patches,
-                                    max_overhead=args.max_overhead, grid=args.grid)
+                                    max_overhead=args.max_overhead, grid=args.grid,
+                                    exact_reductions=not args.float_reductions)
             data = bytes(to_edge(program).to_executorch(config).buffer)
             default = None
             if args.measure:  # ExecuTorch's own plan of the same program, and both run
@@ -155,6 +156,9 @@ def register(sub) -> None:
     p.add_argument("--max-overhead", type=float, default=0.3,
                    help="--tile-patches: extra MACs allowed (default 0.3 = +30 %%)")
     p.add_argument("--grid", help="--tile-patches: force the grid, e.g. 3x3")
+    p.add_argument("--float-reductions", action="store_true",
+                   help="--tile-patches: let regions run through float means / sums (partial "
+                        "sums then equal the whole up to rounding, not bit-equal)")
     p.add_argument("--time-limit", default="10",
                    help="seconds for the scheduler, each arena's packer and the patch search "
                         "(default 10)")
