@@ -552,6 +552,29 @@ def test_user_written_stacks_equal_unpatched(seed):
         assert rep.patched, (model.kinds, grid, rep.skipped)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_user_written_stacks_with_margins(seed):
+    """Plans with margins (convolutions and pools keep their own padding on wider windows,
+    no constant_pad_nd at patch borders): the patched program equals the unpatched one in
+    ExecuTorch's runtime."""
+    rng = random.Random(2000 + seed)
+    torch.manual_seed(seed)
+    model = UserStack(rng).eval()
+    x = torch.randn(1, model.cin, 32, 32)
+    with torch.no_grad():
+        h, w = model(x)[1].shape[2:]
+    if w < 2:
+        pytest.skip("no spatial map left")
+    tp = TilePatchesPass(grid=(min(2, h), 2), time_limit=2, padding="margins")
+    got, want, _, _ = _compare(model, x, ExecutorchBackendConfig(passes=[tp]))
+    rep = tp.report[0]
+    assert _max_diff(got, want) <= TOL, (model.kinds, rep)
+    if rep.patched:
+        assert all(r["padding"] == "margins" for r in rep.regions), rep.regions
+    else:  # a geometry reason only, never a failed rewrite
+        assert "margin" in rep.skipped or "padding" in rep.skipped, rep.skipped
+
+
 def test_batch_norm_model_patched_and_records_measured():
     """A Conv-BN-ReLU6 MobileNetV2-like model: batch norm is no region boundary, and the
     method-allocator bytes the pass models (`memsched.executorch.records`) are what

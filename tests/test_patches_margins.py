@@ -10,12 +10,38 @@ from memsched.patches.margins import margin_macs, plan_margins
 from memsched.patches.reference import random_weights, run_plan, run_whole, stack_model
 from memsched.patches.region import Refused, plan_patches, regions
 
-from test_patches import stacks
+from test_patches import KINDS, stacks
+
+
+@st.composite
+def torch_stacks(draw, max_ops=4):
+    """Window ops padded as torch pads: symmetric (k-1)*d//2 whatever the input size."""
+    specs = []
+    for _ in range(draw(st.integers(1, max_ops))):
+        kind = draw(st.sampled_from(KINDS))
+        if kind == "PAD":
+            specs.append(("PAD", draw(st.integers(1, 2)), 1, 1, ""))
+            continue
+        k = (draw(st.sampled_from([1, 3, 5])), draw(st.sampled_from([1, 3, 5])))
+        s_ = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+        d = (draw(st.integers(1, 2)), draw(st.integers(1, 2))) \
+            if kind in ("CONV_2D", "DEPTHWISE_CONV_2D") else 1
+        specs.append((kind, k, s_, d, draw(st.sampled_from(["TORCH", "VALID"]))))
+    try:
+        sm = stack_model(specs, draw(st.integers(3, 20)), draw(st.integers(3, 20)), 2,
+                         residual=draw(st.booleans()), concat=draw(st.booleans()))
+    except ValueError:
+        from hypothesis import assume
+        assume(False)
+    sm.padding_rule = "fixed"
+    return sm
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(stacks(), st.integers(1, 4), st.integers(1, 4), st.integers(0, 2 ** 16))
+@given(st.one_of(stacks(), torch_stacks()), st.integers(1, 4), st.integers(1, 4),
+       st.integers(0, 2 ** 16))
 def test_margin_plan_computes_the_same(sm, rows, cols, seed):
+    """TFLite's SAME rule and torch's fixed padding alike."""
     sm.implicit_padding = True
     rng = np.random.default_rng(seed)
     weights = random_weights(sm, rng)

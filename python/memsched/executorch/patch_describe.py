@@ -216,8 +216,12 @@ def describe_graph(gm, planned_inputs: bool = True) -> EdgeModel:
         if t in gt:
             b.mark_output(gt[t])
     _squeeze_excitation(ops, nodes, act_pos, macs, tensors, set(outputs))
+    cl = _channels_last(acts)
+    # portable kernels take a convolution's / pool's own padding on any window (patches with
+    # margins); the Cortex-M flow's rebuilt calls are not written that way
     sm = SpatialModel(ops, tensors, [index[n] for n in inputs], list(dict.fromkeys(outputs)),
-                      macs=macs, name="edge", two_step_slices=_channels_last(acts))
+                      macs=macs, name="edge", two_step_slices=cl, implicit_padding=not cl,
+                      padding_rule="fixed")
     op_bytes = {k: node_call_bytes(n) for k, n in enumerate(nodes)}
     return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of, op_bytes)
 

@@ -143,7 +143,7 @@ def memory_of(em: EdgeModel, price_records: bool = True):
 def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
            time_limit: float = 10.0, se_patches: str | None = None,
            price_records: bool = True, max_regions: int = MAX_REGIONS,
-           exact_reductions: bool = True) -> SearchResult:
+           exact_reductions: bool = True, padding: str | None = None) -> SearchResult:
     """The one patch search under ExecuTorch's memory model (`memory_of`): ``time_limit``
     for one region, as much again for the regions after it. The first region starts at the
     first operator, or right after it when that one is element-wise on a model input (the
@@ -154,7 +154,7 @@ def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
                           max_overhead=max_overhead, time_limit=time_limit,
                           extend_time=time_limit, max_regions=max_regions, se=True,
                           se_patches=se_patches, starts=_starts(em.sm),
-                          exact_reductions=exact_reductions)
+                          exact_reductions=exact_reductions, padding=padding)
 
 
 def _starts(sm) -> tuple:
@@ -167,7 +167,8 @@ def _starts(sm) -> tuple:
 def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
                       time_limit: float = 10.0, se_patches: str | None = None,
                       second_region: bool = True, price_records: bool = True,
-                      planned_inputs: bool = True, exact_reductions: bool = True):
+                      planned_inputs: bool = True, exact_reductions: bool = True,
+                      padding: str | None = None):
     """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed.
     ``second_region`` (when neither ``grid`` nor ``split`` is forced): regions in sequence,
     each starting where the one before ends, each with its own grid, under the one MAC budget
@@ -178,7 +179,9 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
     (``alloc_graph_input=False``). ``exact_reductions``: regions through a squeeze-and-excitation
     mean only if its partial sums combine exactly (a float mean, the only kind described, is
     refused, the reason in ``prefix_end``); False accepts float partial sums (equal up to
-    rounding)."""
+    rounding). ``padding``: ``"explicit"`` (constant_pad_nd on patch borders, exact windows)
+    or ``"margins"`` (convolutions and pools keep their own padding on wider windows: fewer
+    calls, more MACs); default: the search prices both."""
     t0 = time.perf_counter()
     rep = TileReport()
     try:
@@ -187,7 +190,7 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
                      time_limit=time_limit, se_patches=se_patches,
                      price_records=price_records,
                      max_regions=MAX_REGIONS if second_region else 1,
-                     exact_reductions=exact_reductions)
+                     exact_reductions=exact_reductions, padding=padding)
     except Refused as e:
         rep.skipped, rep.seconds = str(e), time.perf_counter() - t0
         return None, rep
@@ -283,7 +286,8 @@ class TilePatchesPass:
     def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
                  time_limit: float = 10.0, se_patches: str | None = None,
                  second_region: bool = True, price_records: bool = True,
-                 planned_inputs: bool = True, exact_reductions: bool = True):
+                 planned_inputs: bool = True, exact_reductions: bool = True,
+                 padding: str | None = None):
         if max_overhead < 0:
             raise TilePatchesError("max_overhead must be >= 0")
         if se_patches not in (None, "recompute", "keep"):
@@ -291,6 +295,9 @@ class TilePatchesPass:
                                    f"{se_patches!r}")
         self.se_patches = se_patches
         self.exact_reductions = bool(exact_reductions)
+        if padding not in (None, "explicit", "margins"):
+            raise TilePatchesError(f"padding must be 'explicit' or 'margins', not {padding!r}")
+        self.padding = padding
         self.second_region = bool(second_region)
         self.price_records = bool(price_records)
         self.planned_inputs = bool(planned_inputs)  # alloc_graph_input of the planning pass
@@ -309,7 +316,8 @@ class TilePatchesPass:
                                      price_records=self.price_records,
                                      second_region=self.second_region,
                                      planned_inputs=self.planned_inputs,
-                                     exact_reductions=self.exact_reductions)
+                                     exact_reductions=self.exact_reductions,
+                                     padding=self.padding)
         self.report.append(rep)
         if new is None:
             return PassResult(graph_module, False)

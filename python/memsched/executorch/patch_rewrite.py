@@ -140,14 +140,17 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
                 node = call(orig.target, [ins[0], [left, right, top, bottom]] + args[2:3],
                             orig)
             elif name == "convolution.default":
-                args[0], args[4] = ins[0], [0, 0]
+                # margins: its own padding on the window; else VALID on a padded input
+                args[0] = ins[0]
+                args[4] = list(args[4]) if nd.implicit else [0, 0]
                 node = call(orig.target, args, orig, _windowed(fake, orig.meta["val"],
                                                                nd.win.height, nd.win.width))
             elif name == "max_pool2d_with_indices.default":
                 ks = list(_pair(args[1]))
                 st = list(_pair(args[2])) if len(args) > 2 and args[2] else ks
                 dl = list(_pair(args[4])) if len(args) > 4 else [1, 1]
-                pool = call(orig.target, [ins[0], ks, st, [0, 0], dl, False], orig,
+                pd = list(_pair(args[3])) if nd.implicit and len(args) > 3 else [0, 0]
+                pool = call(orig.target, [ins[0], ks, st, pd, dl, False], orig,
                             _windowed(fake, orig.meta["val"], nd.win.height, nd.win.width))
                 node = call(operator.getitem, [pool, 0], em.node_of[op.output],
                             pool.meta["val"][0])
@@ -156,7 +159,8 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
                 st = list(_pair(args[2])) if len(args) > 2 and args[2] else ks
                 include = bool(args[5]) if len(args) > 5 else True
                 div = args[6] if len(args) > 6 else None
-                node = call(orig.target, [ins[0], ks, st, [0, 0], False, include, div], orig,
+                pd = list(_pair(args[3])) if nd.implicit and len(args) > 3 else [0, 0]
+                node = call(orig.target, [ins[0], ks, st, pd, False, include, div], orig,
                             _windowed(fake, orig.meta["val"], nd.win.height, nd.win.width))
             elif name == "cat.default":
                 node = call(orig.target, [list(ins)] + args[1:], orig,

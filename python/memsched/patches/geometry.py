@@ -256,9 +256,12 @@ class SpatialModel:
     # the runtime cuts a window with two one-axis copies (ExecuTorch's ``slice_copy``): the
     # band of the first axis is held while the second is cut (`slice_band`)
     two_step_slices: bool = False
-    # the adapter can write an operator with its own padding rule (TFLite's SAME / VALID) on a
-    # window of its input: the search may price patches with margins (`patches.margins`)
+    # the adapter can write an operator with its own padding rule on a window of its input:
+    # the search may price patches with margins (`patches.margins`); ``padding_rule``: how a
+    # window operator pads a window -- "same" (TFLite: SAME by the window's size, or VALID),
+    # "fixed" (torch / ExecuTorch: its own amounts ``pad``, on both sides of each axis)
     implicit_padding: bool = False
+    padding_rule: str = "same"
 
     def __post_init__(self):
         self.producer = {}

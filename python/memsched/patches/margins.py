@@ -38,12 +38,15 @@ from .region import PNode, PatchPlan, Refused, Region, axis_windows, grid_cells,
 MARGIN_CLASSES = ("window", "eltwise", "concat")
 
 
-def pad_rule(op: SOp, size: int, axis: int) -> str:
-    """How window operator ``op`` pads along ``axis`` of an input of ``size`` cells: ``same``
-    (its padding is TFLite's SAME rule for that size), ``valid`` (none), ``explicit`` (a PAD
-    operator: fixed amounts), or "" (another rule: no margin plan)."""
+def pad_rule(op: SOp, size: int, axis: int, rule: str = "same") -> str:
+    """How window operator ``op`` pads along ``axis`` of an input of ``size`` cells under the
+    runtime's ``rule`` (`SpatialModel.padding_rule`): ``same`` (its padding is TFLite's SAME
+    rule for that size), ``valid`` (none), ``fixed`` (its own amounts on both sides, whatever
+    the size: torch), ``explicit`` (a PAD operator), or "" (no margin plan)."""
     if op.kind in ("PAD", "PADV2"):
         return "explicit"
+    if rule == "fixed":
+        return "fixed"
     p, pa = op.pad[axis], op.pad_after[axis]
     if p == 0 and pa == 0:
         return "valid"
@@ -77,7 +80,7 @@ def _forward(sm: SpatialModel, region: Region, axis: int, start: dict):
         k_, s, d = op.kernel[axis], op.stride[axis], op.dilation[axis]
         eff = (k_ - 1) * d + 1
         P = op.pad[axis]
-        rule = pad_rule(op, size_in, axis)
+        rule = pad_rule(op, size_in, axis, sm.padding_rule)
         if rule == "explicit":
             pb, pe = P, op.pad_after[axis]
             o0, m = a, n + pb + pe  # output o holds input o - P
@@ -86,6 +89,9 @@ def _forward(sm: SpatialModel, region: Region, axis: int, start: dict):
         else:
             if rule == "same":
                 m, pb, pe = same_padding(n, k_, s, d)
+            elif rule == "fixed":
+                pb = pe = P
+                m = (n + 2 * P - eff) // s + 1
             elif rule == "valid":
                 pb = pe = 0
                 m = (n - eff) // s + 1
@@ -117,7 +123,7 @@ def axis_margins(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int):
             raise Refused(f"operator {op.index} ({op.kind}): no margin plan through a "
                           f"{op.cls} operator")
         if op.cls == "window" and not pad_rule(op, sm.tensors[op.inputs[0]].shape[1 + axis],
-                                               axis):
+                                               axis, sm.padding_rule):
             raise Refused(f"operator {op.index} ({op.kind}): padding that is neither SAME "
                           "nor VALID")
     held = axis_windows(sm, region, axis, lo, hi)

@@ -179,7 +179,8 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
     (h, w) pair) with kind one of CONV_2D, DEPTHWISE_CONV_2D,
     MAX_POOL_2D, AVERAGE_POOL_2D, PAD (kernel = the padding amount), or SE (a
     squeeze-and-excitation block: MEAN over space, FC to ``kernel`` channels, RELU, FC back,
-    HSIG, scale of the block's input) and padding ``SAME`` / ``VALID``. ``residual``: an ADD
+    HSIG, scale of the block's input) and padding ``SAME`` / ``VALID`` / ``TORCH`` (torch's
+    symmetric ``(k-1)*d//2``). ``residual``: an ADD
     of the last two same-shape tensors at the end (a DAG). ``se_acc``: the accumulator the
     SE blocks' MEAN declares (`SOp.acc_dtype`; integers: of int32 values, as the reference's
     int64 arithmetic sums them).
@@ -205,6 +206,9 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
             if padding == "SAME":
                 oh, pb, pa = same_padding(H, kh, sh, dh)
                 ow, pbw, paw = same_padding(W, kw, sw, dw)
+            elif padding == "TORCH":  # symmetric (k-1)*d/2, the padding after that is used
+                oh, pb, pa = _torch_padding(H, kh, sh, dh)
+                ow, pbw, paw = _torch_padding(W, kw, sw, dw)
             else:
                 oh, ow = valid_size(H, kh, sh, dh), valid_size(W, kw, sw, dw)
                 pb = pa = pbw = paw = 0
@@ -263,6 +267,14 @@ def _se_block(ops: list, tensors: dict, x: int, mid: int, acc: str = "int64") ->
     y = new(tensors[x].shape)
     ops.append(SOp(len(ops), "MUL", "scale", (x, cur), y, cout=c))
     return y
+
+
+def _torch_padding(size: int, k: int, s: int, d: int) -> tuple[int, int, int]:
+    """torch's ``padding=(k-1)*d//2``: (output size, padding before, padding after used)."""
+    p = (k - 1) * d // 2
+    eff = (k - 1) * d + 1
+    out = (size + 2 * p - eff) // s + 1
+    return out, p, max((out - 1) * s + eff - size - p, 0)
 
 
 def _pair(x) -> tuple[int, int]:
