@@ -88,6 +88,10 @@ SEGMENT_HMCOS_WORK = MAX_WORK // 2  # HMCOS work budget per fused segment
 # the min-cut and branching bounds and HMCOS then spend 1.5 s without a proof.
 QUICK_ASTAR_STATES = 200_000  # C++ kernel
 QUICK_ASTAR_PY_STATES = 5_000  # Python kernel
+# From this many fused ops a segment's quick A* loads the C++ kernel first when that is cheap:
+# the Python kernel's 5k states on AmoebaNet-A CIFAR's 366-op segment (ExecuTorch's model) took
+# 0.6 s and proved nothing, loading the C++ kernel with torch hidden 0.16 s
+QUICK_NATIVE_MIN_OPS = 64
 BRANCH_SHARE = 0.15
 BRANCH_MIN_SECONDS = 0.5  # ... but at least this much when the limit allows
 MINCUT_TOP = 96  # min-cut bound per segment: the ops with the largest ancestry bounds only
@@ -419,15 +423,17 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                 for attempt in range(2):
                     # the Python kernel first when the C++ one is not loaded; if that does not
                     # prove the segment and loading is cheap, the C++ one with its larger cap
+                    # (on a large segment right away)
                     if s["by"] is not None or s["peak"] <= max(target, s["lb"]) or \
                             (only is not None and id(s) not in only) or deadline.expired():
                         break
-                    if attempt == 1:
-                        if kernel.fast is not None or not (kernel.may_load and kernel.cheap):
-                            break
+                    loadable = kernel.fast is None and kernel.may_load and kernel.cheap
+                    if attempt == 1 and not loadable:
+                        break
+                    if loadable and (attempt == 1 or s["sub"].n >= QUICK_NATIVE_MIN_OPS):
                         kernel.fast = _native_astar(True)
                         kernel.may_load = False
-                        if kernel.fast is None:
+                        if kernel.fast is None and attempt == 1:
                             break
                     goal = max(target, min(s["lb"], s["peak"]))
                     if kernel.fast is not None:
