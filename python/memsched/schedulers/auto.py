@@ -67,6 +67,7 @@ import time
 
 from ..limits import Deadline, Expired
 from ..memory import Problem
+from ..simplify.symmetry import break_symmetry
 from .base import register, trivial_bound
 from .bounds import (MAX_OPS as ANCESTRY_MAX_OPS, MINCUT_MAX_OPS, ancestry_bound,
                      branch_cut_bound, mincut_bound)
@@ -289,7 +290,8 @@ def _seed_segments(order, simp, subs, deadline: Deadline) -> None:
     better = []
     for s in subs:
         deadline.check()
-        local = sorted(range(len(s["ids"])), key=lambda i: pos[s["ids"][i]])
+        local = s["sym"].canonical(sorted(range(len(s["ids"])),
+                                          key=lambda i: pos[s["ids"][i]]))
         pk = s["sub"].evaluate(local).peak
         if pk < s["peak"]:
             better.append((s, local, pk))
@@ -329,11 +331,14 @@ def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: d
         deadline.check()
         sub, ids = q.restrict(seg, before)
         before |= sum(1 << v for v in seg)
+        # interchangeable chains (a patch grid's interior patches) ordered: the same optimum,
+        # a fraction of the search's states; orders from outside go through `canonical`
+        sub, sym = break_symmetry(sub)
         o, pk, _ = best_heuristic(sub, deadline, partial=False)
         lb, lb_by = (_cheap_bound(sub, pk, deadline, mincut=False) if strong_bounds
                      else (trivial_bound(sub), "bound"))
         subs.append({"sub": sub, "ids": ids, "order": o, "peak": pk, "lb": lb, "lb_by": lb_by,
-                     "by": None})
+                     "by": None, "sym": sym})
     return simp, q, segs, subs
 
 
