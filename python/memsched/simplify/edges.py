@@ -34,9 +34,11 @@ def drop_implied_edges(p: Problem) -> Problem:
         anc[v] = m
         if len(ps) > 1:
             data = {producer.get(t) for t in p.reads[v]}
-            # implied: an ancestor of another direct predecessor
-            keep = [u for u in ps if u in data or
-                    not any(anc[w] >> u & 1 for w in ps if w != u)]
+            # implied: an ancestor of another direct predecessor (never of itself: acyclic)
+            above = 0
+            for w in ps:
+                above |= anc[w]
+            keep = [u for u in ps if u in data or not above >> u & 1]
             if len(keep) != len(ps):
                 changed = True
                 ps = keep
