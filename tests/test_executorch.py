@@ -627,3 +627,17 @@ def test_pte_graph_has_the_fx_models_optimum(make, args):
     assert ours.peak == fx.peak
     assert peak_memory(graph, None, EXECUTORCH_MODEL) == \
         peak_memory(caught["graph"], None, EXECUTORCH_MODEL)
+
+
+def test_pte_reorder_keeps_a_late_input_live():
+    """The second input of `LateInput` is written by the caller before the run: the `.pte`
+    graph counts it from the start, so no order frees its bytes early (it was created by its
+    reader: the search found 4,096 B, and `reorder --measure` refused the plan because the
+    outputs differed)."""
+    torch.manual_seed(0)
+    xs = (torch.randn(1, 3, 8, 8), torch.randn(1, 3, 8, 8))
+    buffer = to_edge(torch.export.export(LateInput().eval(), xs)).to_executorch().buffer
+    row = pte.analyze(buffer, time_limit=5)["forward"]
+    assert row["file_order_peak"] == row["optimum_peak"] == 4864 and row["optimal"]
+    _, report = pte.reorder(buffer, time_limit=5, measure=True)
+    assert report["forward"]["peak"] == 4864
