@@ -11,9 +11,10 @@ the figures are then not comparable). ``--as-built-before`` also times the graph
 edges the model had before issue 41 (the inputs pseudo op before every op, the output op after
 every op); the scheduler now drops such implied edges itself (`memsched.simplify.edges`), so
 the two search the same problem. ``--save DIR`` pickles each captured graph (``NAME.fx.pkl``,
-``NAME.pte.pkl``) to time other versions of the scheduler on them. ``--pte`` also builds the graph the ``.pte`` commands search
-(`memsched.executorch.pte.plan_graph` on the program ExecuTorch's default config writes) and
-times it the same way: its optimum must be the FX graph's (the two are one problem).
+``NAME.pte.pkl``) to time other versions of the scheduler on them. ``--pte`` also builds the
+graph the ``.pte`` commands search (`memsched.executorch.pte.plan_graph` on the program
+ExecuTorch's default config writes) and times it the same way: its optimum must be the FX
+graph's (the two are one problem).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/executorch_proof.py [--models a,b] [--repeat 3]
 """
