@@ -575,3 +575,69 @@ def test_cli_export_pt2_to_pte(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("memsched: error:"), err
     assert not (tmp_path / "x.tflite").exists()
+
+
+class LateInput(nn.Module):
+    """A second input read only by the last op: ExecuTorch's rule keeps it live from the
+    start (a placeholder), so an order cannot free its bytes before that op."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 8, 1)
+        self.b = nn.Conv2d(8, 3, 1)
+
+    def forward(self, x, y):
+        return self.b(torch.relu(self.a(x))) + y
+
+
+@pytest.mark.parametrize("make,args", [
+    (LateInput, ((1, 3, 8, 8), (1, 3, 8, 8))),
+    (Inception, ((1, 3, 12, 12),)),
+    (lambda: _random_model(3, 7), ((1, 2, 4, 4),)),
+], ids=["late-input", "inception", "random"])
+def test_pte_graph_has_the_fx_models_optimum(make, args):
+    """The op graph built from a ``.pte`` (`pte.plan_graph`: instructions) and the one the
+    planning pass builds from the FX graph (`model.build_model`) are the same problem: the
+    same certified optimum, and the file order's peak equals the FX order's."""
+    from memsched.executorch.model import EXECUTORCH_MODEL
+    from memsched.memory import peak_memory
+    from memsched.schedulers import schedule
+
+    torch.manual_seed(0)
+    xs = tuple(torch.randn(*s) for s in args)
+    caught = {}
+    import memsched.executorch.reorder as reorder
+    original = reorder.schedule_model
+
+    def keep(model, time_limit=10.0):
+        caught["graph"] = model.graph
+        return original(model, time_limit)
+
+    reorder.schedule_model = keep
+    try:
+        ep = torch.export.export(make().eval(), xs)
+        to_edge(ep).to_executorch(mx.backend_config(time_limit=5, reorder=True))
+    finally:
+        reorder.schedule_model = original
+    buffer = to_edge(torch.export.export(make().eval(), xs)).to_executorch().buffer
+    graph, _ = pte.plan_graph(pte.read_program(buffer).program.execution_plan[0])
+    fx = schedule(caught["graph"], "auto", EXECUTORCH_MODEL, time_limit=5)
+    ours = schedule(graph, "auto", EXECUTORCH_MODEL, time_limit=5)
+    assert fx.optimal and ours.optimal
+    assert ours.peak == fx.peak
+    assert peak_memory(graph, None, EXECUTORCH_MODEL) == \
+        peak_memory(caught["graph"], None, EXECUTORCH_MODEL)
+
+
+def test_pte_reorder_keeps_a_late_input_live():
+    """The second input of `LateInput` is written by the caller before the run: the `.pte`
+    graph counts it from the start, so no order frees its bytes early (it was created by its
+    reader: the search found 4,096 B, and `reorder --measure` refused the plan because the
+    outputs differed)."""
+    torch.manual_seed(0)
+    xs = (torch.randn(1, 3, 8, 8), torch.randn(1, 3, 8, 8))
+    buffer = to_edge(torch.export.export(LateInput().eval(), xs)).to_executorch().buffer
+    row = pte.analyze(buffer, time_limit=5)["forward"]
+    assert row["file_order_peak"] == row["optimum_peak"] == 4864 and row["optimal"]
+    _, report = pte.reorder(buffer, time_limit=5, measure=True)
+    assert report["forward"]["peak"] == 4864

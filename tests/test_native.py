@@ -271,3 +271,28 @@ def test_resumed_search_takes_bounds_from_outside():
     s.close()  # idempotent
     with pytest.raises(ValueError):
         s.run(max_states=1)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(6, 30), first=st.integers(1, 40),
+       cap=st.sampled_from([3, 50, 10**6]))
+def test_both_directions_in_turns_prove_the_optimum(seed, n, first, cap):
+    """`astar_both` (forward and backward in doubling turns): the optimum when its state cap
+    allows, otherwise an order of the peak it reports and a bound no higher than the
+    optimum."""
+    from memsched.limits import Deadline
+    from memsched.schedulers import native_exact
+
+    p = Problem.from_graph(random_dag(n, seed=seed, window=6))
+    order, peak, _ = best_heuristic(p)
+    best = native.astar_full(p, (order, peak), 0)
+    saved = native_exact.QUICK_FIRST_STATES
+    native_exact.QUICK_FIRST_STATES = first
+    try:
+        o, pk, lb, states = native_exact.astar_both(p, (order, peak), 0, Deadline(None), cap)
+    finally:
+        native_exact.QUICK_FIRST_STATES = saved
+    check_topological(p, o)
+    assert p.evaluate(o).peak == pk and lb <= best.peak <= pk <= peak
+    if cap == 10**6:
+        assert pk == lb == best.peak

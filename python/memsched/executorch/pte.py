@@ -176,8 +176,8 @@ def plan_graph(plan, alignment: int = 16):
         for v, w in r:
             first.setdefault(v, (k, w))
             last[v] = k
-    for v in inputs:
-        first.setdefault(v, (-1, True))
+    for v in inputs:  # a plan input lives from the start (ExecuTorch: a placeholder's spec
+        first[v] = (-1, True)  # starts at node 0), not from its first reader
     root: dict[int, int] = {}
     persistent, scratch = set(), set()
     writers_by_mem: dict[int, list] = {}

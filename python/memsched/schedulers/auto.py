@@ -67,6 +67,7 @@ import time
 
 from ..limits import Deadline, Expired
 from ..memory import Problem
+from ..simplify.symmetry import break_symmetry
 from .base import register, trivial_bound
 from .bounds import (MAX_OPS as ANCESTRY_MAX_OPS, MINCUT_MAX_OPS, ancestry_bound,
                      branch_cut_bound, mincut_bound)
@@ -88,6 +89,10 @@ SEGMENT_HMCOS_WORK = MAX_WORK // 2  # HMCOS work budget per fused segment
 # the min-cut and branching bounds and HMCOS then spend 1.5 s without a proof.
 QUICK_ASTAR_STATES = 200_000  # C++ kernel
 QUICK_ASTAR_PY_STATES = 5_000  # Python kernel
+# From this many fused ops a segment's quick A* loads the C++ kernel first when that is cheap:
+# the Python kernel's 5k states on AmoebaNet-A CIFAR's 366-op segment (ExecuTorch's model) took
+# 0.6 s and proved nothing, loading the C++ kernel with torch hidden 0.16 s
+QUICK_NATIVE_MIN_OPS = 64
 BRANCH_SHARE = 0.15
 BRANCH_MIN_SECONDS = 0.5  # ... but at least this much when the limit allows
 MINCUT_TOP = 96  # min-cut bound per segment: the ops with the largest ancestry bounds only
@@ -285,7 +290,8 @@ def _seed_segments(order, simp, subs, deadline: Deadline) -> None:
     better = []
     for s in subs:
         deadline.check()
-        local = sorted(range(len(s["ids"])), key=lambda i: pos[s["ids"][i]])
+        local = s["sym"].canonical(sorted(range(len(s["ids"])),
+                                          key=lambda i: pos[s["ids"][i]]))
         pk = s["sub"].evaluate(local).peak
         if pk < s["peak"]:
             better.append((s, local, pk))
@@ -325,11 +331,14 @@ def _segments(p: Problem, fuse: bool, divide: bool, deadline: Deadline, stats: d
         deadline.check()
         sub, ids = q.restrict(seg, before)
         before |= sum(1 << v for v in seg)
+        # interchangeable chains (a patch grid's interior patches) ordered: the same optimum,
+        # a fraction of the search's states; orders from outside go through `canonical`
+        sub, sym = break_symmetry(sub)
         o, pk, _ = best_heuristic(sub, deadline, partial=False)
         lb, lb_by = (_cheap_bound(sub, pk, deadline, mincut=False) if strong_bounds
                      else (trivial_bound(sub), "bound"))
         subs.append({"sub": sub, "ids": ids, "order": o, "peak": pk, "lb": lb, "lb_by": lb_by,
-                     "by": None})
+                     "by": None, "sym": sym})
     return simp, q, segs, subs
 
 
@@ -419,29 +428,34 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                 for attempt in range(2):
                     # the Python kernel first when the C++ one is not loaded; if that does not
                     # prove the segment and loading is cheap, the C++ one with its larger cap
+                    # (on a large segment right away)
                     if s["by"] is not None or s["peak"] <= max(target, s["lb"]) or \
                             (only is not None and id(s) not in only) or deadline.expired():
                         break
-                    if attempt == 1:
-                        if kernel.fast is not None or not (kernel.may_load and kernel.cheap):
-                            break
+                    loadable = kernel.fast is None and kernel.may_load and kernel.cheap
+                    if attempt == 1 and not loadable:
+                        break
+                    if loadable and (attempt == 1 or s["sub"].n >= QUICK_NATIVE_MIN_OPS):
                         kernel.fast = _native_astar(True)
                         kernel.may_load = False
-                        if kernel.fast is None:
+                        if kernel.fast is None and attempt == 1:
                             break
-                    fn = kernel.fast or astar
-                    cap = QUICK_ASTAR_STATES if kernel.fast else QUICK_ASTAR_PY_STATES
-                    # the C++ kernel also searches from the schedule's end: RandWire-WS-1's
-                    # first stage takes 22.8M states forward, 132k backward
-                    for backward in (False, True) if kernel.fast else (False,):
-                        if s["by"] is not None:
-                            break
-                        kw = {"backward": True} if backward else {}
-                        o, pk, lb, st = fn(s["sub"], (s["order"], s["peak"]),
-                                           max(target, min(s["lb"], s["peak"])),
-                                           deadline.share(0.25), None, cap, memory_limit, **kw)
-                        quick["states"] += st
-                        _record(s, o, pk, lb, "astar")
+                    goal = max(target, min(s["lb"], s["peak"]))
+                    if kernel.fast is not None:
+                        # the C++ kernel also searches from the schedule's end, the two in
+                        # turns: RandWire-WS-1's first stage takes 22.8M states forward, 132k
+                        # backward; NASNet-A CIFAR under ExecuTorch's model 8k backward
+                        from .native_exact import astar_both
+
+                        o, pk, lb, st = astar_both(s["sub"], (s["order"], s["peak"]), goal,
+                                                   deadline.share(0.5), QUICK_ASTAR_STATES,
+                                                   memory_limit)
+                    else:
+                        o, pk, lb, st = astar(s["sub"], (s["order"], s["peak"]), goal,
+                                              deadline.share(0.25), None,
+                                              QUICK_ASTAR_PY_STATES, memory_limit)
+                    quick["states"] += st
+                    _record(s, o, pk, lb, "astar")
                 if min(s["lb"], s["peak"]) > target:
                     target, target_by = min(s["lb"], s["peak"]), s["by"] or s["lb_by"]
         quick["seconds"] += time.perf_counter() - t

@@ -40,6 +40,48 @@ def astar(p: Problem, upper: tuple[list[int], int], target: int, deadline=None,
     return r.order, r.peak, r.lower_bound, r.states
 
 
+QUICK_FIRST_STATES = 4_000  # first run of each direction in `astar_both`; doubles per round
+
+
+def astar_both(p: Problem, upper: tuple[list[int], int], target: int, deadline: Deadline,
+               max_states: int, memory_limit: int | None = None):
+    """A capped A* from both ends of the schedule in alternating runs of doubling state caps
+    (each direction resumed, never restarted; up to ``max_states`` each, ``memory_limit``
+    halved between them), until one proves ``target`` or the peak. Which direction is the
+    small one is not known in advance (NASNet-A CIFAR under ExecuTorch's model: 200k states
+    forward without a proof, 8k backward), and running one to its cap first paid the whole
+    cap whenever it was the wrong one. Returns ``(order, peak, lower_bound, states)``."""
+    order, peak = upper
+    lb, states = 0, 0
+    if max_states <= 0:
+        return order, peak, lb, states
+    half = None if memory_limit is None else memory_limit // 2
+    packed = native.pack(p)
+    with native.AstarSession(p, upper, target, packed) as fwd, \
+            native.AstarSession(p, upper, target, packed, backward=True) as bwd:
+        searches, done = [fwd, bwd], [0, 0]
+        cap = QUICK_FIRST_STATES
+        while any(s is not None for s in searches) and not deadline.expired():
+            for i, search in enumerate(searches):
+                if search is None or deadline.expired():
+                    continue
+                r = search.run(time_limit=deadline.remaining(),
+                               max_states=min(cap, max_states - done[i]), memory_limit=half,
+                               target=max(target, min(lb, peak)), upper=(order, peak),
+                               deadline=deadline)
+                states += r.states - done[i]
+                done[i] = r.states
+                if r.peak < peak:
+                    order, peak = r.order, r.peak
+                lb = max(lb, r.lower_bound)
+                if lb >= peak or peak <= target:  # proven, or at a bound proven elsewhere
+                    return order, peak, lb, states
+                if r.reason != "states" or done[i] >= max_states:
+                    searches[i] = None
+            cap *= 2
+    return order, peak, lb, states
+
+
 def solve(p: Problem, time_limit: float | None = None, divide: bool = True,
           max_states: int | None = None, progress=False, deadline: Deadline | None = None,
           memory_limit: int | None = None):

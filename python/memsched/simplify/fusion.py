@@ -64,6 +64,7 @@ from typing import Sequence
 
 from ..limits import Checker, Deadline, Expired
 from ..memory import Problem
+from .edges import drop_implied_edges
 
 
 # ---------------------------------------------------------------------------- results
@@ -635,7 +636,8 @@ def simplify(p: Problem, max_group: int = 32, max_rounds: int = 50, max_ideals: 
 
 
 def _simplify(p, max_group, max_rounds, max_ideals, chains, isolated, deadline, t0):
-    cur = p
+    # candidates are read from direct edges: implied ordering edges hide chains and regions
+    cur = drop_implied_edges(p)
     members = [[v] for v in range(p.n)]
     rules = [""] * p.n
     peaks = [0] * p.n
@@ -651,6 +653,7 @@ def _simplify(p, max_group, max_rounds, max_ideals, chains, isolated, deadline, 
         for c in groups:
             fused_by_rule[c.rule] = fused_by_rule.get(c.rule, 0) + 1
         nxt, node_ops = contract(cur, groups)
+        nxt = drop_implied_edges(nxt)  # contraction adds some
         deadline.check()
         history.append([([v for u in c.order for v in members[u]], c.rule) for c in groups])
         by_first = {c.order[0]: c for c in groups}
