@@ -308,11 +308,17 @@ def table(rows: list[dict]) -> str:
         ratio = r["default_bytes"] / r["patches_bytes"]
         diff = "0 (bit-equal)" if r["bit_equal"] else f"{r['patches_diff']:.2e}"
         se = f" SE: {r['se_patches']}" if r.get("se_patches") else ""
-        for g in (r.get("regions") or [])[1:]:  # every region after the first
-            se += (f"; then {g['grid']} @ {','.join(g['split'])} "
+        regs = r.get("regions") or []
+
+        def margins(g) -> str:
+            return " with margins" if g.get("padding") == "margins" else ""
+
+        for g in regs[1:]:  # every region after the first
+            se += (f"; then {g['grid']}{margins(g)} @ {','.join(g['split'])} "
                    f"(ops {g['region_start']}-{g['region_ops'] - 1})")
-        where = f"{r['grid']} @ {r['split']} ({r['region_ops']}){se}" if r["grid"] else \
-            f"none: {r['skipped']}"
+        first = margins(regs[0]) if regs else ""
+        where = f"{r['grid']}{first} @ {r['split']} ({r['region_ops']}){se}" if r["grid"] \
+            else f"none: {r['skipped']}"
         before = r["default_bytes"] + r["default_method_bytes"]
         after = r["patches_bytes"] + r["patches_method_bytes"]
         lines.append(
