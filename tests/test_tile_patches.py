@@ -53,7 +53,8 @@ def test_small_mobilenet_patched_equal_and_smaller(layout, integer):
     from memsched.patches.search import DEFAULT_GRIDS
 
     regions = str(a["memsched.patches_regions"]).split("; ")
-    grids = [r.split(":")[1].split("@")[0].replace("+keep", "") for r in regions]
+    grids = [r.split(":")[1].split("@")[0].replace("+keep", "").replace("+margins", "")
+             for r in regions]
     assert grids[0] == a["memsched.patches_grid"]
     assert all(tuple(int(g) for g in grid.split("x")) in DEFAULT_GRIDS for grid in grids)
     # each region starts where the one before ends
@@ -73,6 +74,28 @@ def test_small_mobilenet_patched_equal_and_smaller(layout, integer):
     patched = memsched.planned_bytes(mod, tile_patches=dict(time_limit=2), time_limit=2)
     # measured: float NCHW 74,752 / 73,728 -> 32,768 B; int8 NHWC 79,872 / 67,584 -> 32,768 B
     assert patched * 2 <= mas <= plain
+
+
+@pytest.mark.parametrize("layout,integer", [("NCHW", False), ("NHWC", True)])
+def test_margins_written_with_their_own_padding(layout, integer):
+    """Plans with margins: the region's convolutions and pools keep their Relax padding on
+    wider windows, no nn.pad is written, and the outputs equal the unpatched module's."""
+    mod = relax.transform.FoldConstant()(small_mobilenet(layout=layout, integer=integer))
+    tiled = TilePatches(grid=(2, 2), padding="margins", time_limit=2)(mod)
+    a = _attrs(tiled)
+    assert "memsched.patches_skipped" not in a, a
+    assert "+margins" in str(a["memsched.patches_regions"])
+    names = {str(b.value.op.name) for f in tiled.functions.values()
+             if isinstance(f, relax.Function) for blk in f.body.blocks for b in blk.bindings
+             if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)}
+    before = {str(b.value.op.name) for f in mod.functions.values()
+              if isinstance(f, relax.Function) for blk in f.body.blocks for b in blk.bindings
+              if isinstance(b.value, relax.Call) and isinstance(b.value.op, tvm.ir.Op)}
+    assert "relax.nn.pad" not in names - before
+    x = random_input(mod, 5)
+    _check_equal(_run(mod, x), _run(tiled, x), integer)
+    with pytest.raises(ValueError, match="padding"):
+        TilePatches(padding="same")
 
 
 def test_forced_grid_and_split():

@@ -259,7 +259,8 @@ class SpatialModel:
     # the adapter can write an operator with its own padding rule on a window of its input:
     # the search may price patches with margins (`patches.margins`); ``padding_rule``: how a
     # window operator pads a window -- "same" (TFLite: SAME by the window's size, or VALID),
-    # "fixed" (torch / ExecuTorch: its own amounts ``pad``, on both sides of each axis)
+    # "fixed" (torch / ExecuTorch: its own amounts ``pad``, on both sides of each axis),
+    # "declared" (Relax: its own amounts, ``pad`` before and ``pad_after`` after)
     implicit_padding: bool = False
     padding_rule: str = "same"
 

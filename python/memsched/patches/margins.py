@@ -45,8 +45,8 @@ def pad_rule(op: SOp, size: int, axis: int, rule: str = "same") -> str:
     the size: torch), ``explicit`` (a PAD operator), or "" (no margin plan)."""
     if op.kind in ("PAD", "PADV2"):
         return "explicit"
-    if rule == "fixed":
-        return "fixed"
+    if rule in ("fixed", "declared"):
+        return rule
     p, pa = op.pad[axis], op.pad_after[axis]
     if p == 0 and pa == 0:
         return "valid"
@@ -89,9 +89,9 @@ def _forward(sm: SpatialModel, region: Region, axis: int, start: dict):
         else:
             if rule == "same":
                 m, pb, pe = same_padding(n, k_, s, d)
-            elif rule == "fixed":
-                pb = pe = P
-                m = (n + 2 * P - eff) // s + 1
+            elif rule in ("fixed", "declared"):
+                pb, pe = P, (P if rule == "fixed" else op.pad_after[axis])
+                m = (n + pb + pe - eff) // s + 1
             elif rule == "valid":
                 pb = pe = 0
                 m = (n - eff) // s + 1

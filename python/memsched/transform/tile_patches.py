@@ -72,7 +72,8 @@ TVM_MEMORY = RuntimeMemory("tvm", TVM_MODEL)  # planned storage: activations onl
 
 def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
            time_limit: float = 10.0, se_patches: str | None = None,
-           max_regions: int = MAX_REGIONS, exact_reductions: bool = True) -> SearchResult:
+           max_regions: int = MAX_REGIONS, exact_reductions: bool = True,
+           padding: str | None = None) -> SearchResult:
     """The one patch search (`memsched.patches.search_regions`) under TVM's planned storage:
     ``time_limit`` for one region, half as much again for the regions after it."""
     sm = bm.sm
@@ -83,7 +84,7 @@ def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
                           grids=[tuple(grid)] if grid is not None else None, split=split,
                           max_overhead=max_overhead, time_limit=time_limit, exclude_split=bn,
                           se=True, se_patches=se_patches, max_regions=max_regions,
-                          exact_reductions=exact_reductions)
+                          exact_reductions=exact_reductions, padding=padding)
 
 
 # ---------------------------------------------------------------------------- the pass
@@ -117,11 +118,19 @@ class TilePatches:
         allows float sums, equal to the unpatched mean up to float reassociation (not
         bit-equal; e.g. an int8 .tflite imported by TVM's TFLite frontend, whose MEAN is a
         float32 sum of dequantized values).
+    padding : str, optional
+        ``"explicit"``: exact windows, ``nn.pad`` on patch borders; ``"margins"``: convolutions
+        and pools keep their own padding on windows as wide as the halo (no ``nn.pad``, fewer
+        crops, more MACs; `memsched.patches.margins`); None: the search prices both. Default
+        ``"explicit"``: TVM's planned storage keeps nothing per operator, so margins save only
+        the pads' activation copies, and on the MobileNetV2 table they never won while their
+        pricing took search time.
     """
 
     def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
                  time_limit: float = 10.0, functions=None, se_patches: str | None = None,
-                 max_regions: int = MAX_REGIONS, exact_reductions: bool = True):
+                 max_regions: int = MAX_REGIONS, exact_reductions: bool = True,
+                 padding: str | None = "explicit"):
         if grid is not None:
             if isinstance(grid, str):
                 grid = tuple(int(x) for x in grid.lower().split("x"))
@@ -134,6 +143,9 @@ class TilePatches:
             raise ValueError(f"se_patches must be 'recompute' or 'keep', not {se_patches!r}")
         if int(max_regions) < 1:
             raise ValueError("max_regions must be >= 1")
+        if padding not in (None, "explicit", "margins"):
+            raise ValueError(f"padding must be 'explicit' or 'margins', not {padding!r}")
+        self.padding = padding
         self.max_regions = int(max_regions)
         self.exact_reductions = bool(exact_reductions)
         self.se_patches = se_patches
@@ -167,7 +179,7 @@ class TilePatches:
             res = search(bm, max_overhead=self.max_overhead, grid=self.grid,
                          split=self.split, time_limit=self.time_limit,
                          se_patches=self.se_patches, max_regions=self.max_regions,
-                         exact_reductions=self.exact_reductions)
+                         exact_reductions=self.exact_reductions, padding=self.padding)
         except Refused as e:
             return self._skip(func, name, str(e))
         except (KeyboardInterrupt, MemoryError):

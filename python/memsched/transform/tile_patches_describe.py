@@ -171,8 +171,10 @@ def describe_block(func: relax.Function, block: relax.DataflowBlock) -> BlockMod
     outputs = [index[bd.var] for bd in op_bindings if not isinstance(bd.var, relax.DataflowVar)]
     for t in outputs:
         b.mark_output(gt[t])
+    # Relax convolutions and pools take their declared padding on any window: patches with
+    # margins (`memsched.patches.margins`) are written as such
     sm = SpatialModel(ops, tensors, [index[p] for p in params], outputs, macs=macs,
-                      name=b.name)
+                      name=b.name, implicit_padding=True, padding_rule="declared")
     return BlockModel(sm, b.build(), tensor_index, op_bindings, hoisted, var_of, paths_all,
                       layout, dtype_of)
 

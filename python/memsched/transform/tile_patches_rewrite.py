@@ -110,15 +110,18 @@ def _patched_bindings(bm: BlockModel, plan, tag: str = "") -> list:
                                        float(value.attrs.pad_value))
             elif name == "relax.nn.conv2d":
                 a = value.attrs
+                # margins: its own padding on the window; else none on a padded input
+                pad = tuple(int(p) for p in a.padding) if nd.implicit else 0
                 expr = relax.op.nn.conv2d(
-                    ins[0], value.args[1], tuple(a.strides), 0, tuple(a.dilation),
+                    ins[0], value.args[1], tuple(a.strides), pad, tuple(a.dilation),
                     int(a.groups), str(a.data_layout), str(a.kernel_layout),
                     None if a.out_layout is None else str(a.out_layout), a.out_dtype)
             elif name in ("relax.nn.max_pool2d", "relax.nn.avg_pool2d"):
                 a = value.attrs
                 f = relax.op.nn.max_pool2d if name == "relax.nn.max_pool2d" \
                     else relax.op.nn.avg_pool2d
-                expr = f(ins[0], tuple(a.pool_size), tuple(a.strides), 0, tuple(a.dilation),
+                pad = tuple(int(p) for p in a.padding) if nd.implicit else 0
+                expr = f(ins[0], tuple(a.pool_size), tuple(a.strides), pad, tuple(a.dilation),
                          False, bool(a.count_include_pad), str(a.layout),
                          None if a.out_layout is None else str(a.out_layout))
             elif op.kind == "alias":
