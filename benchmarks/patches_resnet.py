@@ -53,13 +53,6 @@ def what_binds() -> int:
     from memsched.tflite import tflm_memory as tm
     from memsched.tflite.tile import tile_tflite
 
-    def node_price(sm, nd, mem) -> int:
-        if nd.kind == "op":
-            op = sm.ops[nd.op]
-            return mem.price.op(op.kind, op.cout, mem.quantized, 1)
-        consts = tm.NEW_CONSTS[nd.kind]
-        return mem.price.op(tm.NODE_KIND[nd.kind], 0, mem.quantized, 1 + consts)
-
     for name, blocks in (("resnet8", 1), ("resnet20", 3)):
         data = resnet(blocks, name=name)
         _, res = tile_tflite(data, None, offline_plan=True)
@@ -73,7 +66,7 @@ def what_binds() -> int:
             count: Counter = Counter()
             for r in choice.sequence:
                 for nd in search.plans[r.key].nodes:
-                    by[nd.kind] += node_price(sm, nd, mem)
+                    by[nd.kind] += mem.node_persistent(sm, nd)
                     count[nd.kind] += 1
             return ", ".join(f"{k} {count[k]} nodes {by[k]:,} B" for k in sorted(by))
 

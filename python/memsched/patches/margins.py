@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .geometry import SOp, SpatialModel, Win, axis_read, same_padding
+from .geometry import SOp, SpatialModel, Win, same_padding
 from .region import PNode, PatchPlan, Refused, Region, axis_windows, grid_cells, reassemble
 
 # classes a margin plan runs (squeeze-and-excitation regions keep the exact plan)
@@ -126,20 +126,7 @@ def axis_margins(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int):
                                                axis, sm.padding_rule):
             raise Refused(f"operator {op.index} ({op.kind}): padding that is neither SAME "
                           "nor VALID")
-    held = axis_windows(sm, region, axis, lo, hi)
-    for k in region.ops:  # the input ranges the exact plan slices
-        op = sm.ops[k]
-        for t in op.inputs:
-            if t in region.inputs and op.output in held:
-                size = sm.tensors[t].shape[1 + axis]
-                a, b = held[op.output]
-                rng = axis_read(a, b, op.kernel[axis], op.stride[axis], op.dilation[axis],
-                                op.pad[axis], size) if op.cls == "window" else \
-                    (max(a, 0), min(b, size))
-                if rng[0] < rng[1]:
-                    old = held.get(t)
-                    held[t] = rng if old is None else (min(old[0], rng[0]),
-                                                       max(old[1], rng[1]))
+    held = axis_windows(sm, region, axis, lo, hi)  # the exact plan's ranges, inputs too
     reach = 1
     for k in region.ops:
         reach *= sm.ops[k].stride[axis] if sm.ops[k].cls == "window" else 1

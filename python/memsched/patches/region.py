@@ -357,7 +357,7 @@ def axis_windows(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int,
     """`windows` along one axis (0 = H, 1 = W) for cells covering ``[lo, hi)`` of the split
     tensors (or ``targets``: tensor -> range, one pass of a squeeze-and-excitation region):
     windows are rectangles whose bounding boxes split by axis, so a grid's windows are the
-    products of its row and column ranges."""
+    products of its row and column ranges. Region inputs included (the range sliced)."""
     lenient = targets is not None
     need: dict[int, list[tuple[int, int]]] = {t: [r] for t, r in (
         targets.items() if lenient else ((t, (lo, hi)) for t in region.split))}
@@ -383,6 +383,9 @@ def axis_windows(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int,
             else:
                 rng = (max(a, 0), min(b, size))
             need.setdefault(t, []).append(rng)
+    for t in region.inputs:  # the ranges the patches slice, as `windows` holds them
+        if t in need:
+            held[t] = (min(w[0] for w in need[t]), max(w[1] for w in need[t]))
     return held
 
 

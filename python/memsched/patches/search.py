@@ -282,7 +282,6 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         raise Refused("padding='margins': this runtime's adapter writes explicit padding only")
     # the plan with margins: asked for, or (default) tried on the best explicit candidates
     # below (pricing every candidate twice would halve what the time limit visits)
-    margins = [padding == "margins"]
     try_margins = padding is None and sm.implicit_padding
     t0 = time.perf_counter()
     model = memory.activations
@@ -369,7 +368,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             # a squeeze-and-excitation region: recompute or keep, both priced; with a
             # runtime that pads on windows, the plan with margins too
             variants = [(keep, False) for keep in modes] if is_se(sm, r) else \
-                [(False, m) for m in margins]
+                [(False, padding == "margins")]
             for mode in variants:
                 try:
                     # margins: the exact plan's MACs bound them from below (counted when

@@ -179,16 +179,17 @@ class TFLMMemory(RuntimeMemory):
             return 0
         return self.price.op(op.kind, op.cout, self.quantized, 1)
 
+    def node_persistent(self, sm: SpatialModel, nd) -> int:
+        """Persistent bytes of one node of a plan (`PNode`): its operator, op data, new tensors."""
+        if nd.kind == "op":
+            op = sm.ops[nd.op]
+            return self.price.op(op.kind, op.cout, self.quantized, 1)
+        consts = NEW_CONSTS[nd.kind] + (nd.kind == "pad" and nd.pad_value == PAD_MIN)
+        return self.price.op(NODE_KIND[nd.kind], 0, self.quantized, 1 + consts)
+
     def plan_persistent_delta(self, sm: SpatialModel, plan: PatchPlan) -> int:
         price, quantized = self.price, self.quantized
-        add = 0
-        for nd in plan.nodes:
-            if nd.kind == "op":
-                op = sm.ops[nd.op]
-                add += price.op(op.kind, op.cout, quantized, 1)
-            else:
-                consts = NEW_CONSTS[nd.kind] + (nd.kind == "pad" and nd.pad_value == PAD_MIN)
-                add += price.op(NODE_KIND[nd.kind], 0, quantized, 1 + consts)
+        add = sum(self.node_persistent(sm, nd) for nd in plan.nodes)
         if any(nd.kind == "slice" for nd in plan.nodes):
             add += price.eval_tensor  # the shared strides tensor
         removed = sum(price.op(sm.ops[k].kind, sm.ops[k].cout, quantized, 1)
