@@ -58,6 +58,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 
+from ..patches.budget import Clock
 from ..patches.region import Refused
 from ..patches.search import SearchResult
 from ..patches.sequence import MAX_REGIONS, search_regions
@@ -101,6 +102,9 @@ class TileReport:
     second_split: list = field(default_factory=list)
     second_region: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    # the stage the wall-clock time limit stopped the search in (`patches.budget.Clock`);
+    # empty: the work budgets alone decided, and any machine writes the same program
+    stopped_by_time_limit: str = ""
     # the method allocator's records of the described calls (`memsched.executorch.records`),
     # modelled: before, and what the patches add (priced in the choice with price_records)
     records_before: int = 0
@@ -201,6 +205,9 @@ def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
         rep.seconds = time.perf_counter() - t0
         return None, rep
     rep.peak_before = int(res.reordered.peak)
+    if res.stopped:
+        rep.stopped_by_time_limit = res.stopped
+        rep.notes.append(Clock.note_of(res.stopped))
     rep.macs_before = int(res.original.macs)
     rep.prefix_end = res.prefix_end
     rep.frontier = [f"{c.label}@{','.join(c.split)}:{c.peak}:{c.overhead:.3f}"

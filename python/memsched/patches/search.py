@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ..graph import OpGraph
 from ..memory import MemoryModel, Problem
+from .budget import Budget, Clock
 from .geometry import SOp, SpatialModel
 from .margins import plan_margins
 from .patched import heuristic_order, heuristic_peak, node_order, patch_order, \
@@ -40,8 +41,6 @@ from .region import (PatchPlan, Refused, Region, grid_macs, is_se, kept_floor, p
                      regions)
 
 MARGIN_TRIES = 8  # best explicit candidates also priced with margins (`margins`)
-ENUMERATE_SHARE = 0.3  # of the time limit: counting candidates' MACs (then building them)
-REFINE_SECONDS = 0.2  # the scheduler's limit per refined candidate
 REFINE_WINDOW = 1.25  # refine candidates whose heuristic total is within this of the best
 DEFAULT_GRIDS = ((1, 2), (2, 1), (1, 3), (3, 1), (2, 2), (1, 4), (4, 1), (2, 3), (3, 2),
                  (2, 4), (4, 2), (3, 3), (3, 4), (4, 3), (4, 4), (5, 5), (6, 6), (7, 7), (8, 8))
@@ -180,6 +179,10 @@ class SearchResult:
     suffix: list = field(default_factory=list, repr=False)
     max_end: int = 0  # the end of the deepest region of this search
     extended: int = 0  # sequences a next region was searched after (`sequence.search_regions`)
+    priced: int = 0  # candidates priced (the work `budget.Budget` counts)
+    # what the wall-clock safety net stopped (`budget.Clock`; None: the budgets alone decided,
+    # and the same input gives the same result on any machine)
+    stopped: str | None = None
     # candidates skipped only because of the operators after them (``extend``), and how to
     # price one of them: ``price(item)`` -> Candidate or None
     deferred: list = field(default_factory=list, repr=False)
@@ -225,7 +228,8 @@ class SearchResult:
                 "frontier": [c.as_dict() for c in self.frontier],
                 "candidates_evaluated": self.evaluated, "candidates_pruned": self.skipped,
                 "refused": self.refused, "prefix_end": self.prefix_end,
-                "bound": self.bound(self.choice),
+                "bound": self.bound(self.choice), "candidates_priced": self.priced,
+                "stopped_by_time_limit": self.stopped,
                 "seconds": round(self.seconds, 3)}
 
 
@@ -237,7 +241,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    starts=(0,), extra_grids=(), se: bool = False,
                    exact_reductions: bool = True, se_patches: str | None = None,
                    after: Candidate | None = None, incumbent: int | None = None,
-                   extend: bool = False, padding: str | None = None) -> SearchResult:
+                   extend: bool = False, padding: str | None = None,
+                   budget: Budget | None = None, clock: Clock | None = None) -> SearchResult:
     """Evaluate candidates (region, grid) under ``memory`` and return the frontier and the
     default choice.
 
@@ -247,17 +252,19 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     grid or a split forces a choice: the best candidate asked for, whatever it costs.
     ``frontier_overhead``: skip candidates above this MAC overhead (default: ``max(1,
     3*max_overhead)``; forced: none); ``certify``: refine the promising candidates and schedule
-    the frontier with the certified scheduler; ``time_limit``: seconds for the whole call (once
-    half of it is spent no new candidate is built); ``exclude_split``: ``sm`` tensors a region
-    must not end at (ones the runtime cannot reassemble by concatenation); ``starts``: the
-    operator indices a region may start at (the operators before run whole; default: the
-    model inputs only); ``extra_grids``: grids tried besides the default ones (not a forced
-    choice, e.g. `BAND_GRIDS`); ``se``: regions may contain squeeze-and-excitation blocks
-    (`region.regions`; only for runtimes whose adapter rewrites the reduce / vector / scale
-    nodes); ``exact_reductions``: only through reductions whose partial sums combine exactly
-    (False: float sums too, equal up to rounding; `geometry.inexact_reduction`);
-    ``se_patches``: how the passes after a reduction get their feature maps, ``"recompute"``
-    or ``"keep"`` (`region.plan_patches`; default: both priced, the evaluator chooses);
+    the frontier with the certified scheduler; ``budget``: the work it may do (`budget.Budget`:
+    candidates priced, scheduler calls and their A* states; the result depends on the input
+    alone); ``time_limit``: a wall-clock safety net in seconds (``clock``: a shared one), which
+    stops the search early and says so in ``SearchResult.stopped``; ``exclude_split``: ``sm``
+    tensors a region must not end at (ones the runtime cannot reassemble by concatenation);
+    ``starts``: the operator indices a region may start at (the operators before run whole;
+    default: the model inputs only); ``extra_grids``: grids tried besides the default ones (not
+    a forced choice, e.g. `BAND_GRIDS`); ``se``: regions may contain squeeze-and-excitation
+    blocks (`region.regions`; only for runtimes whose adapter rewrites the reduce / vector /
+    scale nodes); ``exact_reductions``: only through reductions whose partial sums combine
+    exactly (False: float sums too, equal up to rounding; `geometry.inexact_reduction`);
+    ``se_patches``: how the passes after a reduction get their feature maps, ``"recompute"`` or
+    ``"keep"`` (`region.plan_patches`; default: both priced, the evaluator chooses);
     ``padding``: ``"explicit"`` (exact windows, PADs on borders: `region.plan_patches`),
     ``"margins"`` (operators with their own padding on wider windows: `margins.plan_margins`,
     where ``sm.implicit_padding``); default: explicit, and the best candidates with margins too.
@@ -283,7 +290,10 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     # the plan with margins: asked for, or (default) tried on the best explicit candidates
     # below (pricing every candidate twice would halve what the time limit visits)
     try_margins = padding is None and sm.implicit_padding
-    t0 = time.perf_counter()
+    t0 = time.perf_counter()  # for the report only: the budgets decide, the clock only stops
+    budget = budget or Budget()
+    clock = clock or Clock(time_limit)
+    sched = budget.schedule_options()
     model = memory.activations
     forced = bool(grids) or split is not None
     grids = list(grids or DEFAULT_GRIDS + tuple(g for g in extra_grids
@@ -324,7 +334,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     reordered = Candidate([], [], 0, (1, 1), suffix[0], base_persist, total_macs, 0.0,
                           len(sm.ops), note="file order")
     if certify and after is None:
-        s = schedule(graph, "auto", model, time_limit=max(0.2, time_limit / 5))
+        s = schedule(graph, "auto", model, **sched)
         if s.peak <= reordered.peak:
             reordered.peak, reordered.note = int(s.peak), "scheduled"
         reordered.lower_bound, reordered.certified = int(s.lower_bound), bool(s.optimal)
@@ -347,18 +357,18 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     for op in sm.ops:
         region_price.append(region_price[-1] + memory.copy_price(op))
     # regions by start, then length; the grids side by side, so a long search drops the
-    # deepest regions (for every grid) when ENUMERATE_SHARE of the time limit is spent
+    # deepest regions (for every grid) when ``budget.enumerate`` MAC counts are spent
     over_cap: dict = {}
     margin_cache: dict = {}  # margin windows per region, axis and band count (`margins`)
     at = None
-    enumerate_until = t0 + ENUMERATE_SHARE * time_limit
+    counted = 0
     # with ``extend``, what bounds a candidate after it is the operators after the deepest
     # region (a next region may patch those before)
     max_end = max((r.length for r in regs), default=0)
     for r in regs:
         if r.start != at:
             over_cap, at = {g: 0 for g in grids}, r.start
-        if cands and time.perf_counter() > enumerate_until:
+        if cands and (counted >= budget.enumerate or clock.out("counting MACs")):
             break
         mac_cache: dict = {}  # this region's sums along one axis, per band count
         for gi, g in enumerate(grids):
@@ -373,6 +383,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                 try:
                     # margins: the exact plan's MACs bound them from below (counted when
                     # the plan is built: windows per band cost more than this loop may spend)
+                    counted += 1
                     pm = grid_macs(sm, r, g, mode[0], mac_cache)
                 except Refused as e:
                     _refuse(refused, sm, r, g, e)
@@ -387,7 +398,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             if fits or over:
                 over_cap[g] = 0 if fits else over_cap[g] + 1
     cands.sort(key=lambda c: c[:6])  # ties: the grids' order, then the regions'
-    evaluated = skipped = 0
+    evaluated = skipped = priced = 0
     results: list[Candidate] = []
     best_total = incumbent
     # with ``extend``: candidates skipped only because of the operators after them (a next
@@ -406,7 +417,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     def build(macs: int, r: Region, g, mode: tuple, limit) -> Candidate | None:
         """The candidate (region ``r``, grid ``g``, ``mode`` = (keep, margins)) priced by the
         evaluator; None when refused or when its bound reaches ``limit`` (None: no limit)."""
-        nonlocal evaluated, skipped
+        nonlocal evaluated, skipped, priced
         keep, margins = mode
         try:
             plan = plan_margins(sm, r, g, margin_cache) if margins else \
@@ -427,6 +438,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                 deferred.append((floor_ext + persist, macs, r, g, mode, False))
             return None
         length = r.length
+        priced += 1
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True, begin=begin)
         pp = Problem.from_graph(pg, model)
         part, order = heuristic_order(pg, plan, pp, baselines=False)
@@ -452,11 +464,11 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         plans[c.key] = plan
         return c
 
-    build_until = t0 + time_limit / 2
-    out_of_time = False
+    out_of_time = False  # out of budget (or, as a safety net, of time)
     for macs, patches, length, mode, _, _, g, r in cands:
         keep = mode[0]
-        out_of_time = out_of_time or bool(results and time.perf_counter() > build_until)
+        out_of_time = out_of_time or bool(results and (priced >= budget.priced or
+                                                       clock.out("pricing candidates")))
         # copies of the region's operators are the least the patches add to the persistent part
         floor, floor_ext = floors(r, keep)
         copies = base_persist + floor_persist + (patches - 1) * (
@@ -475,21 +487,22 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             best_total = c.total
     if try_margins:  # the same regions and grids with margins: no PADs, fewer crops
         for c in sorted(results, key=lambda c: (c.total, c.macs))[:MARGIN_TRIES]:
-            if c.keep or time.perf_counter() > t0 + time_limit:
+            if c.keep or clock.out("margins"):
                 continue
             m = build(c.macs, plans[c.key].region, c.grid, (False, True), best_total)
             if m is not None and (best_total is None or m.total < best_total):
                 best_total = m.total
     # refine: the scheduler on the patched prefix of the most promising candidates (the
-    # heuristic orders above can be 20 % off on the peak), best heuristic total first, within
-    # half the time limit; skipped: a candidate whose lower bound cannot beat the best refined
-    # total, or whose heuristic total is more than REFINE_WINDOW times it
-    deadline = t0 + time_limit  # the call's whole budget, candidate building included
-    refine_until = (t0 + time_limit / 2) if certify else 0.0
+    # heuristic orders above can be 20 % off on the peak), best heuristic total first, at most
+    # ``budget.refine`` of them; skipped: a candidate whose lower bound cannot beat the best
+    # refined total, or whose heuristic total is more than REFINE_WINDOW times it. Off by
+    # default: with the old 0.2 s per call the scheduler's order was rarely better than the
+    # heuristics' (its baselines, measured on MobileNetV2 @224), and one whose A* helps costs
+    # about a second per candidate
     best_refined = None
+    refined = 0
     for c in sorted(results, key=lambda c: (c.total, c.macs)):
-        left = refine_until - time.perf_counter()
-        if left <= 0:
+        if not certify or refined >= budget.refine or clock.out("refining"):
             break
         plan = plans[c.key]
         reassembly = _reassembly(sm, plan.region.split, model)
@@ -498,7 +511,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                                          c.total > REFINE_WINDOW * best_refined):
             continue
         pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True, begin=begin)
-        s = schedule(pg, "auto", model, time_limit=min(REFINE_SECONDS, left))
+        refined += 1
+        s = schedule(pg, "auto", model, **sched)
         if int(s.peak) < c.part_peak:
             c.node_order = node_order(pg, s.order)
         c.part_peak = min(c.part_peak, int(s.peak))
@@ -508,11 +522,16 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             best_refined = c.total
     frontier = pareto(results)
     if certify and frontier and after is None:
-        per = max(0.1, (deadline - time.perf_counter()) / max(len(frontier), 1))
-        for c in frontier:
+        # the candidates the choice is made from first (within the MAC budget unless forced),
+        # best total first, at most ``budget.certify`` of them
+        eligible = [c for c in sorted(frontier, key=lambda c: (
+            not forced and c.overhead > max_overhead + 1e-12, c.total, c.macs))]
+        for c in eligible[:budget.certify]:
+            if clock.out("certifying"):
+                break
             plan = plans[c.key]
             full = patched_graph(sm, graph, tensor_index, plan)
-            s = schedule(full, "auto", model, time_limit=per)
+            s = schedule(full, "auto", model, **sched)
             c.lower_bound = s.lower_bound
             if s.peak <= c.peak:
                 c.peak, c.node_order = s.peak, node_order(full, s.order)
@@ -527,7 +546,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     return SearchResult(original, frontier, choice, evaluated, skipped, refused, why,
                         time.perf_counter() - t0, plans, reordered, own, base_persist, inputs,
                         results, suffix, max_end, deferred=deferred,
-                        price=lambda item: build(item[1], item[2], item[3], item[4], None))
+                        price=lambda item: build(item[1], item[2], item[3], item[4], None),
+                        priced=priced, stopped=clock.stopped)
 
 
 def _reassembly(sm: SpatialModel, split, model: MemoryModel) -> int:

@@ -22,24 +22,28 @@ the adapters' second-region code tried first before issue 40), then every sequen
 total as it is (lowest first: a bound cannot tell a shallow sequence, its rest still to
 patch, from a deep one), each extended by the one-region search
 from its end (with the sequence's totals, the global best as incumbent), and (b) the
-candidates a search deferred: not visited in its time (by MACs, as the one-region search
+candidates a search deferred: not visited within its budget (by MACs, as the one-region search
 visits them), then those skipped only for the operators after them (a next region may patch
 those). A sequence whose bound (the largest part so far, the operators after the deepest
 region, the persistent bytes so far) cannot beat the best total is not extended, nor one
 another beats on part peak, persistent bytes and MACs at the same end. A sequence is kept
 only when it lowers the total: the search stops where no further region does (or at
-``max_regions`` / the time limit). On small models it visits every sequence the bound cannot
+``max_regions`` / the work budgets of `memsched.patches.budget`, which make the result a
+function of the input alone; the time limit is a safety net that says when it stopped it).
+On small models it visits every sequence the bound cannot
 exclude: exact for the evaluator
 (tests/test_patches_regions.py checks it against brute-force enumeration).
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import time
 
 from ..graph import OpGraph
 from ..memory import Problem
+from .budget import Budget, Clock
 from .geometry import SpatialModel
 from .region import PatchPlan
 from .search import Candidate, RuntimeMemory, SearchResult, choose, heuristic_peak, \
@@ -52,23 +56,29 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    memory: RuntimeMemory, *, max_regions: int = MAX_REGIONS,
                    max_overhead: float = 0.3, time_limit: float = 10.0,
                    extend_time: float | None = None, grids=None, split: str | None = None,
-                   certify: bool = True, **options) -> SearchResult:
-    """The patch search of every adapter: one region (`search_patches`, within
-    ``time_limit``), then up to ``max_regions`` regions in sequence (within ``extend_time``
-    more seconds; default ``time_limit / 2``). A forced ``grids`` / ``split`` asks for one
+                   certify: bool = True, budget: Budget | None = None,
+                   **options) -> SearchResult:
+    """The patch search of every adapter: one region (`search_patches`), then up to
+    ``max_regions`` regions in sequence, within the work ``budget`` (`budget.Budget`; the
+    result depends on the input alone). ``time_limit`` + ``extend_time`` (default
+    ``time_limit / 2``) seconds: the wall-clock safety net of the whole search; when it stops
+    the search, ``SearchResult.stopped`` says where. A forced ``grids`` / ``split`` asks for one
     region. Returns the one-region search's `SearchResult` with ``choice`` the best sequence's
     last region (``choice.sequence``: every region; ``plans_of(choice)``: their plans; its
     ``peak`` / ``persistent`` / ``macs`` the whole model's), ``candidates`` every one-region
     candidate. ``options``: the other parameters of `search_patches`."""
+    work = budget or Budget()
+    clock = Clock(time_limit + (time_limit / 2 if extend_time is None else extend_time))
     first = search_patches(sm, graph, tensor_index, memory, grids=grids, split=split,
-                           max_overhead=max_overhead, time_limit=time_limit, certify=certify,
+                           max_overhead=max_overhead, certify=certify, budget=work,
+                           clock=clock,
                            extend=max_regions > 1 and not grids and split is None, **options)
     if max_regions <= 1 or grids or split is not None or not first.candidates:
         return first
-    t0 = time.perf_counter()
-    deadline = t0 + (time_limit / 2 if extend_time is None else extend_time)
+    t0 = time.perf_counter()  # for the report only
+    priced = first.priced  # candidates priced so far (`Budget.total_priced`)
     total_macs = first.original.macs
-    budget = (1 + max_overhead) * total_macs + 1e-9 * max(total_macs, 1)
+    mac_budget = (1 + max_overhead) * total_macs + 1e-9 * max(total_macs, 1)
     bar = first.reordered.total if first.reordered is not None else first.original.total
     best = first.choice
     best_total = best.total if best is not None else bar
@@ -99,7 +109,7 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     def push(c: Candidate) -> None:
         # then by the total a sequence has as it is: a bound cannot tell a shallow sequence
         # (its rest still to patch) from a deep one, its total can
-        if len(c.sequence) < max_regions and c.macs <= budget and c.region_ops < max_end:
+        if len(c.sequence) < max_regions and c.macs <= mac_budget and c.region_ops < max_end:
             seed = len(c.sequence) == 1 and (c.region_start, c.region_ops) in seeds
             key = (0, bound(c)) if seed else (1, c.total)
             heapq.heappush(ext, (*key, c.macs, next(pushed), c))
@@ -108,7 +118,7 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         # the ones not visited first (each may be an answer itself), then those skipped for
         # the operators after them (only a next region can make them one)
         for item in res.deferred:
-            if item[1] <= budget:
+            if item[1] <= mac_budget:
                 seed = res is first and (item[2].start, item[2].length) in seeds
                 heapq.heappush(waiting, (not seed, not item[5], item[1], item[0], next(pushed),
                                          item, res))
@@ -129,17 +139,19 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     defer(first)
     extended = 0
     turn = 0
-    while time.perf_counter() < deadline:
+    while turn < work.steps and priced < work.total_priced and \
+            not clock.out("regions after the first"):
         turn += 1
         got = take(turn)
         if got is None:
             break
         c, owner = got
         if owner is not None:  # a deferred candidate: price it, then it waits its turn
+            priced += 1
             c = owner.price(c)
             if c is not None:
                 first.plans[c.key] = owner.plans[c.key]
-                if c.macs <= budget and c.overhead <= max_overhead + 1e-12 and \
+                if c.macs <= mac_budget and c.overhead <= max_overhead + 1e-12 and \
                         c.total < best_total:  # e.g. one the first search had no time for
                     best, best_total = c, c.total
                 push(c)
@@ -150,16 +162,18 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             continue  # another sequence to the same end is no worse on all three
         seen.append(key)
         extended += 1
-        left = deadline - time.perf_counter()
+        left = work.total_priced - priced
         # a share of what is left: the sequences after this one and the deferred candidates
         # get their turns too
+        share = dataclasses.replace(work, priced=max(1, min(left // 3, work.extend_priced)))
         res = search_patches(sm, graph, tensor_index, memory, max_overhead=max_overhead,
-                             time_limit=max(min(left / 3, time_limit / 4), 0.2),
                              certify=certify, after=c, incumbent=best_total,
-                             extend=len(c.sequence) + 1 < max_regions, **options)
+                             extend=len(c.sequence) + 1 < max_regions, budget=share,
+                             clock=clock, **options)
+        priced += res.priced
         first.plans.update(res.plans)
         first.refused += [r for r in res.refused if r not in first.refused]
-        ok = [n for n in res.candidates if n.macs <= budget]
+        ok = [n for n in res.candidates if n.macs <= mac_budget]
         pick = choose(ok, first.reordered or first.original, max_overhead)
         if pick is not None and pick.total < best_total:
             best, best_total = pick, pick.total
@@ -168,12 +182,12 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         defer(res)
     if best is not None and best is not first.choice:
         best.note = f"{len(best.sequence)} region" + ("s" if len(best.sequence) > 1 else "")
-        if certify:  # the whole patched graph, by the certified scheduler
+        if certify and not clock.out("certifying the sequence"):
+            # the whole patched graph, by the certified scheduler (bounded by work)
             from ..schedulers import schedule
 
             full = patched_graph(sm, graph, tensor_index, first.plans_of(best))
-            s = schedule(full, "auto", memory.activations,
-                         time_limit=max(0.2, min(2.0, deadline + 1.0 - time.perf_counter())))
+            s = schedule(full, "auto", memory.activations, **work.schedule_options())
             best.lower_bound = int(s.lower_bound)
             if s.peak <= best.peak:
                 best.peak = int(s.peak)
@@ -181,6 +195,8 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     first.choice = best
     first.seconds += time.perf_counter() - t0
     first.extended = extended
+    first.priced = priced
+    first.stopped = clock.stopped
     return first
 
 

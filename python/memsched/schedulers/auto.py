@@ -55,7 +55,10 @@ only when it completes; CP-SAT keeps its order only when it proves it (or stops 
 ``deterministic_time``). So the order is a function of the input and of which stages
 completed, and runs whose searches were all cut give the same heuristic order whatever their
 time limits. ``memory_limit`` caps what each A* may hold (bytes). CP-SAT runs one worker with a
-fixed ``seed``.
+fixed ``seed``. ``max_states`` caps each segment's A* (states): with ``time_limit=None``,
+``cpsat=False`` and ``interleave=False`` every stage is then bounded by work alone, and the
+result is the same on an idle and on a loaded machine (how the patch search prices candidates,
+`memsched.patches.budget`).
 
 ``segment_optimal=True`` proves every segment's own optimum (a per-segment memory profile that
 is optimal everywhere, and a harder benchmark than the global peak, which on ImageNet networks
@@ -158,24 +161,26 @@ class _Kernel:
 
 
 def _astar_stage(sub: Problem, upper, target: int, deadline: Deadline, kernel: _Kernel,
-                 on_progress, memory_limit):
+                 on_progress, memory_limit, max_states: int | None = None):
     """A* on one segment: the native kernel if available; else the Python search, and if that
     has not finished after a tenth of the budget, the native kernel when it may be loaded (and
-    enough time is left to pay for loading it)."""
+    enough time is left to pay for loading it). ``max_states``: a work cap (None: none)."""
     if kernel.fast is not None:
-        return kernel.fast(sub, upper, target, deadline, memory_limit=memory_limit)
+        return kernel.fast(sub, upper, target, deadline, max_states=max_states,
+                           memory_limit=memory_limit)
     if kernel.may_load and kernel.cheap:
         kernel.fast = _native_astar(True)
         kernel.may_load = False
         if kernel.fast is not None:
-            return kernel.fast(sub, upper, target, deadline, memory_limit=memory_limit)
+            return kernel.fast(sub, upper, target, deadline, max_states=max_states,
+                               memory_limit=memory_limit)
     first = deadline
     left = deadline.remaining()
     if kernel.may_load and left is not None:
         first = deadline.cap(max(0.5, 0.1 * left))
     info: dict = {}
-    o, pk, lb, st = astar(sub, upper, target, first, on_progress, memory_limit=memory_limit,
-                          info=info)
+    o, pk, lb, st = astar(sub, upper, target, first, on_progress, max_states=max_states,
+                          memory_limit=memory_limit, info=info)
     if lb >= pk or first is deadline or info["stopped"] != "time":
         return o, pk, lb, st
     left = deadline.remaining()
@@ -187,11 +192,11 @@ def _astar_stage(sub: Problem, upper, target: int, deadline: Deadline, kernel: _
     if deadline.remaining() is not None and deadline.remaining() <= 0.05:
         return o, pk, lb, st
     if kernel.fast is not None:
-        o2, pk2, lb2, st2 = kernel.fast(sub, (o, pk), target, deadline,
+        o2, pk2, lb2, st2 = kernel.fast(sub, (o, pk), target, deadline, max_states=max_states,
                                         memory_limit=memory_limit)
     else:
         o2, pk2, lb2, st2 = astar(sub, (o, pk), target, deadline, on_progress,
-                                  memory_limit=memory_limit)
+                                  max_states=max_states, memory_limit=memory_limit)
     return o2, pk2, max(lb, lb2), st + st2
 
 
@@ -371,7 +376,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                memory_limit: int | None = None, hmcos_work: int = MAX_WORK,
                segment_hmcos_work: int = SEGMENT_HMCOS_WORK,
                branch_share: float = BRANCH_SHARE, strong_bounds: bool = True,
-               interleave: bool = True):
+               interleave: bool = True, max_states: int | None = None):
     t0 = time.perf_counter()
     deadline = Deadline.of(deadline, time_limit)
     stats: dict = {"ops": p.n}
@@ -595,7 +600,7 @@ def solve_auto(p: Problem, time_limit: float | None = 10.0, progress=False, fuse
                                              max(goal(s), min(s["lb"], s["peak"])), a_deadline,
                                              kernel, (lambda n, k=k: report(k, len(subs),
                                                                              states + n))
-                                             if report else None, memory_limit)
+                                             if report else None, memory_limit, max_states)
                 t_astar += time.perf_counter() - t
                 states += st
                 _record(s, o, pk, lb, "astar")

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..patches import SpatialModel
+from ..patches.budget import Clock
 from ..patches.geometry import PAD_MIN
 from ..patches.region import PatchPlan, Refused
 from ..patches.search import BAND_GRIDS, Candidate, SearchResult
@@ -149,6 +150,8 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
         raise TileError(f"cannot tile {label!r}: {e}") from None
     choice = res.choice
     out = TileResult(res, choice, len(sm.ops), len(sm.ops))
+    if res.stopped:  # the safety net, not the work budgets: another machine may differ
+        out.notes.append(Clock.note_of(res.stopped))
     if g and not res.frontier:
         why = "; ".join(res.refused[:1]) or (
             f"no spatial region fits it (the spatial prefix ends at {res.prefix_end})")

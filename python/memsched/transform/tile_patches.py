@@ -191,10 +191,13 @@ class TilePatches:
             "memsched.patches_peak_before": int(res.reordered.peak),
             "memsched.patches_candidates": int(res.evaluated),
             "memsched.patches_prefix_end": res.prefix_end,
+            "memsched.patches_priced": int(res.priced),
             "memsched.patches_frontier": "; ".join(
                 f"{c.label}@{','.join(c.split)}:{c.peak}:{c.overhead:.3f}"
                 for c in res.frontier[:12]),
         }
+        if res.stopped:  # the safety net, not the work budgets: another machine may differ
+            attrs["memsched.patches_stopped_by_time_limit"] = res.stopped
         if choice is None:
             msg = "no patch grid lowers the peak within the MAC budget" if res.evaluated else \
                 "no candidate (region, grid) could be patched"

@@ -1,0 +1,84 @@
+"""The patch search's budgets: work counts that decide, a wall-clock limit that only stops.
+
+A compiler that writes different files for the same input cannot be cached, bisected or
+reviewed (issue 46). So every decision of the search (`search.search_patches`,
+`sequence.search_regions`) is bounded by the work it does, counted the same on every machine:
+
+* **candidates priced**: a (region, grid) candidate whose patched graph is built and ordered
+  by the heuristics (`search_patches`' ``build``, ~10-30 ms each on MobileNetV2 @224): what
+  the one-region search (``priced``), each search after a region (``extend_priced``) and the
+  whole sequence search (``total_priced``) may spend;
+* **steps** of the sequence search (sequences extended plus deferred candidates taken);
+* **scheduler calls** (``refine``, ``certify``): the certified scheduler run with
+  `SCHEDULE_OPTIONS`: no time limit, no CP-SAT, no interleaved turns, A* capped at
+  ``states``, so its order depends on the graph alone (`memsched.schedulers.auto`).
+
+``time_limit`` keeps its meaning as a safety net: past it the search stops where it is and
+returns the best so far, and says so (`Clock.stopped`, ``SearchResult.stopped``, the adapters'
+reports): only then can the same input give another file on a slower machine. The default
+budgets finish well inside the adapters' default limits on a busy 2-core machine.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+# measured on MobileNetV2-1.0 @224 under ExecuTorch's model (the largest table row): the
+# one-region search priced 180-290 candidates in the old 5-s share, the sequence search ~10
+# extensions; fewer candidates priced lost no table row (docs/patches*.md), see the defaults'
+# measurements in the commit that introduced them
+PRICED = 160  # candidates priced by the one-region search
+EXTEND_PRICED = 40  # ... by each search after a region
+TOTAL_PRICED = 400  # ... by the whole sequence search, the one-region search included
+STEPS = 40  # sequences extended + deferred candidates priced, after the one-region search
+REFINE = 0  # candidates whose patched prefix the scheduler re-orders (see search.py)
+CERTIFY = 2  # frontier candidates (best total first) the scheduler orders whole
+STATES = 2_000  # A* states per scheduler call
+ENUMERATE = 20_000  # (region, grid) MAC counts per one-region search
+
+
+@dataclass
+class Budget:
+    """Work budgets of one patch search (defaults: the module constants)."""
+
+    priced: int = PRICED
+    extend_priced: int = EXTEND_PRICED
+    total_priced: int = TOTAL_PRICED
+    steps: int = STEPS
+    refine: int = REFINE
+    certify: int = CERTIFY
+    states: int = STATES
+    enumerate: int = ENUMERATE
+
+    def schedule_options(self) -> dict:
+        """Options of `memsched.schedule` whose result depends on the graph alone: no time
+        limit, A* capped at ``states``, no CP-SAT (its turns are timed), no HMCOS and no
+        min-cut bounds (0.7-3 s each on a 500-op patched MobileNetV2 @224 graph, where they
+        rarely beat the search's own heuristic order)."""
+        return dict(time_limit=None, cpsat=False, interleave=False, hmcos=False,
+                    strong_bounds=False, max_states=self.states)
+
+
+class Clock:
+    """The safety net: a wall-clock deadline over a whole search (``time_limit`` seconds,
+    None: none). Read only to stop; ``stopped`` names the stage it stopped (None: it never
+    did, and the result is the budgets' alone)."""
+
+    __slots__ = ("end", "stopped")
+
+    def __init__(self, time_limit: float | None):
+        self.end = None if time_limit is None else time.perf_counter() + max(0.0, time_limit)
+        self.stopped: str | None = None
+
+    def out(self, stage: str) -> bool:
+        """True (and ``stopped`` set to ``stage`` the first time) once the limit has passed."""
+        if self.end is not None and time.perf_counter() > self.end:
+            self.stopped = self.stopped or stage
+            return True
+        return False
+
+    @staticmethod
+    def note_of(stopped: str) -> str:
+        """What a report says when the clock stopped the search in stage ``stopped``."""
+        return (f"the time limit stopped the patch search ({stopped}) before its work "
+                "budgets were spent: the result may differ on a faster or less loaded machine")
