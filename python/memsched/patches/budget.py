@@ -30,7 +30,7 @@ from dataclasses import dataclass
 PRICED = 160  # candidates priced by the one-region search
 EXTEND_PRICED = 40  # ... by each search after a region
 TOTAL_PRICED = 400  # ... by the whole sequence search, the one-region search included
-STEPS = 40  # sequences extended + deferred candidates priced, after the one-region search
+STEPS = 80  # sequences extended + deferred candidates priced (dominated sequences: free)
 REFINE = 0  # candidates whose patched prefix the scheduler re-orders (see search.py)
 CERTIFY = 2  # frontier candidates (best total first) the scheduler orders whole
 STATES = 2_000  # A* states per scheduler call

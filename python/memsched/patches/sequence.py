@@ -22,11 +22,13 @@ the adapters' second-region code tried first before issue 40), then every sequen
 total as it is (lowest first: a bound cannot tell a shallow sequence, its rest still to
 patch, from a deep one), each extended by the one-region search
 from its end (with the sequence's totals, the global best as incumbent), and (b) the
-candidates a search deferred: not visited within its budget (by MACs, as the one-region search
-visits them), then those skipped only for the operators after them (a next region may patch
-those). A sequence whose bound (the largest part so far, the operators after the deepest
-region, the persistent bytes so far) cannot beat the best total is not extended, nor one
-another beats on part peak, persistent bytes and MACs at the same end. A sequence is kept
+candidates a search deferred (not visited within its budget, or skipped only for the
+operators after them: a next region may patch those), lowest bound first: a shallow region
+whose part is small is the most promising start of a sequence, even when alone it is no
+answer (mbv2-0.35-144 in docs/patches.md). A sequence whose bound (the largest part so far,
+the operators after the deepest region, the persistent bytes so far) cannot beat the best
+total is not extended, nor one another beats on part peak, persistent bytes and MACs at the
+same end. A sequence is kept
 only when it lowers the total: the search stops where no further region does (or at
 ``max_regions`` / the work budgets of `memsched.patches.budget`, which make the result a
 function of the input alone; the time limit is a safety net that says when it stopped it).
@@ -90,8 +92,10 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         return max(max(r.part_peak for r in c.sequence), suffix[max_end]) + c.persistent
 
     # two queues, taken in turn: sequences to extend, by bound; candidates a search deferred
-    # (skipped for the operators after them, or not visited in its time), by MACs as the
-    # one-region search visits them. Each is skipped once its bound cannot beat the best.
+    # (skipped for the operators after them, or not visited within its budget), by their
+    # bound for the sequences through them (then MACs). Each is skipped once its bound cannot
+    # beat the best. A step (`Budget.steps`) is work: an extension or a deferred candidate
+    # priced; a sequence dominated at its end is dropped without one.
     ext: list = []
     waiting: list = []
     pushed = itertools.count()  # ties: first pushed first (never compares candidates)
@@ -115,17 +119,18 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             heapq.heappush(ext, (*key, c.macs, next(pushed), c))
 
     def defer(res: SearchResult) -> None:
-        # the ones not visited first (each may be an answer itself), then those skipped for
-        # the operators after them (only a next region can make them one)
+        # best first by their bound (not visited or skipped alike): before, the ones not
+        # visited came first, and a shallow region skipped for the operators after it (the
+        # best start of a sequence) waited behind hundreds of them past the step budget
         for item in res.deferred:
             if item[1] <= mac_budget:
                 seed = res is first and (item[2].start, item[2].length) in seeds
-                heapq.heappush(waiting, (not seed, not item[5], item[1], item[0], next(pushed),
+                heapq.heappush(waiting, (not seed, item[0], item[1], next(pushed),
                                          item, res))
 
     def take(turn: int):
         """The next entry worth a look (None: both queues done)."""
-        while waiting and waiting[0][3] >= best_total:
+        while waiting and waiting[0][1] >= best_total:
             heapq.heappop(waiting)
         while ext and bound(ext[0][-1]) >= best_total:
             heapq.heappop(ext)
@@ -159,6 +164,7 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         key = (max(r.part_peak for r in c.sequence), c.persistent, c.macs)
         seen = front.setdefault(c.region_ops, [])
         if any(all(a <= b for a, b in zip(o, key)) for o in seen):
+            turn -= 1  # no work: not a step
             continue  # another sequence to the same end is no worse on all three
         seen.append(key)
         extended += 1
