@@ -35,6 +35,9 @@ REFINE = 0  # candidates whose patched prefix the scheduler re-orders (see searc
 CERTIFY = 2  # frontier candidates (best total first) the scheduler orders whole
 STATES = 2_000  # A* states per scheduler call
 ENUMERATE = 20_000  # (region, grid) MAC counts per one-region search
+# the written model (TFLite: `memsched.tflite.tile`): its order and offline plan, once
+FINAL_STATES = 200_000  # A* states per segment of the certified scheduler on the whole model
+ARENA_NODES = 200_000  # nodes of the exact offline-plan packer (`memsched.arena.plan_exact`)
 
 
 @dataclass
@@ -49,6 +52,8 @@ class Budget:
     certify: int = CERTIFY
     states: int = STATES
     enumerate: int = ENUMERATE
+    final_states: int = FINAL_STATES
+    arena_nodes: int = ARENA_NODES
 
     def schedule_options(self) -> dict:
         """Options of `memsched.schedule` whose result depends on the graph alone: no time
@@ -57,6 +62,13 @@ class Budget:
         rarely beat the search's own heuristic order)."""
         return dict(time_limit=None, cpsat=False, interleave=False, hmcos=False,
                     strong_bounds=False, max_states=self.states)
+
+    def final_options(self) -> dict:
+        """Options of `memsched.schedule` for the written model's order, once per file: as
+        `schedule_options` (no clock, no CP-SAT) but with HMCOS and the min-cut bounds (both
+        bounded by work) and A* capped at ``final_states``."""
+        return dict(time_limit=None, cpsat=False, interleave=False,
+                    max_states=self.final_states)
 
 
 class Clock:

@@ -59,15 +59,17 @@ class ReorderResult:
                 "order": self.order}
 
 
-def offline_offsets(tg: TFLiteGraph, order, time_limit: float = 10.0,
-                    alignment: int = TFLM_ALIGNMENT, inplace_quantize: bool = False
-                    ) -> tuple[list[int], _arena.ArenaPlan]:
+def offline_offsets(tg: TFLiteGraph, order, time_limit: float | None = 10.0,
+                    alignment: int = TFLM_ALIGNMENT, inplace_quantize: bool = False,
+                    max_nodes: int | None = None) -> tuple[list[int], _arena.ArenaPlan]:
     """One offset per tensor of subgraph 0 (``-1`` for what TFLM plans itself) and the plan.
     ``inplace_quantize``: a `quantize_aliases` operator that runs first and whose float input
     is live at that step only (a leading QUANTIZE of a float model input) writes its output
     over its input, which starts at the output's offset (the input beyond the output is packed
     as its own rectangle at step 0; the packing or its mirror image, whichever leaves room
-    above the output). Kept when its arena is below the plain packing's."""
+    above the output). Kept when its arena is below the plain packing's. ``time_limit`` /
+    ``max_nodes``: the exact packer's limits (`memsched.arena.plan_exact`; ``time_limit=None``
+    and a ``max_nodes``: offsets that depend on the input alone)."""
     lts = lifetimes(tg, order)
     alias: dict[int, int] = {}  # input -> output
     if inplace_quantize:
@@ -87,7 +89,7 @@ def offline_offsets(tg: TFLiteGraph, order, time_limit: float = 10.0,
         # the rest of the input: live at step 0 only, with the output (nothing else is, but
         # other model inputs): packed as its own rectangle, so the arena holds the input then
         items.append(_arena.Lifetime(max(dict(lts)[x].size - sy, 0), 0, 0))
-    plan = _arena.plan(items, "auto", alignment, time_limit)
+    plan = _arena.plan(items, "auto", alignment, time_limit, max_nodes=max_nodes)
     _arena.verify(items, plan.offsets, alignment, plan.arena)
     offsets = [-1] * len(tg.subgraph.tensors or [])
     for (ti, _), off in zip(packed, plan.offsets):
@@ -106,7 +108,7 @@ def offline_offsets(tg: TFLiteGraph, order, time_limit: float = 10.0,
             arena = max(plan.arena, _arena.align_up(hi, alignment))
             if best is None or arena < best[0]:
                 best = (arena, offs)
-        plain = offline_offsets(tg, order, time_limit, alignment, False)
+        plain = offline_offsets(tg, order, time_limit, alignment, False, max_nodes)
         if best is None or best[0] >= plain[1].arena:
             return plain  # no gain: the input planned as any tensor
         arena, offs = best
@@ -148,12 +150,17 @@ def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = Fal
 
 def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: str | None = None,
                   offline_plan: bool = False, algorithm: str = "auto",
-                  time_limit: float | None = 60.0, arena_time_limit: float = 10.0,
-                  inplace_quantize: bool = False) -> tuple[bytes, ReorderResult]:
+                  time_limit: float | None = 60.0, arena_time_limit: float | None = 10.0,
+                  inplace_quantize: bool = False, schedule_options: dict | None = None,
+                  arena_nodes: int | None = None) -> tuple[bytes, ReorderResult]:
     """`reorder_tflite` of a model already in memory (``tg``: a parsed file, or a rewrite's
     model through `memsched.tflite.read.graph_of`); ``tg.model`` is reordered in place.
     ``inplace_quantize``: the offline plan runs float-to-int8 QUANTIZE operators in place
-    (`offline_offsets`). Returns (checked file bytes, result)."""
+    (`offline_offsets`). ``schedule_options``: the scheduler's options instead of
+    ``time_limit`` (`memsched.patches.budget.Budget.final_options`: bounded by work, so the
+    order depends on the model alone); ``arena_nodes``: the offline packer's node budget
+    (with ``arena_time_limit=None``: offsets that depend on the model alone). Returns (checked
+    file bytes, result)."""
     from ..schedulers import schedule
 
     t0 = time.perf_counter()
@@ -178,7 +185,8 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
     problem = Problem.from_graph(g, mm)
     base = list(range(len(g)))
     input_peak = problem.evaluate(base).peak
-    s = schedule(g, algorithm, mm, time_limit=time_limit)
+    s = schedule(g, algorithm, mm, **(schedule_options if schedule_options is not None
+                                       else {"time_limit": time_limit}))
     order = s.order if s.peak < input_peak else base
     peak = min(s.peak, input_peak)
     sg = tg.subgraph
@@ -207,7 +215,7 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
                              "re-planned the file's offline plan: it was not valid for its "
                              "own operator order")
     if action in ("written", "replanned"):
-        offsets, plan = offline_offsets(tg, order, arena_time_limit,
+        offsets, plan = offline_offsets(tg, order, arena_time_limit, max_nodes=arena_nodes,
                                         inplace_quantize=inplace_quantize)
         set_offline_plan(model, offsets)
         res.offline_arena, res.offline_optimal = plan.arena, bool(plan.optimal)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..patches import SpatialModel
-from ..patches.budget import Clock
+from ..patches.budget import Budget, Clock
 from ..patches.geometry import PAD_MIN
 from ..patches.region import PatchPlan, Refused
 from ..patches.search import BAND_GRIDS, Candidate, SearchResult
@@ -173,10 +173,17 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                              "tensors); offline_plan=True writes one for the patched model")
         # the rewritten model object is scheduled as it is: no serialise-and-parse round trip
         written = graph_of(model, tg.name, label)
-    left = time_limit - (time.perf_counter() - t0)  # the search had its share
+    # the written order and offline plan are bounded by work too (`Budget.final_options`,
+    # ``arena_nodes``), never by what time the search left: the same file on any machine
+    # (without the native packer, CP-SAT plans the offsets under a fixed time limit)
+    from ..packing import native_available
+
+    work = Budget()
     data, rr = reorder_model(written, label, out_label=dst, offline_plan=offline_plan,
                              inplace_quantize=offline_plan,
-                             time_limit=max(0.5, left / 2), arena_time_limit=max(0.5, left / 2))
+                             schedule_options=work.final_options(),
+                             arena_time_limit=None if native_available() else
+                             max(0.5, time_limit / 4), arena_nodes=work.arena_nodes)
     out.ops_after = rr.ops
     out.peak, out.lower_bound, out.optimal = rr.peak, rr.lower_bound, rr.optimal
     out.offline_arena = rr.offline_arena
