@@ -22,10 +22,11 @@ the adapters' second-region code tried first before issue 40), then every sequen
 total as it is (lowest first: a bound cannot tell a shallow sequence, its rest still to
 patch, from a deep one), each extended by the one-region search
 from its end (with the sequence's totals, the global best as incumbent), and (b) the
-candidates a search deferred (not visited within its budget, or skipped only for the
-operators after them: a next region may patch those), lowest bound first: a shallow region
-whose part is small is the most promising start of a sequence, even when alone it is no
-answer (mbv2-0.35-144 in docs/patches.md). A sequence whose bound (the largest part so far,
+candidates a search deferred, in two queues: those not visited within its budget (by MACs,
+as the one-region search visits them) and those skipped only for the operators after them
+(a next region may patch those; lowest bound first: a shallow region whose part is small is
+the most promising start of a sequence, even when alone it is no answer, mbv2-0.35-144 in
+docs/patches.md; once priced, extended by bound like the seeds). A sequence whose bound (the largest part so far,
 the operators after the deepest region, the persistent bytes so far) cannot beat the best
 total is not extended, nor one another beats on part peak, persistent bytes and MACs at the
 same end. A sequence is kept
@@ -91,13 +92,13 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         deepest region, its persistent bytes (extensions only add MACs and bytes)."""
         return max(max(r.part_peak for r in c.sequence), suffix[max_end]) + c.persistent
 
-    # two queues, taken in turn: sequences to extend, by bound; candidates a search deferred
-    # (skipped for the operators after them, or not visited within its budget), by their
-    # bound for the sequences through them (then MACs). Each is skipped once its bound cannot
-    # beat the best. A step (`Budget.steps`) is work: an extension or a deferred candidate
+    # three queues, taken in turn: sequences to extend; candidates a search deferred, not
+    # visited (by MACs) or skipped for the operators after them (by their bound for the
+    # sequences through them). Each is dropped once its bound cannot beat the best. A step (`Budget.steps`) is work: an extension or a deferred candidate
     # priced; a sequence dominated at its end is dropped without one.
     ext: list = []
-    waiting: list = []
+    unvisited: list = []  # deferred candidates the search did not visit
+    skipped: list = []  # ... it skipped for the operators after them
     pushed = itertools.count()  # ties: first pushed first (never compares candidates)
     front: dict = {}  # end -> [(part peak, persistent, MACs)] of the sequences extended there
 
@@ -110,34 +111,45 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     if ref is not None:
         seeds.add((ref.region_start, ref.region_ops))
 
-    def push(c: Candidate) -> None:
+    def push(c: Candidate, start: bool = False) -> None:
         # then by the total a sequence has as it is: a bound cannot tell a shallow sequence
         # (its rest still to patch) from a deep one, its total can
         if len(c.sequence) < max_regions and c.macs <= mac_budget and c.region_ops < max_end:
-            seed = len(c.sequence) == 1 and (c.region_start, c.region_ops) in seeds
+            # ``start``: a candidate skipped for the operators after it (its worth is what a
+            # next region leaves of it), taken by its bound like the seeds
+            seed = start or len(c.sequence) == 1 and (c.region_start, c.region_ops) in seeds
             key = (0, bound(c)) if seed else (1, c.total)
             heapq.heappush(ext, (*key, c.macs, next(pushed), c))
 
     def defer(res: SearchResult) -> None:
-        # best first by their bound (not visited or skipped alike): before, the ones not
-        # visited came first, and a shallow region skipped for the operators after it (the
-        # best start of a sequence) waited behind hundreds of them past the step budget
+        # the ones not visited by MACs, as the one-region search visits them (each may be an
+        # answer itself); those skipped for the operators after them by their bound (only a
+        # next region can make them one, and a shallow region with a small part is the best
+        # start of a sequence). Two queues: in one, a skipped shallow region waited behind
+        # hundreds not visited, past the step budget (mbv2-0.35-144 under TFLite)
         for item in res.deferred:
             if item[1] <= mac_budget:
                 seed = res is first and (item[2].start, item[2].length) in seeds
-                heapq.heappush(waiting, (not seed, item[0], item[1], next(pushed),
-                                         item, res))
+                key = (not seed, item[1], item[0]) if item[5] else (False, item[0], item[1])
+                heapq.heappush(unvisited if item[5] else skipped,
+                               (*key, next(pushed), item, res))
 
     def take(turn: int):
-        """The next entry worth a look (None: both queues done)."""
-        while waiting and waiting[0][1] >= best_total:
-            heapq.heappop(waiting)
+        """The next entry worth a look (None: every queue done): the three queues in turn,
+        an empty one's turn to the next."""
+        for q, at in ((unvisited, 2), (skipped, 1)):
+            while q and q[0][at] >= best_total:
+                heapq.heappop(q)
         while ext and bound(ext[0][-1]) >= best_total:
             heapq.heappop(ext)
-        if waiting and (turn % 2 or not ext):
-            *_, item, res = heapq.heappop(waiting)
-            return item, res
-        return (heapq.heappop(ext)[-1], None) if ext else None
+        for k in range(3):
+            q = (ext, unvisited, skipped)[(turn + k) % 3]
+            if q is ext and ext:
+                return heapq.heappop(ext)[-1], None
+            if q is not ext and q:
+                *_, item, res = heapq.heappop(q)
+                return item, res
+        return None
 
     for c in first.candidates:
         push(c)
@@ -151,6 +163,7 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         if got is None:
             break
         c, owner = got
+        start = owner is not None and not c[5]
         if owner is not None:  # a deferred candidate: price it, then it waits its turn
             priced += 1
             c = owner.price(c)
@@ -159,7 +172,7 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                 if c.macs <= mac_budget and c.overhead <= max_overhead + 1e-12 and \
                         c.total < best_total:  # e.g. one the first search had no time for
                     best, best_total = c, c.total
-                push(c)
+                push(c, start)
             continue
         key = (max(r.part_peak for r in c.sequence), c.persistent, c.macs)
         seen = front.setdefault(c.region_ops, [])

@@ -75,14 +75,16 @@ def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
            max_regions: int = MAX_REGIONS, exact_reductions: bool = True,
            padding: str | None = None) -> SearchResult:
     """The one patch search (`memsched.patches.search_regions`) under TVM's planned storage:
-    ``time_limit`` for one region, half as much again for the regions after it."""
+    ``time_limit`` + twice as much: the wall-clock safety net of the whole search (the work
+    budgets decide; on a loaded 2-core machine they take up to ~20 s on MobileNetV2 rows)."""
     sm = bm.sm
     # a batch norm's tuple cannot be reassembled by concat: its [0] is the split tensor
     bn = [t for t in sm.tensors if t in sm.producer and
           sm.ops[sm.producer[t]].kind == "nn.batch_norm"]
     return search_regions(sm, bm.graph, bm.tensor_index, TVM_MEMORY,
                           grids=[tuple(grid)] if grid is not None else None, split=split,
-                          max_overhead=max_overhead, time_limit=time_limit, exclude_split=bn,
+                          max_overhead=max_overhead, time_limit=time_limit,
+                          extend_time=2 * time_limit, exclude_split=bn,
                           se=True, se_patches=se_patches, max_regions=max_regions,
                           exact_reductions=exact_reductions, padding=padding)
 
