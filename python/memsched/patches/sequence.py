@@ -26,11 +26,11 @@ candidates a search deferred, in two queues: those not visited within its budget
 as the one-region search visits them) and those skipped only for the operators after them
 (a next region may patch those; lowest bound first: a shallow region whose part is small is
 the most promising start of a sequence, even when alone it is no answer, mbv2-0.35-144 in
-docs/patches.md; once priced, extended by bound like the seeds). A sequence whose bound (the largest part so far,
-the operators after the deepest region, the persistent bytes so far) cannot beat the best
-total is not extended, nor one another beats on part peak, persistent bytes and MACs at the
-same end. A sequence is kept
-only when it lowers the total: the search stops where no further region does (or at
+docs/patches.md; once priced, extended by bound like the seeds). A sequence whose bound (the
+largest part so far, the operators after the deepest region, the persistent bytes so far)
+cannot beat the best total is not extended, nor one another beats on part peak, persistent
+bytes and MACs at the same end. A sequence is kept only when it lowers the total: the
+search stops where no further region does (or at
 ``max_regions`` / the work budgets of `memsched.patches.budget`, which make the result a
 function of the input alone; the time limit is a safety net that says when it stopped it).
 On small models it visits every sequence the bound cannot
@@ -94,8 +94,9 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
 
     # three queues, taken in turn: sequences to extend; candidates a search deferred, not
     # visited (by MACs) or skipped for the operators after them (by their bound for the
-    # sequences through them). Each is dropped once its bound cannot beat the best. A step (`Budget.steps`) is work: an extension or a deferred candidate
-    # priced; a sequence dominated at its end is dropped without one.
+    # sequences through them). Each is dropped once its bound cannot beat the best. A step
+    # (`Budget.steps`) is work: an extension or a deferred candidate priced; a sequence
+    # dominated at its end is dropped without one.
     ext: list = []
     unvisited: list = []  # deferred candidates the search did not visit
     skipped: list = []  # ... it skipped for the operators after them
