@@ -20,6 +20,7 @@ from .check import check_graph_module
 from .errors import UnsupportedProgramError
 from .model import FastSignature, PlanFlags
 from .packer import ArenaReport, MemschedAlgo
+from .patch_layout import lower_layout_views
 from .reorder import OrderReport, reorder_graph_module
 
 DEFAULT_TIME_LIMIT = 10.0
@@ -137,6 +138,9 @@ def _pass_class():
             graph_signature = FastSignature.of(graph_signature)
             flags = self.flags()
             order, note = None, ""
+            # permutes that only rename the dims of a layout (a patch rewrite's changes of
+            # form on channels-last maps) become views: no copy, no planned bytes
+            lower_layout_views(graph_module)
             self._set_alloc_node_spec(graph_module)
             if self.reorder:
                 try:
