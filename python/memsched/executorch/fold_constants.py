@@ -24,10 +24,11 @@ ExecuTorch's default, the transposes at run time, not priced by the patch search
 
 The same switch runs ExecuTorch's ``QuantFusionPass`` first (reference ``dequantize -> op ->
 quantize`` patterns into quantized kernels). An fp32 program has no such pattern, and a
-program lowered by a backend (the Cortex-M flow's ``cortex_m::`` kernels) has none left; its
-dead-code elimination only drops nodes no output needs. Folded values are computed by the
-same ATen operators the portable kernels implement (a permute or view moves the bytes
-unchanged), so outputs stay those of ExecuTorch's default program.
+program lowered by a backend (the Cortex-M flow's ``cortex_m::`` kernels) has none left (a
+small int8 Cortex-M program keeps the same operators); its dead-code elimination only drops
+nodes no output needs, and constant propagation drops constants nothing reads. Folded values
+are computed by the same ATen operators the portable kernels implement (a permute or view
+moves the bytes unchanged), so outputs stay those of ExecuTorch's default program.
 """
 from __future__ import annotations
 
