@@ -42,7 +42,8 @@ from ..memory import MemoryModel
 from .errors import UnsupportedProgramError
 
 # sizes are pre-aligned; every counted tensor lives from its first to its last reference
-EXECUTORCH_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=False,
+# in-place: only the calls the graph marks (`inplace`: the Cortex-M quantize over its input)
+EXECUTORCH_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=True,
                                workspace=True, name="executorch", alignment=1)
 
 
@@ -351,7 +352,7 @@ def build_model(graph_module, graph_signature, flags: PlanFlags) -> ProgramModel
         v = b.op(name, kind, ins, [(_spec_name(roots[r], len(specs) + i), aligned_size(roots[r], a))
                                    for i, r in enumerate(outs)],
                  alias=not outs and kind == "view", source=g,
-                 extra_preds=sorted(extra[g]))
+                 extra_preds=sorted(extra[g]), inplace=_inplace_inputs(group, tid))
         for r, t in zip(outs, b.ops[v].outputs):
             tid[r] = t
             specs.append(roots[r])
@@ -367,6 +368,19 @@ def _spec_name(spec, i: int) -> str:
 
 
 # ---------------------------------------------------------------------- ExecuTorch's lifetimes
+def _inplace_inputs(group, tid) -> list[int]:
+    """The tensor a call of ``group`` may write its output over (`inplace`: the Cortex-M
+    quantize of a float tensor), for the model's in-place credit when it is read last."""
+    from .inplace import input_it_may_overwrite
+
+    out = []
+    for n in group or ():
+        x = input_it_may_overwrite(n)
+        if x is not None and "spec" in x.meta and id(storage_root(x.meta["spec"])) in tid:
+            out.append(tid[id(storage_root(x.meta["spec"]))])
+    return out
+
+
 def lifetimes_of_nodes(nodes, graph_signature, flags: PlanFlags, planned=None,
                        refs=None) -> dict:
     """``{id(root spec): [start, end, spec]}`` for the planned specs, from the node order
@@ -402,5 +416,12 @@ def liveness_peak(nodes, graph_signature, flags: PlanFlags, planned, refs=None) 
     """Largest sum of planned (aligned) bytes live at one node index of ``nodes``."""
     from ..arena_problem import max_live
 
+    from .inplace import pairs_in
+
     life = lifetimes_of_nodes(nodes, graph_signature, flags, planned, refs)
+    # a quantize writing over the float input it reads last holds one of the two at its call
+    for i, si, so in pairs_in(nodes):
+        f, q = life.get(id(si)), life.get(id(so))
+        if f is not None and q is not None and f[1] == i and q[1] > i:
+            q[0] = i + 1
     return max_live([(aligned_size(s, flags.alignment), lo, hi) for lo, hi, s in life.values()])

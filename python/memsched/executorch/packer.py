@@ -54,7 +54,6 @@ class MemschedAlgo:
     def __call__(self, alignment, specs, graph_module, graph_signature, extra_padding=0):
         from executorch.exir.memory_planning import MemoryAlgoResult, SpecAllocResult, greedy
 
-        from ..arena import Lifetime, plan
 
         specs = list(specs)
         g = greedy(alignment, specs, graph_module, graph_signature, extra_padding)
@@ -72,9 +71,8 @@ class MemschedAlgo:
         for mem_id, roots in sorted(roots_by_arena.items()):
             t0 = time.perf_counter()
             base = reserve[mem_id] if len(reserve) > mem_id else 0
-            lts = [Lifetime(s.allocated_memory, s.lifetime[0], s.lifetime[1]) for s in roots]
-            p = plan(lts, "auto", alignment=alignment,
-                     time_limit=10.0 if self.time_limit is None else self.time_limit)
+            share = _inplace(self.top if self.top is not None else graph_module, roots)
+            p = self._pack(roots, share, alignment)
             mine = base + p.arena + extra_padding
             greedy_bytes = greedy_sizes[mem_id]
             lower = base + p.lower_bound + extra_padding
@@ -98,13 +96,68 @@ class MemschedAlgo:
                 bufsizes[mem_id] = greedy_bytes
             check_placements(
                 [(s, result.spec_dict[s].mem_offset) for s in arena_specs],
-                bufsizes[mem_id], where=f"arena {mem_id}")
+                bufsizes[mem_id], where=f"arena {mem_id}",
+                shared=[(si, so) for _, si, so in share] if chosen == "memsched" else ())
             top = self.top is None or graph_module is self.top
             self.reports.append(ArenaReport(
                 "top" if top else "submodule", mem_id, len(roots), greedy_bytes, bufsizes[mem_id],
                 min(lower, bufsizes[mem_id]), bufsizes[mem_id] <= lower, chosen,
                 time.perf_counter() - t0))
         return result
+
+
+    def _pack(self, roots, share, alignment):
+        """memsched's packing of ``roots``; a quantize that may write over its input
+        (`inplace`) is packed as starting after it, then placed where the kernel's rule
+        allows (on its input, if that place is free), else packed as usual."""
+        from ..arena import Lifetime, plan
+
+        limit = 10.0 if self.time_limit is None else self.time_limit
+        at = {id(s): k for k, s in enumerate(roots)}
+        lts = [Lifetime(s.allocated_memory, s.lifetime[0], s.lifetime[1]) for s in roots]
+        moved = list(lts)
+        for i, si, so in share:
+            moved[at[id(so)]] = Lifetime(so.allocated_memory, i + 1, so.lifetime[1])
+        if share:
+            p = plan(moved, "auto", alignment=alignment, time_limit=limit)
+            offsets = list(p.offsets)
+            if all(_place(offsets, lts, at[id(si)], at[id(so)], si, so, p.arena)
+                   for _, si, so in share):
+                p.offsets = offsets
+                return p
+        return plan(lts, "auto", alignment=alignment, time_limit=limit)
+
+
+def _inplace(graph_module, roots) -> list:
+    """The in-place quantizes (`inplace.pairs`) whose two tensors are roots of this arena and
+    whose output outlives the call."""
+    from .inplace import pairs
+
+    ids = {id(s) for s in roots}
+    return [(i, si, so) for i, si, so in pairs(graph_module)
+            if id(si) in ids and id(so) in ids and si.lifetime[1] == i and
+            so.lifetime[1] > i]
+
+
+def _place(offsets, lts, fi, qi, si, so, arena) -> bool:
+    """Keep the output where the kernel's rule allows it (`inplace.may_share`, or apart from
+    its input), else move it onto its input when nothing else is there over its lifetime."""
+    from .inplace import may_share
+
+    def overlaps(k, off):
+        a = lts[k]
+        return off < offsets[k] + a.size and offsets[k] < off + lts[qi].size
+
+    if not overlaps(fi, offsets[qi]) or may_share(si, so, offsets[fi], offsets[qi]):
+        return True
+    off, q = offsets[fi], lts[qi]
+    if off + q.size > arena:
+        return False
+    for k, a in enumerate(lts):
+        if k not in (fi, qi) and a.start <= q.end and q.start <= a.end and overlaps(k, off):
+            return False
+    offsets[qi] = off
+    return True
 
 
 class _idset:

@@ -14,6 +14,7 @@ from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, S
 from ..patches.region import Refused, partial_se_blocks
 from ..patches.search import RuntimeMemory
 from . import patch_cortex_m as _cm
+from .inplace import input_it_may_overwrite
 from .model import EXECUTORCH_MODEL
 from .records import node_call_bytes
 
@@ -197,8 +198,10 @@ def describe_graph(gm, planned_inputs: bool = True) -> EdgeModel:
             vals = _val(n)
             outs.append((f"{n.name}.rest",
                          _nbytes(vals[1:]) if isinstance(vals, (tuple, list)) else 0))
+        x = input_it_may_overwrite(n)  # the quantize over its float input
         vid = b.op(n.name, op.kind, [gt[t] for t in dict.fromkeys(ins)], outs, source=("op", k),
-                   workspace=op.workspace)
+                   workspace=op.workspace,
+                   inplace=[gt[t] for t in ins if x is not None and node_of.get(t) is x])
         gt[out] = b.ops[vid].outputs[0]
         tensor_index.append(out)
         if len(outs) > 1:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 NATIVE, NHWC = "native", "nhwc"
 TO_NHWC, TO_NATIVE = (0, 2, 3, 1), (0, 3, 1, 2)
+CHANNELS_LAST = (0, 2, 3, 1)
 # plan node kinds that cut or reassemble: they run on the NHWC form
 _ON_NHWC = ("slice", "pad", "concat")
 
@@ -60,27 +61,6 @@ def conversions(plan) -> set[tuple]:
     return need
 
 
-def permuted_val(fake, v, perm):
-    """The fake value of ``permute(v, perm)`` with the strides of the same bytes (a permute
-    of a view, not a contiguous copy): what ExecuTorch records as the result's dim order."""
-    import torch
-
-    with fake:
-        return torch.empty_strided([int(v.shape[p]) for p in perm],
-                                   [int(v.stride()[p]) for p in perm], dtype=v.dtype,
-                                   device=v.device)
-
-
-MARK = "memsched_layout_view"
-
-
-def mark(node):
-    """Mark a layout view with the dim order of its result: ExecuTorch's passes after the
-    rewrite re-run ``permute_copy`` on fake tensors, which makes its result contiguous."""
-    node.meta[MARK] = tuple(int(d) for d in node.meta["val"].dim_order())
-    return node
-
-
 def same_bytes(in_dim_order, perm, out_dim_order) -> bool:
     """Whether ``permute(x, perm)`` with output dim order ``out_dim_order`` has the same bytes
     in the same order as ``x`` with ``in_dim_order``: output dim ``d`` is input dim
@@ -97,44 +77,68 @@ def _strides(shape, dim_order) -> tuple:
     return tuple(out)
 
 
+def _is(node, name: str) -> bool:
+    return getattr(node, "op", None) == "call_function" and name in str(node.target)
+
+
 def lower_layout_views(graph_module) -> int:
-    """Replace, in ``graph_module`` after ``ToOutVarPass``, each ``permute_copy.out`` whose
-    output has its input's bytes in the same order (`same_bytes`) by ``memory.view`` on the
-    input's storage, with the output's own dim order (ExecuTorch's views are contiguous:
-    ``_ViewSpec`` is given the permute's strides). Not for graph outputs (the runtime may
-    repoint them) or inputs without a spec. Returns how many; the emitter elides planned
-    static views (no instruction, a tensor record)."""
+    """Turn, in ``graph_module`` after ``ToOutVarPass``, the layout changes that keep every
+    byte in place into ``memory.view`` on the input's storage with the result's own dim order
+    (ExecuTorch's ``_ViewSpec`` is contiguous: it is given the result's strides):
+
+    * ``permute_copy.out`` whose result has its input's bytes in the same order
+      (`same_bytes`): a channels-last map seen as NHWC;
+    * ``_clone_dim_order.out(permute_copy.out(x, perm), dim_order=d)`` with the permute read
+      by the clone only and ``same_bytes(x, perm, d)``: NHWC bytes seen as channels-last
+      NCHW (two copies in eager, none here).
+
+    Not for graph outputs (the runtime may repoint them), constants or inputs without a spec.
+    Returns how many; the emitter elides planned static views (no instruction, one tensor
+    record each)."""
     from executorch.exir import memory
     from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec
 
+    graph = graph_module.graph
     done = 0
-    for n in list(graph_module.graph.nodes):
-        if n.op != "call_function" or "permute_copy" not in str(n.target) or \
-                not str(n.target).endswith(".out") and \
-                "out" not in str(getattr(n.target, "_overloadname", "")):
-            continue
-        x, perm = n.args[0], n.args[1]
-        out = n.kwargs.get("out")
-        spec = n.meta.get("spec")
-        if not hasattr(x, "meta") or "spec" not in x.meta or spec is None or \
-                any(u.op == "output" for u in n.users):
-            continue
-        base = x.meta["spec"]
-        dim_order = n.meta.get(MARK, tuple(spec.dim_order))
-        if getattr(base, "const", False) or not same_bytes(base.dim_order, perm, dim_order):
-            continue
-        shape = list(spec.shape)
-        view = _ViewSpec(base, shape)
-        view.dim_order = tuple(dim_order)
-        view.stride = _strides(shape, dim_order)
-        n.target = memory.view
-        n.args = (x, shape)
-        n.kwargs = {}
+
+    def to_view(n, x, dim_order, drop=()):
+        shape = list(n.meta["spec"].shape)
+        view = _ViewSpec(x.meta["spec"], shape)
+        view.dim_order = tuple(int(d) for d in dim_order)
+        view.stride = _strides(shape, view.dim_order)
+        allocs = [a for a in [n.kwargs.get("out")] + [d.kwargs.get("out") for d in drop]
+                  if hasattr(a, "op")]
+        n.target, n.args, n.kwargs = memory.view, (x, shape), {}
         n.meta["spec"] = view
-        if out is not None and hasattr(out, "op") and not out.users:
-            graph_module.graph.erase_node(out)
-        done += 1
+        for d in drop:
+            graph.erase_node(d)
+        for a in allocs:
+            if not a.users:
+                graph.erase_node(a)
+
+    def usable(n, x) -> bool:
+        return hasattr(x, "meta") and "spec" in x.meta and "spec" in n.meta and \
+            not getattr(x.meta["spec"], "const", False) and \
+            not any(u.op == "output" for u in n.users)
+
+    for n in list(graph.nodes):
+        if n.graph is not graph or n.op != "call_function":
+            continue
+        if _is(n, "_clone_dim_order") and _is(n.args[0], "permute_copy") and \
+                len(n.args[0].users) == 1:
+            p = n.args[0]
+            x, perm, d = p.args[0], p.args[1], n.kwargs.get("dim_order")
+            if d is not None and usable(n, x) and \
+                    same_bytes(x.meta["spec"].dim_order, perm, d):
+                to_view(n, x, d, drop=(p,))
+                done += 1
+        elif _is(n, "permute_copy") and n.kwargs.get("out") is not None:
+            x, perm = n.args[0], n.args[1]
+            if usable(n, x) and same_bytes(x.meta["spec"].dim_order, perm,
+                                           n.meta["spec"].dim_order):
+                to_view(n, x, n.meta["spec"].dim_order)
+                done += 1
     if done:
-        graph_module.graph.lint()
+        graph.lint()
         graph_module.recompile()
     return done

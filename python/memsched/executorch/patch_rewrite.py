@@ -26,6 +26,7 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
     (values added, instructions added). ``order``: the plan's node ids in the order to write
     them (the search's priced schedule, `Candidate.node_order`; default: the plan's order).
     ExecuTorch runs the graph's node order, and its planner keeps it unless it finds better."""
+    import torch
     from executorch.exir.dialects._ops import ops as exir_ops
     from torch._guards import detect_fake_mode
 
@@ -79,10 +80,17 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
             return node
         key = (("in", s[1]) if isinstance(s, tuple) else s, form)
         if key not in views:
-            perm = _layout.TO_NHWC if form == _layout.NHWC else _layout.TO_NATIVE
-            views[key] = _layout.mark(call(aten.permute_copy.default, [node, list(perm)],
-                                           val=_layout.permuted_val(fake, node.meta["val"],
-                                                                    perm)))
+            if form == _layout.NHWC:  # a channels-last map's bytes, seen as NHWC: contiguous
+                views[key] = call(aten.permute_copy.default, [node, list(_layout.TO_NHWC)])
+            else:  # NHWC bytes seen as NCHW are channels-last: say so (fake and eager alike)
+                p = call(aten.permute_copy.default, [node, list(_layout.TO_NATIVE)])
+                with graph.inserting_before(first):
+                    views[key] = graph.call_function(
+                        exir_ops.edge.dim_order_ops._clone_dim_order.default, (p,),
+                        {"dim_order": list(_layout.CHANNELS_LAST)})
+                with fake:
+                    views[key].meta["val"] = p.meta["val"].clone(
+                        memory_format=torch.channels_last)
         return views[key]
 
     order = list(range(len(plan.nodes))) if order is None else list(order)
