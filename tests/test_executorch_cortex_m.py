@@ -227,3 +227,43 @@ def test_random_cortex_m_stacks_run_bit_equal(kernels, layers, grid, planned):
     rep, *_ = _runs_bit_equal(nn.Sequential(*mods), (1, 3, 24, 24), whole=True, grid=grid,
                               planned=planned)
     assert rep.patches.region_ops >= 2 + len(layers)  # every random layer patched
+
+
+def test_checker_accepts_exactly_the_quantize_alias():
+    """The int8 output may start at most 3 bytes above the float input it overwrites (the
+    kernel's forward loop); any other overlap is an error."""
+    from memsched.executorch.check import check_intervals
+    from memsched.executorch.errors import PlanCheckError
+
+    class Spec:
+        def __init__(self, dtype):
+            self.dtype, self.storage_base = dtype, None
+
+    f, q, other = Spec(torch.float32), Spec(torch.int8), Spec(torch.int8)
+    for off in (96, 100, 103):
+        check_intervals([(f, 0, 5, 100, 400), (q, 3, 9, off, 100)], 1000, shared=[(f, q)])
+    for items, shared in (([(f, 0, 5, 100, 400), (q, 3, 9, 104, 100)], [(f, q)]),
+                          ([(f, 0, 5, 100, 400), (q, 3, 9, 100, 100)], []),
+                          ([(f, 0, 5, 100, 400), (other, 3, 9, 100, 100)], [(f, q)])):
+        with pytest.raises(PlanCheckError):
+            check_intervals(items, 1000, shared=shared)
+
+
+def test_in_place_quantize_runs_bit_equal(kernels):
+    """With the model's input planned, the float input's quantize writes over it: fewer
+    planned bytes than ExecuTorch's default, reported = written, outputs bit-equal."""
+    torch.manual_seed(2)
+    edge, x = _edge(_small(), (1, 3, 32, 32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        base = copy.deepcopy(edge).to_executorch()
+        config = mx.backend_config(time_limit=3.0)
+        ours = copy.deepcopy(edge).to_executorch(config)
+    rep = list(mx.report(config).values())[0]
+    planned = sum(pte.planned_sizes(ours.buffer)["forward"][1:])
+    default = sum(pte.planned_sizes(base.buffer)["forward"][1:])
+    assert planned == rep.planned_bytes < default
+    # the float input and its int8 copy are both live at the quantize without the alias
+    assert default - planned >= 32 * 32 * 3
+    a, b = host_kernels.run(base.buffer, [x]), host_kernels.run(ours.buffer, [x])
+    assert all(torch.equal(u, v) for u, v in zip(a, b))
