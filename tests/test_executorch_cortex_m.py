@@ -186,6 +186,7 @@ def test_small_model_runs_bit_equal_with_zero_point_borders(kernels):
     assert zps - {0}
 
 
+@pytest.mark.heavy  # the random stacks cover max pools and residuals in the default run
 def test_max_pool_and_residual_run_bit_equal(kernels):
     torch.manual_seed(1)
     model = nn.Sequential(_cba(3, 8, 3, 1), nn.MaxPool2d(3, 2, 1), Block(8, 8, 1),
