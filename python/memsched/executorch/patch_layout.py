@@ -103,7 +103,10 @@ def lower_layout_views(graph_module) -> int:
 
     def to_view(n, x, dim_order, drop=()):
         shape = list(n.meta["spec"].shape)
-        view = _ViewSpec(x.meta["spec"], shape)
+        base = x.meta["spec"]
+        while isinstance(base, _ViewSpec):  # a view of a view shares the first's storage
+            base = object.__getattribute__(base, "_base")
+        view = _ViewSpec(base, shape)
         view.dim_order = tuple(int(d) for d in dim_order)
         view.stride = _strides(shape, view.dim_order)
         allocs = [a for a in [n.kwargs.get("out")] + [d.kwargs.get("out") for d in drop]
