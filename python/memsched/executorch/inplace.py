@@ -66,8 +66,6 @@ def pairs(graph_module) -> list[tuple]:
 
 def pairs_in(nodes) -> list[tuple]:
     """`pairs` for the node order ``nodes``."""
-    from .model import storage_root
-
     index = {n: i for i, n in enumerate(nodes)}
     out = []
     for i, n in enumerate(nodes):
@@ -75,8 +73,8 @@ def pairs_in(nodes) -> list[tuple]:
         if x is None or "spec" not in x.meta or output_spec(n) is None:
             continue
         si, so = x.meta["spec"], output_spec(n)
-        if getattr(si, "const", False) or storage_root(si) is not si or \
-                storage_root(so) is not so:
+        if getattr(si, "const", False) or getattr(si, "storage_base", None) is not None or \
+                getattr(so, "storage_base", None) is not None:
             continue
         if any(index[u] > i or u.op == "output" or "view" in str(u.target) for u in x.users):
             continue
