@@ -168,7 +168,7 @@ def test_small_model_runs_bit_equal_with_zero_point_borders(kernels):
                               edge=copy.deepcopy(edge))
     assert rep.patches.grid == "2x2" and rep.patches.region_ops >= 6
     # the same rewrite on the edge graph: border pads on the NHWC form, with the zero point
-    # of the convolution that reads them (through the view back to channels-last)
+    # of the convolution that reads them (through the views back to channels-last)
     edge = edge[0]
     new, _ = mx.tile_graph_module(edge.exported_program().graph_module, grid=(2, 2),
                                   split="cortex_m_quantized_add_default", max_overhead=10.0)
@@ -177,8 +177,9 @@ def test_small_model_runs_bit_equal_with_zero_point_borders(kernels):
     zps = set()
     for p in pads:
         assert p.args[1][:2] == [0, 0]  # NHWC: channels are never padded
-        (view,) = p.users
-        assert "permute_copy" in str(view.target)
+        (permute,) = p.users  # back to channels-last: permute, then declare the dim order
+        (view,) = permute.users
+        assert "permute_copy" in str(permute.target) and "_clone_dim_order" in str(view.target)
         readers = [u for u in view.users if cm.op_name(u.target) in cm.INPUT_OFFSET]
         for r in readers:
             assert p.args[2] == -int(r.args[cm.INPUT_OFFSET[cm.op_name(r.target)]])
