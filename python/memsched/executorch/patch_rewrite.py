@@ -101,40 +101,30 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
         form = _layout.form_of(nd.kind) if cl else _layout.NATIVE
         ins = [src(s, form) for s in nd.inputs]
         dtype = em.dtype_of.get(nd.tensor)
-        if nd.kind == "slice" and cl:  # the NHWC form [N, H, W, C], contiguous
+        # H and W of the form the cutting nodes run on: NHWC on channels-last maps
+        # (patch_layout), NCHW otherwise; the plan's axes are 1 (H) and 2 (W)
+        hd, wd = (1, 2) if cl else (2, 3)
+        like = _nhwc if cl else _windowed
+        if nd.kind == "slice":
             x, base = ins[0], nd.base
             h0, h1 = nd.win.h0 - base.h0, nd.win.h1 - base.h0
             w0, w1 = nd.win.w0 - base.w0, nd.win.w1 - base.w0
             rows, cols = (h0, h1) != (0, base.height), (w0, w1) != (0, base.width)
             xv = x.meta["val"]
-            val = _nhwc(fake, xv, h1 - h0, w1 - w0)
-            if rows and cols:
-                st = [int(v) for v in xv.stride()]
-                node = call(aten.as_strided_copy.default,
-                            [x, list(val.shape), st, h0 * st[1] + w0 * st[2]], val=val)
-            elif rows:
-                node = call(aten.slice_copy.Tensor, [x, 1, h0, h1, 1], val=val)
-            else:  # a copy even of the whole source: the plan prices the window apart
-                node = call(aten.slice_copy.Tensor, [x, 2, w0, w1, 1], val=val)
-        elif nd.kind == "slice":
-            x, base = ins[0], nd.base
-            h0, h1 = nd.win.h0 - base.h0, nd.win.h1 - base.h0
-            w0, w1 = nd.win.w0 - base.w0, nd.win.w1 - base.w0
-            rows, cols = (h0, h1) != (0, base.height), (w0, w1) != (0, base.width)
-            val = _windowed(fake, x.meta["val"], h1 - h0, w1 - w0)
+            val = like(fake, xv, h1 - h0, w1 - w0)
             if rows and cols:
                 # one strided copy of the window: two slice_copy calls would hold a
                 # full-width band of rows between them
-                st = [int(v) for v in x.meta["val"].stride()]
-                x = call(aten.as_strided_copy.default,
-                         [x, [1, int(x.meta["val"].shape[1]), h1 - h0, w1 - w0], st,
-                          h0 * st[2] + w0 * st[3]], val=val)
+                st = [int(v) for v in xv.stride()]
+                size = [int(d) for d in xv.shape]
+                size[hd], size[wd] = h1 - h0, w1 - w0
+                node = call(aten.as_strided_copy.default,
+                            [x, size, st, h0 * st[hd] + w0 * st[wd]], val=val)
             elif rows:
-                x = call(aten.slice_copy.Tensor, [x, 2, h0, h1, 1], val=val)
-            else:
-                x = call(aten.slice_copy.Tensor, [x, 3, w0, w1, 1], val=val)
-            node = x
-        elif nd.kind == "pad" and cl:  # NHWC: pads run from the last dim (C, W, H)
+                node = call(aten.slice_copy.Tensor, [x, hd, h0, h1, 1], val=val)
+            else:  # a copy even of the whole source: the plan prices the window apart
+                node = call(aten.slice_copy.Tensor, [x, wd, w0, w1, 1], val=val)
+        elif nd.kind == "pad":
             top, bottom, left, right = nd.pads
             xv = ins[0].meta["val"]
             if nd.pad_value == PAD_MIN:
@@ -143,24 +133,14 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
                 value = _cm.zero_point(em, nd.tensor)  # what a padded cell stands for
             else:
                 value = 0.0
-            node = call(aten.constant_pad_nd.default,
-                        [ins[0], [0, 0, left, right, top, bottom], value],
-                        val=_nhwc(fake, xv, int(xv.shape[1]) + top + bottom,
-                                  int(xv.shape[2]) + left + right))
-        elif nd.kind == "pad":
-            top, bottom, left, right = nd.pads
-            value = _min_value(dtype) if nd.pad_value == PAD_MIN else 0.0
-            xv = ins[0].meta["val"]
-            node = call(aten.constant_pad_nd.default, [ins[0], [left, right, top, bottom],
-                                                        value],
-                        val=_windowed(fake, xv, int(xv.shape[2]) + top + bottom,
-                                      int(xv.shape[3]) + left + right))
-        elif nd.kind == "concat" and cl:  # NHWC: H is dim 1, W dim 2 (the plan's axes)
-            node = call(aten.cat.default, [list(ins), int(nd.axis)],
-                        val=_nhwc(fake, ins[0].meta["val"], nd.win.height, nd.win.width))
+            # constant_pad_nd's pads run from the last dim: (C,) W, H on NHWC; W, H on NCHW
+            pads = ([0, 0] if cl else []) + [left, right, top, bottom]
+            node = call(aten.constant_pad_nd.default, [ins[0], pads, value],
+                        val=like(fake, xv, int(xv.shape[hd]) + top + bottom,
+                                 int(xv.shape[wd]) + left + right))
         elif nd.kind == "concat":
-            node = call(aten.cat.default, [list(ins), 3 if nd.axis == 2 else 2],
-                        val=_windowed(fake, ins[0].meta["val"], nd.win.height, nd.win.width))
+            node = call(aten.cat.default, [list(ins), hd if nd.axis == 1 else wd],
+                        val=like(fake, ins[0].meta["val"], nd.win.height, nd.win.width))
         elif nd.kind == "partial":  # the sum over the patch's own cells (ins[0]: that window)
             orig = em.nodes[nd.op]
             node = call(aten.sum.dim_IntList,
