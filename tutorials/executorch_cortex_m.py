@@ -103,7 +103,7 @@ for planned in (True, False):
     print(f"input in the arena: {planned}")
     print(f"  ExecuTorch default plan: {before:>9,} B")
     print(f"  memsched, tile_patches:  {after:>9,} B  ({before / after:.2f}x)")
-    print(f"  {rep.patches.summary()}")
+    print("  " + rep.summary().replace("\n", "\n  "))
     assert rep.patches.patched and after == rep.planned_bytes < before
 
     # 3. The check: both programs on the same float input, outputs bit for bit.

@@ -18,7 +18,10 @@ def _chain(spec) -> set:
     out = set()
     while spec is not None and id(spec) not in out:
         out.add(id(spec))
-        spec = getattr(spec, "storage_base", None)  # .pte storages are value ids
+        up = getattr(spec, "storage_base", None)  # .pte storages are value ids
+        if up is None and type(spec).__name__ == "_ViewSpec":  # a view: its base's bytes
+            up = object.__getattribute__(spec, "_base")
+        spec = up
     return out
 
 

@@ -107,13 +107,24 @@ def planned_specs(graph_module, graph_signature, flags: PlanFlags) -> list:
         ignore_mutable_buffers=not flags.alloc_mutable_buffers))
 
 
+def storage_parent(spec):
+    """(the spec whose storage ``spec`` lives in, its byte offset there), or None: a
+    storage-backed spec's ``storage_base``, or the base of a view (ExecuTorch's
+    ``_ViewSpec`` shares its base's offset and lifetime fields: the same bytes)."""
+    if spec.storage_base is not None:
+        return spec.storage_base, spec.storage_base_offset
+    if type(spec).__name__ == "_ViewSpec":
+        return object.__getattribute__(spec, "_base"), 0
+    return None
+
+
 def storage_root(spec):
     seen = set()
-    while spec.storage_base is not None:
+    while (up := storage_parent(spec)) is not None:
         if id(spec) in seen:
             raise UnsupportedProgramError("circular storage_base chain in the program's specs")
         seen.add(id(spec))
-        spec = spec.storage_base
+        spec = up[0]
     return spec
 
 
@@ -276,7 +287,7 @@ def build_model(graph_module, graph_signature, flags: PlanFlags) -> ProgramModel
             roots.setdefault(id(r), r)
             greferences[g].append(r)
     planned_roots = {id(storage_root(s)) for s in planned if id(storage_root(s)) in roots}
-    planned_roots |= {id(s) for s in planned if s.storage_base is None}
+    planned_roots |= {id(s) for s in planned if storage_root(s) is s}
 
     # definer of each root spec: the earliest group referring to it (input order)
     definer: dict = {}
@@ -402,13 +413,13 @@ def lifetimes_of_nodes(nodes, graph_signature, flags: PlanFlags, planned=None,
     # a storage-backed spec's base lives over it (ExecuTorch's _extend_storage_base_lifetimes)
     for key in list(life):
         lo, hi, s = life[key]
-        if s.storage_base is not None:
+        if storage_parent(s) is not None:
             r = storage_root(s)
             cur = life.setdefault(id(r), [lo, hi, r])
             cur[0], cur[1] = min(cur[0], lo), max(cur[1], hi)
     if planned is not None:
         keep = {id(storage_root(s)) for s in planned}
-        life = {k: v for k, v in life.items() if k in keep and v[2].storage_base is None}
+        life = {k: v for k, v in life.items() if k in keep and storage_root(v[2]) is v[2]}
     return life
 
 
