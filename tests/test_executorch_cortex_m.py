@@ -269,3 +269,34 @@ def test_in_place_quantize_runs_bit_equal(kernels):
     assert default - planned >= 32 * 32 * 3
     a, b = host_kernels.run(base.buffer, [x]), host_kernels.run(ours.buffer, [x])
     assert all(torch.equal(u, v) for u, v in zip(a, b))
+
+
+def test_in_place_packing_keeps_the_kernels_rule():
+    """Random arenas around a float tensor and its in-place int8 quantize: the packer's
+    result passes the checker (the output where the kernel allows, or apart), is never
+    larger than packing without sharing, and never below the relaxed problem's bound."""
+    import random
+
+    from memsched.arena import Lifetime, plan
+    from memsched.executorch.check import check_intervals
+    from memsched.executorch.packer import MemschedAlgo
+
+    class Spec:
+        def __init__(self, size, lo, hi, dtype=torch.int8):
+            self.allocated_memory, self.lifetime, self.dtype = size, [lo, hi], dtype
+            self.storage_base = None
+
+    rng = random.Random(0)
+    for _ in range(30):
+        i = rng.randint(1, 6)
+        n = 16 * rng.randint(1, 8)
+        f, q = Spec(4 * n, 0, i, torch.float32), Spec(n, i - 1, rng.randint(i + 1, 12))
+        others = [Spec(16 * rng.randint(1, 10), lo, lo + rng.randint(0, 5))
+                  for lo in (rng.randint(0, 12) for _ in range(rng.randint(1, 6)))]
+        roots = [f, q] + others
+        p = MemschedAlgo(time_limit=2.0)._pack(roots, [(i, f, q)], 16)
+        check_intervals([(s, s.lifetime[0], s.lifetime[1], off, s.allocated_memory)
+                         for s, off in zip(roots, p.offsets)], p.arena, shared=[(f, q)])
+        plain = plan([Lifetime(s.allocated_memory, *s.lifetime) for s in roots], "auto",
+                     alignment=16, time_limit=2.0)
+        assert p.lower_bound <= p.arena <= plain.arena

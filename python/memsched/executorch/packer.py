@@ -187,9 +187,11 @@ def _place(offsets, lts, fi, qi, si, so, arena, alignment) -> bool:
 
 def _stacked(lts, pairs, alignment, pack):
     """The packing where each shared input is a head (its output's size, live while either
-    is) and a tail (the rest, live while the input is), the tail then put right above its
-    head where nothing else is (the arena grows if it must): input and output both start at
-    the head. None when a tail cannot be put there."""
+    is) and a tail (the rest, live while the input is): input and output then start where the
+    packer left the two pieces adjacent -- the head at the bottom (both start at the head), or
+    the tail right below the head (both start at the tail, when the output's bytes there are
+    free after the input dies) -- else the tail is put right above its head where nothing else
+    is (the arena grows if it must). None when none of these fits."""
     from dataclasses import replace
 
     from ..arena import Lifetime
@@ -200,15 +202,27 @@ def _stacked(lts, pairs, alignment, pack):
         items[q] = Lifetime(lts[f].size - lts[q].size, lts[f].start, lts[f].end)
     p = pack(items)
     offsets = list(p.offsets)
-    for _, f, q, _, _ in pairs:
-        want, t = offsets[f] + lts[q].size, items[q]
-        if any(j != q and b.start <= t.end and t.start <= b.end and
-               want < offsets[j] + b.size and offsets[j] < want + t.size
-               for j, b in enumerate(items)):
+
+    def free(k, off, life, skip) -> bool:
+        return not any(j not in skip and b.start <= life.end and life.start <= b.end and
+                       off < offsets[j] + b.size and offsets[j] < off + life.size
+                       for j, b in enumerate(items))
+
+    start = {}
+    for i, f, q, _, _ in pairs:
+        head, tail = offsets[f], offsets[q]
+        after = Lifetime(lts[q].size, i + 1, lts[q].end)  # the output once its input is dead
+        if head + items[f].size == tail:
+            start[f] = head
+        elif tail + items[q].size == head and free(q, tail, after, (f, q)):
+            start[f] = tail
+        elif free(q, head + items[f].size, items[q], (q,)):
+            offsets[q] = head + items[f].size
+            start[f] = head
+        else:
             return None
-        offsets[q] = want
     for _, f, q, _, _ in pairs:
-        offsets[q] = offsets[f]  # the output starts where its input does
+        offsets[f] = offsets[q] = start[f]  # the output starts where its input does
     arena = max([p.arena] + [off + lt.size for off, lt in zip(offsets, lts)])
     arena = -(-arena // alignment) * alignment
     return replace(p, arena=arena, offsets=offsets)
