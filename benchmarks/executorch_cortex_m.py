@@ -11,8 +11,11 @@ newer numpy, ``pip install --no-deps tosa-tools`` works as well (the quantizer o
 
 ``--patches``: the int8 programs of MobileNetV2 and MobileNetV1-0.25 (or ``--models``), ExecuTorch's
 default plan against ``backend_config(tile_patches=True)``, with the input planned and not
-(``alloc_graph_input``); the patched edge graph checked eagerly through the ``cortex_m::``
-reference implementations (docs/executorch_patches.md, "The Cortex-M int8 flow").
+(``alloc_graph_input``), exported for the scalar C path; both programs run in
+``executorch.runtime`` with the backend's own kernels (built from ../shared by
+`memsched.executorch.host_kernels`), bit for bit; arena and method-allocator bytes read from the
+written programs; ``--mve`` adds the M55/MVE export's planned bytes (not run here)
+(docs/executorch_patches.md, "The Cortex-M int8 flow").
 
 Models: the Cortex-M backend's test models (``executorch/backends/cortex_m/test/models``):
 MobileNetV2 (224x224) and MobileNetV3-small (232x232) rebuilt here in plain ``torch.nn`` with
@@ -217,8 +220,9 @@ def sample(shape, seed: int, channels_last: bool = True):
 
 # --- the two flows -----------------------------------------------------------------------
 
-def edge_int8(model, shape, calibration: int):
-    """The Cortex-M harness: quantize, export, to_edge, CortexMPassManager."""
+def edge_int8(model, shape, calibration: int, target=None):
+    """The Cortex-M harness: quantize, export, to_edge, CortexMPassManager (``target``: a
+    ``CortexMTargetConfig``; default the M55 with MVE)."""
     import torch
     from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
@@ -240,7 +244,7 @@ def edge_int8(model, shape, calibration: int):
     ep = torch.export.export(converted, (x,), strict=True)
     edge = to_edge(ep, compile_config=cortex_m_edge_compile_config())
     pm = CortexMPassManager(edge.exported_program(), CortexMPassManager.pass_list,
-                            target_config=CortexMTargetConfig(cpu=CortexM.M55))
+                            target_config=target or CortexMTargetConfig(cpu=CortexM.M55))
     edge._edge_programs["forward"] = pm.transform()  # as the harness's RunPasses stage does
     return edge, x
 
@@ -350,72 +354,99 @@ def _args_of(ep, x) -> list:
     return out
 
 
-def measure_patches(name: str, time_limit: float, calibration: int) -> list[dict]:
-    """The int8 Cortex-M program of ``name``, ExecuTorch's default plan vs
-    ``backend_config(tile_patches=True)``, with the input planned and not
-    (``alloc_graph_input``). The graph module the patch pass returns is kept and run eagerly
-    through the ``cortex_m::`` Python reference implementations next to the unpatched one
-    (the x86 runtime has no ``cortex_m`` kernels): outputs compared bit for bit. That check
-    runs the same search and rewrite (`tile_graph_module`, same options) on the exported
-    program's graph module; ``eager_grid`` is its grid."""
+def _latency(buffer, x, repeat: int) -> float:
+    """Median seconds of ``repeat`` runs of the loaded method (host kernels)."""
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(buffer)
+    method = program.load_method("forward")
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        method.execute([x])
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2]
+
+
+def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
+                    repeat: int) -> list[dict]:
+    """The int8 Cortex-M program of ``name`` for the scalar C path, ExecuTorch's default
+    plan vs ``backend_config(tile_patches=True)``, with the input planned and not
+    (``alloc_graph_input``). Both programs run in ``executorch.runtime`` with the backend's
+    own kernels (`memsched.executorch.host_kernels`, built from ../shared): outputs compared
+    bit for bit, latency the median of ``repeat`` runs. Bytes read from the written programs:
+    the planned arena, and arena plus the method allocator's bytes measured by loading it
+    (`executorch_method_bytes`). ``mve``: the same for the default M55 (MVE) export, planned
+    bytes only (its kernels do not run here)."""
     import torch
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
     import memsched.executorch as mx
-    from memsched.executorch import pte
+    from executorch_method_bytes import method_allocator_bytes
+    from memsched.executorch import host_kernels, pte
 
+    host_kernels.load()
     model, shape = build(name)
     rows = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        edge, x = edge_int8(model, shape, calibration)
-        ep = edge.exported_program()
-        ref = ep.graph_module(*_args_of(ep, x))
-        # the same search and rewrite on the edge program's own graph module, before any
-        # lowering (to_executorch changes graph modules in place; the pass inside it sees the
-        # graph after ExecuTorch's passes, with other placeholders)
-        eager = {}
+    targets = [("scalar", host_kernels.target_config())] + ([("mve", None)] if mve else [])
+    for isa, target in targets:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            edge, x = edge_int8(copy.deepcopy(model), shape, calibration, target)
         for planned in (True, False):
-            new, rep2 = mx.tile_graph_module(ep.graph_module, time_limit=time_limit,
-                                             planned_inputs=planned)
-            out = new(*_args_of(ep, x)) if new is not None else None
-            eager[planned] = (rep2.grid, "-" if out is None else "bit-equal" if all(
-                torch.equal(a, b) for a, b in zip(ref, out)) else "DIFFER")
-        for planned in (True, False):
-            row = {"model": name, "alloc_graph_input": planned}
-            base = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(
-                memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned)))
-            row["default"] = sum(pte.planned_sizes(base.buffer)["forward"][1:])
-            config = mx.backend_config(time_limit=time_limit, tile_patches=True,
-                                       alloc_graph_input=planned)
-            (tp,) = [p for p in config.passes if type(p).__name__ == "TilePatchesPass"]
-            t0 = time.perf_counter()
-            ours = copy.deepcopy(edge).to_executorch(config)
-            row["seconds"] = round(time.perf_counter() - t0, 1)
-            row["memsched"] = sum(pte.planned_sizes(ours.buffer)["forward"][1:])
-            rep = tp.report[-1]
-            row.update({"summary": rep.summary(), "macs_before": rep.macs_before,
-                        "macs": rep.macs or rep.macs_before, "patched": rep.patched,
-                        "ratio": row["default"] / max(row["memsched"], 1)})
-            row["eager_grid"], row["eager"] = eager[planned]
+            row = {"model": name, "isa": isa, "alloc_graph_input": planned}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                base = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(
+                    memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned)))
+                config = mx.backend_config(time_limit=time_limit, tile_patches=True,
+                                           alloc_graph_input=planned)
+                t0 = time.perf_counter()
+                ours = copy.deepcopy(edge).to_executorch(config)
+                row["seconds"] = round(time.perf_counter() - t0, 1)
+            rep = list(mx.report(config).values())[0]
+            for key, buf in (("default", base.buffer), ("memsched", ours.buffer)):
+                row[key] = sum(pte.planned_sizes(buf)["forward"][1:])
+                row[key + "_method"] = method_allocator_bytes(buf)["bytes"]
+            p = rep.patches
+            row.update({"reported": rep.planned_bytes, "modelled_peak": p.peak_after,
+                        "summary": p.summary(), "macs_before": p.macs_before,
+                        "macs": p.macs or p.macs_before,
+                        "ratio": row["default"] / max(row["memsched"], 1),
+                        "ratio_total": (row["default"] + row["default_method"]) /
+                        max(row["memsched"] + row["memsched_method"], 1)})
+            if isa == "scalar":
+                a = host_kernels.run(base.buffer, [x])
+                b = host_kernels.run(ours.buffer, [x])
+                row["run"] = "bit-equal" if len(a) == len(b) and all(
+                    torch.equal(u, v) for u, v in zip(a, b)) else "DIFFER"
+                row["latency"] = _latency(ours.buffer, x, repeat) / \
+                    _latency(base.buffer, x, repeat)
+            else:
+                row["run"], row["latency"] = "not run here (MVE kernels)", None
             rows.append(row)
-            print(f"{name} alloc_graph_input={planned}: {row['default']:,} -> "
-                  f"{row['memsched']:,} B ({row['ratio']:.2f}x), {rep.summary()}",
+            print(f"{name} {isa} alloc_graph_input={planned}: {row['default']:,} -> "
+                  f"{row['memsched']:,} B ({row['ratio']:.2f}x; with method allocator "
+                  f"{row['ratio_total']:.2f}x), {row['run']}, {p.summary()}",
                   file=sys.stderr, flush=True)
     return rows
 
 
 def patch_table(rows) -> str:
-    out = ["| model (int8 Cortex-M) | input planned | ExecuTorch default (B) | "
-           "memsched tile_patches=True (B) | default / memsched | MACs | eager (reference "
-           "kernels) | patch report |",
-           "|---|:---:|---:|---:|---:|---:|---|---|"]
+    out = ["| model (int8 Cortex-M) | kernels | input planned | ExecuTorch default arena (B) | "
+           "memsched arena (B) | arena ratio | default arena + method allocator (B) | "
+           "memsched arena + method allocator (B) | ratio | MACs | latency (host kernels) | "
+           "runs in ExecuTorch's runtime with the backend's kernels |",
+           "|---|---|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        over = r["macs"] / max(r["macs_before"], 1) if r.get("macs_before") else 1.0
-        out.append(f"| {r['model']} | {'yes' if r['alloc_graph_input'] else 'no'} | "
-                   f"{r['default']:,} | {r['memsched']:,} | {r['ratio']:.2f}x | "
-                   f"{r['macs']:,} ({over:.2f}x) | {r['eager']} | {r['summary']} |")
+        over = r["macs"] / max(r["macs_before"], 1)
+        lat = "-" if r["latency"] is None else f"{r['latency']:.2f}x"
+        out.append(f"| {r['model']} | {r['isa']} | {'yes' if r['alloc_graph_input'] else 'no'}"
+                   f" | {r['default']:,} | {r['memsched']:,} | {r['ratio']:.2f}x | "
+                   f"{r['default'] + r['default_method']:,} | "
+                   f"{r['memsched'] + r['memsched_method']:,} | {r['ratio_total']:.2f}x | "
+                   f"{over:.2f}x | {lat} | {r['run']} |")
     return "\n".join(out)
 
 
@@ -456,14 +487,18 @@ def main(argv=None) -> int:
     ap.add_argument("--calibration", type=int, default=4, help="random calibration samples")
     ap.add_argument("--patches", action="store_true",
                     help="int8 only: ExecuTorch's default plan vs backend_config(tile_patches="
-                         "True), input planned and not, outputs checked eagerly (default "
-                         "models: mobilenet_v2,mobilenet_v1_025)")
+                         "True), input planned and not, both run with the backend's kernels "
+                         "(default models: mobilenet_v2,mobilenet_v1_025)")
+    ap.add_argument("--mve", action="store_true",
+                    help="--patches: also the default M55 (MVE) export, planned bytes only")
+    ap.add_argument("--repeat", type=int, default=5, help="--patches: latency runs")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     if args.patches:
         names = args.models.split(",") if args.models else ["mobilenet_v2", "mobilenet_v1_025"]
         rows = [r for name in names
-                for r in measure_patches(name, args.time_limit, args.calibration)]
+                for r in measure_patches(name, args.time_limit, args.calibration, args.mve,
+                                         args.repeat)]
         print(patch_table(rows))
         if args.json:
             with open(args.json, "w") as f:

@@ -53,7 +53,9 @@ def method_allocator_bytes(buffer: bytes, method: str = "forward") -> dict:
     with tempfile.NamedTemporaryFile(suffix=".pte") as f:
         f.write(buffer)
         f.flush()
-        out = subprocess.run([str(_tool()), f.name, method, *operator_names(buffer, method)],
+        # libexecutorch registers the prim ops itself (et_view: a view of an unplanned input)
+        ops = [n for n in operator_names(buffer, method) if not n.startswith("executorch_prim::")]
+        out = subprocess.run([str(_tool()), f.name, method, *ops],
                              capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"method_allocator: {out.stderr.strip() or out.returncode}")

@@ -18,12 +18,21 @@ def _chain(spec) -> set:
     out = set()
     while spec is not None and id(spec) not in out:
         out.add(id(spec))
-        spec = getattr(spec, "storage_base", None)  # .pte storages are value ids
+        up = getattr(spec, "storage_base", None)  # .pte storages are value ids
+        if up is None and type(spec).__name__ == "_ViewSpec":  # a view: its base's bytes
+            up = object.__getattribute__(spec, "_base")
+        spec = up
     return out
 
 
-def check_intervals(items, bufsize: int | None, where: str = "") -> None:
-    """``items``: (spec, start, end, offset, size); raise `PlanCheckError` on a conflict."""
+def check_intervals(items, bufsize: int | None, where: str = "", shared=()) -> None:
+    """``items``: (spec, start, end, offset, size); raise `PlanCheckError` on a conflict.
+    ``shared``: (input spec, output spec) of calls that may write their output over their
+    input (`memsched.executorch.inplace`): those two may overlap where the kernel's rule
+    (`inplace.may_share`) allows and only there."""
+    from .inplace import may_share
+
+    pair = {(id(a), id(b)): (a, b) for a, b in shared}
     items = sorted(items, key=lambda x: (x[1], x[2]))
     active: list = []
     for spec, lo, hi, off, size in items:
@@ -37,16 +46,22 @@ def check_intervals(items, bufsize: int | None, where: str = "") -> None:
             if off < a[3] + a[4] and a[3] < off + size:
                 if id(a[0]) in _chain(spec) or id(spec) in _chain(a[0]):
                     continue
+                p = pair.get((id(a[0]), id(spec))) or pair.get((id(spec), id(a[0])))
+                if p is not None:
+                    si, so = p
+                    offs = {id(a[0]): a[3], id(spec): off}
+                    if may_share(si, so, offs[id(si)], offs[id(so)]):
+                        continue
                 raise PlanCheckError(
                     f"{where}: tensors live at [{a[1]}, {a[2]}] and [{lo}, {hi}] overlap in "
                     f"bytes [{a[3]:,}, {a[3] + a[4]:,}) and [{off:,}, {off + size:,})")
         active.append((spec, lo, hi, off, size))
 
 
-def check_placements(placements, bufsize: int, where: str = "plan") -> None:
+def check_placements(placements, bufsize: int, where: str = "plan", shared=()) -> None:
     """``placements``: (spec, offset) of one arena; lifetimes from ``spec.lifetime``."""
     check_intervals([(s, s.lifetime[0], s.lifetime[1], off, s.allocated_memory)
-                     for s, off in placements], bufsize, where)
+                     for s, off in placements], bufsize, where, shared)
 
 
 def check_graph_module(graph_module, graph_signature, flags) -> int:
@@ -71,8 +86,13 @@ def check_graph_module(graph_module, graph_signature, flags) -> int:
         if lo is None:
             raise PlanCheckError("a planned tensor is not referred to by any node")
         by_arena.setdefault(s.mem_id, []).append((s, lo, hi, s.mem_offset, s.allocated_memory))
+    # the in-place quantizes, re-derived here: the input's last reference is the call
+    from .inplace import pairs
+
+    shared = [(si, so) for i, si, so in pairs(graph_module)
+              if life.get(id(si), [0, -1])[1] == i]
     for mem_id, items in by_arena.items():
         if not 0 < mem_id < len(sizes):
             raise PlanCheckError(f"memory id {mem_id} outside the {len(sizes)} planned buffers")
-        check_intervals(items, sizes[mem_id], where=f"arena {mem_id}")
+        check_intervals(items, sizes[mem_id], where=f"arena {mem_id}", shared=shared)
     return len(planned)

@@ -42,7 +42,8 @@ from ..memory import MemoryModel
 from .errors import UnsupportedProgramError
 
 # sizes are pre-aligned; every counted tensor lives from its first to its last reference
-EXECUTORCH_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=False,
+# in-place: only the calls the graph marks (`inplace`: the Cortex-M quantize over its input)
+EXECUTORCH_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=True,
                                workspace=True, name="executorch", alignment=1)
 
 
@@ -106,13 +107,24 @@ def planned_specs(graph_module, graph_signature, flags: PlanFlags) -> list:
         ignore_mutable_buffers=not flags.alloc_mutable_buffers))
 
 
+def storage_parent(spec):
+    """(the spec whose storage ``spec`` lives in, its byte offset there), or None: a
+    storage-backed spec's ``storage_base``, or the base of a view (ExecuTorch's
+    ``_ViewSpec`` shares its base's offset and lifetime fields: the same bytes)."""
+    if spec.storage_base is not None:
+        return spec.storage_base, spec.storage_base_offset
+    if type(spec).__name__ == "_ViewSpec":
+        return object.__getattribute__(spec, "_base"), 0
+    return None
+
+
 def storage_root(spec):
     seen = set()
-    while spec.storage_base is not None:
+    while (up := storage_parent(spec)) is not None:
         if id(spec) in seen:
             raise UnsupportedProgramError("circular storage_base chain in the program's specs")
         seen.add(id(spec))
-        spec = spec.storage_base
+        spec = up[0]
     return spec
 
 
@@ -275,7 +287,7 @@ def build_model(graph_module, graph_signature, flags: PlanFlags) -> ProgramModel
             roots.setdefault(id(r), r)
             greferences[g].append(r)
     planned_roots = {id(storage_root(s)) for s in planned if id(storage_root(s)) in roots}
-    planned_roots |= {id(s) for s in planned if s.storage_base is None}
+    planned_roots |= {id(s) for s in planned if storage_root(s) is s}
 
     # definer of each root spec: the earliest group referring to it (input order)
     definer: dict = {}
@@ -351,7 +363,7 @@ def build_model(graph_module, graph_signature, flags: PlanFlags) -> ProgramModel
         v = b.op(name, kind, ins, [(_spec_name(roots[r], len(specs) + i), aligned_size(roots[r], a))
                                    for i, r in enumerate(outs)],
                  alias=not outs and kind == "view", source=g,
-                 extra_preds=sorted(extra[g]))
+                 extra_preds=sorted(extra[g]), inplace=_inplace_inputs(group, tid))
         for r, t in zip(outs, b.ops[v].outputs):
             tid[r] = t
             specs.append(roots[r])
@@ -367,6 +379,19 @@ def _spec_name(spec, i: int) -> str:
 
 
 # ---------------------------------------------------------------------- ExecuTorch's lifetimes
+def _inplace_inputs(group, tid) -> list[int]:
+    """The tensor a call of ``group`` may write its output over (`inplace`: the Cortex-M
+    quantize of a float tensor), for the model's in-place credit when it is read last."""
+    from .inplace import input_it_may_overwrite
+
+    out = []
+    for n in group or ():
+        x = input_it_may_overwrite(n)
+        if x is not None and "spec" in x.meta and id(storage_root(x.meta["spec"])) in tid:
+            out.append(tid[id(storage_root(x.meta["spec"]))])
+    return out
+
+
 def lifetimes_of_nodes(nodes, graph_signature, flags: PlanFlags, planned=None,
                        refs=None) -> dict:
     """``{id(root spec): [start, end, spec]}`` for the planned specs, from the node order
@@ -388,13 +413,13 @@ def lifetimes_of_nodes(nodes, graph_signature, flags: PlanFlags, planned=None,
     # a storage-backed spec's base lives over it (ExecuTorch's _extend_storage_base_lifetimes)
     for key in list(life):
         lo, hi, s = life[key]
-        if s.storage_base is not None:
+        if storage_parent(s) is not None:
             r = storage_root(s)
             cur = life.setdefault(id(r), [lo, hi, r])
             cur[0], cur[1] = min(cur[0], lo), max(cur[1], hi)
     if planned is not None:
         keep = {id(storage_root(s)) for s in planned}
-        life = {k: v for k, v in life.items() if k in keep and v[2].storage_base is None}
+        life = {k: v for k, v in life.items() if k in keep and storage_root(v[2]) is v[2]}
     return life
 
 
@@ -402,5 +427,12 @@ def liveness_peak(nodes, graph_signature, flags: PlanFlags, planned, refs=None) 
     """Largest sum of planned (aligned) bytes live at one node index of ``nodes``."""
     from ..arena_problem import max_live
 
+    from .inplace import pairs_in
+
     life = lifetimes_of_nodes(nodes, graph_signature, flags, planned, refs)
+    # a quantize writing over the float input it reads last holds one of the two at its call
+    for i, si, so in pairs_in(nodes):
+        f, q = life.get(id(si)), life.get(id(so))
+        if f is not None and q is not None and f[1] == i and q[1] > i:
+            q[0] = i + 1
     return max_live([(aligned_size(s, flags.alignment), lo, hi) for lo, hi, s in life.values()])

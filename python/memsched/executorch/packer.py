@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from .check import check_placements
-from .model import storage_root
+from .model import storage_parent, storage_root
 
 
 @dataclass
@@ -54,15 +54,13 @@ class MemschedAlgo:
     def __call__(self, alignment, specs, graph_module, graph_signature, extra_padding=0):
         from executorch.exir.memory_planning import MemoryAlgoResult, SpecAllocResult, greedy
 
-        from ..arena import Lifetime, plan
-
         specs = list(specs)
         g = greedy(alignment, specs, graph_module, graph_signature, extra_padding)
         reserve = getattr(graph_module, "input_mem_buffer_sizes", None) or []
         roots_by_arena: dict[int, list] = {}
         for s in specs:
             s.realign(alignment)
-            if s.storage_base is None:
+            if storage_root(s) is s:
                 roots_by_arena.setdefault(1 if s.mem_id is None else s.mem_id, []).append(s)
         if not roots_by_arena:
             return g
@@ -72,9 +70,8 @@ class MemschedAlgo:
         for mem_id, roots in sorted(roots_by_arena.items()):
             t0 = time.perf_counter()
             base = reserve[mem_id] if len(reserve) > mem_id else 0
-            lts = [Lifetime(s.allocated_memory, s.lifetime[0], s.lifetime[1]) for s in roots]
-            p = plan(lts, "auto", alignment=alignment,
-                     time_limit=10.0 if self.time_limit is None else self.time_limit)
+            share = _inplace(self.top if self.top is not None else graph_module, roots)
+            p = self._pack(roots, share, alignment)
             mine = base + p.arena + extra_padding
             greedy_bytes = greedy_sizes[mem_id]
             lower = base + p.lower_bound + extra_padding
@@ -85,7 +82,7 @@ class MemschedAlgo:
                 for s, off in zip(roots, p.offsets):
                     result.spec_dict[s] = SpecAllocResult(mem_id, 0, base + off)
                 for s in arena_specs:
-                    if s.storage_base is not None:
+                    if storage_root(s) is not s:
                         r = storage_root(s)
                         result.spec_dict[s] = SpecAllocResult(
                             mem_id, 0, result.spec_dict[r].mem_offset + _offset_in_root(s))
@@ -98,13 +95,137 @@ class MemschedAlgo:
                 bufsizes[mem_id] = greedy_bytes
             check_placements(
                 [(s, result.spec_dict[s].mem_offset) for s in arena_specs],
-                bufsizes[mem_id], where=f"arena {mem_id}")
+                bufsizes[mem_id], where=f"arena {mem_id}",
+                shared=[(si, so) for _, si, so in share] if chosen == "memsched" else ())
             top = self.top is None or graph_module is self.top
             self.reports.append(ArenaReport(
                 "top" if top else "submodule", mem_id, len(roots), greedy_bytes, bufsizes[mem_id],
                 min(lower, bufsizes[mem_id]), bufsizes[mem_id] <= lower, chosen,
                 time.perf_counter() - t0))
         return result
+
+    def _pack(self, roots, share, alignment):
+        """memsched's packing of ``roots``. With quantizes that may write over their input
+        (``share``, `inplace`), the smallest of three packings that keep the kernel's rule:
+        the relaxed problem (each such output packed as starting after its call) repaired by
+        `_place`; each input split into the head its output shares and a tail put right
+        above it (`_stacked`); no sharing. The relaxed problem's bound bounds all three."""
+        from dataclasses import replace
+
+        from ..arena import Lifetime, plan
+
+        limit = 10.0 if self.time_limit is None else self.time_limit
+        lts = [Lifetime(s.allocated_memory, s.lifetime[0], s.lifetime[1]) for s in roots]
+        best = plan(lts, "auto", alignment=alignment, time_limit=limit)
+        if not share:
+            return best
+        at = {id(s): k for k, s in enumerate(roots)}
+        pairs = [(i, at[id(si)], at[id(so)], si, so) for i, si, so in share]
+        moved = list(lts)
+        for i, f, q, si, so in pairs:
+            moved[q] = Lifetime(lts[q].size, i + 1, lts[q].end)
+        relaxed = plan(moved, "auto", alignment=alignment, time_limit=limit)
+        offsets = list(relaxed.offsets)
+        if all(_place(offsets, lts, f, q, si, so, relaxed.arena, alignment)
+               for _, f, q, si, so in pairs):
+            cands = [replace(relaxed, offsets=offsets)]
+        else:
+            cands = []
+        cands.append(_stacked(lts, pairs, alignment, lambda x: plan(
+            x, "auto", alignment=alignment, time_limit=limit)))
+        for c in cands:
+            if c is not None and c.arena < best.arena:
+                best = c
+        return replace(best, lower_bound=relaxed.lower_bound,
+                       optimal=best.arena <= relaxed.lower_bound)
+
+
+def _inplace(graph_module, roots) -> list:
+    """The in-place quantizes (`inplace.pairs`) whose two tensors are roots of this arena and
+    whose output outlives the call."""
+    from .inplace import pairs
+
+    ids = {id(s) for s in roots}
+    return [(i, si, so) for i, si, so in pairs(graph_module)
+            if id(si) in ids and id(so) in ids and si.lifetime[1] == i and
+            so.lifetime[1] > i]
+
+
+def _place(offsets, lts, fi, qi, si, so, arena, alignment) -> bool:
+    """Make the packing of the relaxed problem (the output packed as starting after the
+    call) keep the kernel's rule: the output ``qi`` and its input ``fi`` are apart, or the
+    output starts at most a few bytes above the input (`inplace.may_share`). Else move one of
+    them where nothing else lives with it -- the output onto the input's start, the input up
+    to the output's start, or the input to the arena's top -- or give up (False)."""
+    from .inplace import may_share
+
+    def apart_or_allowed() -> bool:
+        f, q = lts[fi], lts[qi]
+        apart = offsets[qi] >= offsets[fi] + f.size or offsets[fi] >= offsets[qi] + q.size
+        return apart or may_share(si, so, offsets[fi], offsets[qi])
+
+    def free(k, off) -> bool:
+        a = lts[k]
+        if off < 0 or off + a.size > arena:
+            return False
+        return not any(b.start <= a.end and a.start <= b.end and
+                       off < offsets[j] + b.size and offsets[j] < off + a.size
+                       for j, b in enumerate(lts) if j not in (fi, qi))
+
+    if apart_or_allowed():
+        return True
+    top = (arena - lts[fi].size) // alignment * alignment
+    for k, off in ((qi, offsets[fi]), (fi, offsets[qi]), (fi, top)):
+        old = offsets[k]
+        if free(k, off):
+            offsets[k] = off
+            if apart_or_allowed():
+                return True
+        offsets[k] = old
+    return False
+
+
+def _stacked(lts, pairs, alignment, pack):
+    """The packing where each shared input is a head (its output's size, live while either
+    is) and a tail (the rest, live while the input is): input and output then start where the
+    packer left the two pieces adjacent -- the head at the bottom (both start at the head), or
+    the tail right below the head (both start at the tail, when the output's bytes there are
+    free after the input dies) -- else the tail is put right above its head where nothing else
+    is (the arena grows if it must). None when none of these fits."""
+    from dataclasses import replace
+
+    from ..arena import Lifetime
+
+    items = list(lts)
+    for _, f, q, _, _ in pairs:
+        items[f] = Lifetime(lts[q].size, lts[f].start, max(lts[f].end, lts[q].end))
+        items[q] = Lifetime(lts[f].size - lts[q].size, lts[f].start, lts[f].end)
+    p = pack(items)
+    offsets = list(p.offsets)
+
+    def free(k, off, life, skip) -> bool:
+        return not any(j not in skip and b.start <= life.end and life.start <= b.end and
+                       off < offsets[j] + b.size and offsets[j] < off + life.size
+                       for j, b in enumerate(items))
+
+    start = {}
+    for i, f, q, _, _ in pairs:
+        head, tail = offsets[f], offsets[q]
+        after = Lifetime(lts[q].size, i + 1, lts[q].end)  # the output once its input is dead
+        if head + items[f].size == tail:
+            start[f] = head
+        elif tail + items[q].size == head and free(q, tail, after, (f, q)):
+            start[f] = tail
+        elif free(q, head + items[f].size, items[q], (q,)):
+            offsets[q] = head + items[f].size
+            start[f] = head
+        else:
+            return None
+    for _, f, q, _, _ in pairs:
+        offsets[f] = offsets[q] = start[f]  # the output starts where its input does
+    arena = max([p.arena] + [off + lt.size for off, lt in zip(offsets, lts)])
+    arena = -(-arena // alignment) * alignment
+    return replace(p, arena=arena, offsets=offsets)
 
 
 class _idset:
@@ -119,9 +240,9 @@ class _idset:
 
 def _offset_in_root(spec) -> int:
     off = 0
-    while spec.storage_base is not None:
-        off += spec.storage_base_offset
-        spec = spec.storage_base
+    while (up := storage_parent(spec)) is not None:
+        spec, step = up
+        off += step
     return off
 
 

@@ -173,21 +173,6 @@ def zero_point(em, t: int) -> int:
     return zps.pop() if zps else 0
 
 
-def border_pad(call, em, nd, x, pad_value):
-    """The explicit border pad of a patch of a channels-last int8 tensor, with the zero point
-    (convolutions) or -128 (max pool): ``constant_pad_nd``, whose pads are logical (H, W).
-    Not ``cortex_m::pad``: its pads are in the *physical* order its kernel reads off the
-    runtime tensor's dim order, which for a patch (a ``slice_copy`` of a channels-last tensor
-    is contiguous in the edge dialect, a convolution's output channels-last) the fake tensor
-    does not always tell the same (a random stack padded channels instead of rows)."""
-    from executorch.exir.dialects._ops import ops as exir_ops
-
-    top, bottom, left, right = nd.pads
-    value = -128 if pad_value == PAD_MIN else zero_point(em, nd.tensor)
-    return call(exir_ops.edge.aten.constant_pad_nd.default,
-                [x, [left, right, top, bottom], int(value)])
-
-
 def _physical(x, pads) -> tuple[list, list]:
     """(pre, post) pads of ``cortex_m::pad`` for (top, bottom, left, right) on H and W: in
     the physical order of ``x`` (NHWC when channels-last; a slice of a channels-last tensor
@@ -196,14 +181,6 @@ def _physical(x, pads) -> tuple[list, list]:
     if tuple(_val(x).dim_order()) == (0, 2, 3, 1):
         return [0, top, left, 0], [0, bottom, right, 0]
     return [0, 0, top, left], [0, 0, bottom, right]
-
-
-def is_channels_last_int(em, t: int) -> bool:
-    """A tensor the Cortex-M rewrite pads itself: a channels-last integer feature map."""
-    node = em.node_of.get(t)
-    v = _val(node) if node is not None else None
-    return v is not None and v.dim() == 4 and not v.dtype.is_floating_point and \
-        tuple(v.dim_order()) == (0, 2, 3, 1)
 
 
 def rebuild(call, graph, first, orig, op: SOp, nd, ins, act_pos):

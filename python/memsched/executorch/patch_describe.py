@@ -14,6 +14,7 @@ from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, S
 from ..patches.region import Refused, partial_se_blocks
 from ..patches.search import RuntimeMemory
 from . import patch_cortex_m as _cm
+from .inplace import input_it_may_overwrite
 from .model import EXECUTORCH_MODEL
 from .records import node_call_bytes
 
@@ -115,6 +116,9 @@ class EdgeModel:
     dtype_of: dict
     # per op index: the method allocator's records of its call (`records.node_call_bytes`)
     op_bytes: dict = field(default_factory=dict)
+    # feature maps stored channels-last (the Cortex-M flow, fp32 exported channels-last):
+    # the rewrite cuts and reassembles on their NHWC form (`patch_layout`)
+    channels_last: bool = False
 
 
 def describe_graph(gm, planned_inputs: bool = True) -> EdgeModel:
@@ -194,8 +198,10 @@ def describe_graph(gm, planned_inputs: bool = True) -> EdgeModel:
             vals = _val(n)
             outs.append((f"{n.name}.rest",
                          _nbytes(vals[1:]) if isinstance(vals, (tuple, list)) else 0))
+        x = input_it_may_overwrite(n)  # the quantize over its float input
         vid = b.op(n.name, op.kind, [gt[t] for t in dict.fromkeys(ins)], outs, source=("op", k),
-                   workspace=op.workspace)
+                   workspace=op.workspace,
+                   inplace=[gt[t] for t in ins if x is not None and node_of.get(t) is x])
         gt[out] = b.ops[vid].outputs[0]
         tensor_index.append(out)
         if len(outs) > 1:
@@ -220,17 +226,16 @@ def describe_graph(gm, planned_inputs: bool = True) -> EdgeModel:
     # portable kernels take a convolution's / pool's own padding on any window (patches with
     # margins); the Cortex-M flow's rebuilt calls are not written that way
     sm = SpatialModel(ops, tensors, [index[n] for n in inputs], list(dict.fromkeys(outputs)),
-                      macs=macs, name="edge", two_step_slices=cl, implicit_padding=not cl,
+                      macs=macs, name="edge", implicit_padding=not cl,
                       padding_rule="fixed")
     op_bytes = {k: node_call_bytes(n) for k, n in enumerate(nodes)}
-    return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of, op_bytes)
+    return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of, op_bytes,
+                     cl)
 
 
 def _channels_last(acts) -> bool:
     """Whether the feature maps are stored channels-last (the Cortex-M flow): the rewrite
-    then cuts windows one axis at a time with ``slice_copy`` (the search prices the band
-    between the two cuts, `SpatialModel.two_step_slices`); contiguous ones are cut in one
-    ``as_strided_copy``."""
+    then cuts, pads and reassembles them on their NHWC form (`patch_layout`)."""
     for n in acts:
         v = _val(n)
         if _is_tensor(v) and v.dim() == 4 and not v.is_contiguous():

@@ -140,7 +140,8 @@ class TileReport:
 def memory_of(em: EdgeModel, price_records: bool = True):
     """The patch search's memory model for ``em``: the planned arena plus the method
     allocator's records of every call (``price_records``), or the arena alone."""
-    return ExecutorchRecords(EXECUTORCH_MODEL, em.op_bytes) if price_records else \
+    return ExecutorchRecords(EXECUTORCH_MODEL, em.op_bytes, em.channels_last) \
+        if price_records else \
         EXECUTORCH_MEMORY
 
 

@@ -10,6 +10,7 @@ import operator
 from ..patches.geometry import PAD_MIN
 from ..patches.region import Refused
 from . import patch_cortex_m as _cm
+from . import patch_layout as _layout
 from .patch_describe import TUPLE_FIRST, EdgeModel, _aten_name, _keepdim, _pair
 
 def _min_value(dtype):
@@ -25,6 +26,7 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
     (values added, instructions added). ``order``: the plan's node ids in the order to write
     them (the search's priced schedule, `Candidate.node_order`; default: the plan's order).
     ExecuTorch runs the graph's node order, and its planner keeps it unless it finds better."""
+    import torch
     from executorch.exir.dialects._ops import ops as exir_ops
     from torch._guards import detect_fake_mode
 
@@ -65,55 +67,80 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
             return a.meta["val"]
         return a
 
-    def src(s):
-        return em.node_of[s[1]] if isinstance(s, tuple) else made[s]
+    cl = em.channels_last
+    form_made: dict = {}  # plan node id -> the form it was written in (patch_layout)
+    views: dict = {}
+
+    def src(s, form=_layout.NATIVE):
+        """Plan source ``s`` in ``form``: on channels-last maps, a view when it was made in
+        the other form (`patch_layout.conversions` prices the same ones), made once."""
+        node = em.node_of[s[1]] if isinstance(s, tuple) else made[s]
+        have = _layout.NATIVE if isinstance(s, tuple) else form_made[s]
+        if not cl or have == form:
+            return node
+        key = (("in", s[1]) if isinstance(s, tuple) else s, form)
+        if key not in views:
+            if form == _layout.NHWC:  # a channels-last map's bytes, seen as NHWC: contiguous
+                views[key] = call(aten.permute_copy.default, [node, list(_layout.TO_NHWC)])
+            else:  # NHWC bytes seen as NCHW are channels-last: say so (fake and eager alike)
+                p = call(aten.permute_copy.default, [node, list(_layout.TO_NATIVE)])
+                with graph.inserting_before(first):
+                    views[key] = graph.call_function(
+                        exir_ops.edge.dim_order_ops._clone_dim_order.default, (p,),
+                        {"dim_order": list(_layout.CHANNELS_LAST)})
+                with fake:
+                    views[key].meta["val"] = p.meta["val"].clone(
+                        memory_format=torch.channels_last)
+        return views[key]
 
     order = list(range(len(plan.nodes))) if order is None else list(order)
     if sorted(order) != list(range(len(plan.nodes))):
         raise Refused("the node order is not a permutation of the plan's nodes")
     for nid in order:
         nd = plan.nodes[nid]
-        ins = [src(s) for s in nd.inputs]
+        form = _layout.form_of(nd.kind) if cl else _layout.NATIVE
+        ins = [src(s, form) for s in nd.inputs]
         dtype = em.dtype_of.get(nd.tensor)
+        # H and W of the form the cutting nodes run on: NHWC on channels-last maps
+        # (patch_layout), NCHW otherwise; the plan's axes are 1 (H) and 2 (W)
+        hd, wd = (1, 2) if cl else (2, 3)
+        like = _nhwc if cl else _windowed
         if nd.kind == "slice":
             x, base = ins[0], nd.base
             h0, h1 = nd.win.h0 - base.h0, nd.win.h1 - base.h0
             w0, w1 = nd.win.w0 - base.w0, nd.win.w1 - base.w0
             rows, cols = (h0, h1) != (0, base.height), (w0, w1) != (0, base.width)
-            if not sm.two_step_slices:
-                val = _windowed(fake, x.meta["val"], h1 - h0, w1 - w0)
-                if rows and cols:
-                    # one strided copy of the window: two slice_copy calls would hold a
-                    # full-width band of rows between them
-                    st = [int(v) for v in x.meta["val"].stride()]
-                    x = call(aten.as_strided_copy.default,
-                             [x, [1, int(x.meta["val"].shape[1]), h1 - h0, w1 - w0], st,
-                              h0 * st[2] + w0 * st[3]], val=val)
-                elif rows:
-                    x = call(aten.slice_copy.Tensor, [x, 2, h0, h1, 1], val=val)
-                else:
-                    x = call(aten.slice_copy.Tensor, [x, 3, w0, w1, 1], val=val)
-            else:  # channels-last feature maps (the Cortex-M flow): one axis at a time
-                cuts = [(2, h0, h1, base.height), (3, w0, w1, base.width)]
-                if nd.win.height * base.width > base.height * nd.win.width:
-                    cuts.reverse()  # the smaller band first (priced by SpatialModel.slice_band)
-                for i, (dim, a, z, size) in enumerate(cuts):
-                    if (a, z) != (0, size) or (i == 1 and x is ins[0]):
-                        x = call(aten.slice_copy.Tensor, [x, dim, a, z, 1])
-            node = x
-        elif nd.kind == "pad" and _cm.is_channels_last_int(em, nd.tensor):
-            node = _cm.border_pad(call, em, nd, ins[0], nd.pad_value)  # the zero point
+            xv = x.meta["val"]
+            val = like(fake, xv, h1 - h0, w1 - w0)
+            if rows and cols:
+                # one strided copy of the window: two slice_copy calls would hold a
+                # full-width band of rows between them
+                st = [int(v) for v in xv.stride()]
+                size = [int(d) for d in xv.shape]
+                size[hd], size[wd] = h1 - h0, w1 - w0
+                node = call(aten.as_strided_copy.default,
+                            [x, size, st, h0 * st[hd] + w0 * st[wd]], val=val)
+            elif rows:
+                node = call(aten.slice_copy.Tensor, [x, hd, h0, h1, 1], val=val)
+            else:  # a copy even of the whole source: the plan prices the window apart
+                node = call(aten.slice_copy.Tensor, [x, wd, w0, w1, 1], val=val)
         elif nd.kind == "pad":
             top, bottom, left, right = nd.pads
-            value = _min_value(dtype) if nd.pad_value == PAD_MIN else 0.0
             xv = ins[0].meta["val"]
-            node = call(aten.constant_pad_nd.default, [ins[0], [left, right, top, bottom],
-                                                        value],
-                        val=_windowed(fake, xv, int(xv.shape[2]) + top + bottom,
-                                      int(xv.shape[3]) + left + right))
+            if nd.pad_value == PAD_MIN:
+                value = _min_value(dtype or xv.dtype)
+            elif not xv.dtype.is_floating_point:
+                value = _cm.zero_point(em, nd.tensor)  # what a padded cell stands for
+            else:
+                value = 0.0
+            # constant_pad_nd's pads run from the last dim: (C,) W, H on NHWC; W, H on NCHW
+            pads = ([0, 0] if cl else []) + [left, right, top, bottom]
+            node = call(aten.constant_pad_nd.default, [ins[0], pads, value],
+                        val=like(fake, xv, int(xv.shape[hd]) + top + bottom,
+                                 int(xv.shape[wd]) + left + right))
         elif nd.kind == "concat":
-            node = call(aten.cat.default, [list(ins), 3 if nd.axis == 2 else 2],
-                        val=_windowed(fake, ins[0].meta["val"], nd.win.height, nd.win.width))
+            node = call(aten.cat.default, [list(ins), hd if nd.axis == 1 else wd],
+                        val=like(fake, ins[0].meta["val"], nd.win.height, nd.win.width))
         elif nd.kind == "partial":  # the sum over the patch's own cells (ins[0]: that window)
             orig = em.nodes[nd.op]
             node = call(aten.sum.dim_IntList,
@@ -174,9 +201,10 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
                     node = call(operator.getitem, [node, 0], em.node_of[op.output],
                                 node.meta["val"][0])
         made[nid] = node
+        form_made[nid] = form
         if nid in final:
             old = em.node_of[final[nid]]
-            old.replace_all_uses_with(node, delete_user_cb=lambda u: u not in region_nodes)
+            old.replace_all_uses_with(src(nid), delete_user_cb=lambda u: u not in region_nodes)
     # remove the region's original nodes (consumers now read the reassembled tensors)
     for n in reversed(list(graph.nodes)):
         if n in region_nodes and not n.users:
@@ -202,6 +230,15 @@ def _with_acts(orig, act_pos, ins) -> list:
             lst[p[1]] = x
             args[p[0]] = lst
     return args
+
+
+def _nhwc(fake, v, h: int, w: int):
+    """A contiguous fake ``[N, h, w, C]`` like the NHWC-form value ``v``."""
+    import torch
+
+    with fake:
+        return torch.empty((int(v.shape[0]), h, w, int(v.shape[3])), dtype=v.dtype,
+                           device=v.device)
 
 
 def _windowed(fake, v, h: int, w: int):
@@ -253,16 +290,6 @@ def _region_nodes(em: EdgeModel, plan) -> set:
         out.add(n)
         out.update(u for u in n.users if u.target is operator.getitem)
     return out
-
-
-def _rewritten_copy(gm, em: EdgeModel, plan, order=None):
-    """(a copy of ``gm`` rewritten by ``plan``, the map old node -> new node, (values,
-    instructions) added); ``gm`` itself is not changed."""
-    new, nmap = _copy_module(gm)
-    em2 = EdgeModel(em.sm, em.graph, em.tensor_index, [nmap[n] for n in em.nodes],
-                    {t: nmap[n] for t, n in em.node_of.items()}, em.act_pos, em.dtype_of,
-                    em.op_bytes)
-    return new, nmap, rewrite(new, em2, plan, order)
 
 
 def _copy_module(gm):

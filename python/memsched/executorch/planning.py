@@ -18,8 +18,10 @@ from dataclasses import asdict, dataclass
 from ..errors import GraphError
 from .check import check_graph_module
 from .errors import UnsupportedProgramError
+from .fold_constants import fold_constants
 from .model import FastSignature, PlanFlags
 from .packer import ArenaReport, MemschedAlgo
+from .patch_layout import lower_layout_views
 from .reorder import OrderReport, reorder_graph_module
 
 DEFAULT_TIME_LIMIT = 10.0
@@ -137,6 +139,9 @@ def _pass_class():
             graph_signature = FastSignature.of(graph_signature)
             flags = self.flags()
             order, note = None, ""
+            # permutes that only rename the dims of a layout (a patch rewrite's changes of
+            # form on channels-last maps) become views: no copy, no planned bytes
+            lower_layout_views(graph_module)
             self._set_alloc_node_spec(graph_module)
             if self.reorder:
                 try:
@@ -188,9 +193,14 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     mean (per-patch partial sums: equal up to rounding, not bit-equal; refused by default).
     Options named like `MemoryPlanningPass`'s (``alloc_graph_input``,
     ``alignment``, ...) go to the planning pass, the rest to ``ExecutorchBackendConfig``. The
-    report: ``report(config)`` after ``to_executorch(config)``.
+    report: ``report(config)`` after ``to_executorch(config)``. Computations on constants
+    (an ``nn.Linear``'s weight transpose) are folded before the passes, so that the search
+    and the plan see no arena tensor the report leaves out (`fold_constants`;
+    ``do_quant_fusion_and_const_prop=False`` keeps ExecuTorch's default).
     """
     from executorch.exir import ExecutorchBackendConfig
+
+    fold_constants(executorch_config_options)
 
     if tile_patches:
         from .patch_pass import TilePatchesPass

@@ -23,6 +23,7 @@ build takes less (4-byte pointers); the counts are the same.
 from __future__ import annotations
 
 from ..patches.search import RuntimeMemory
+from .patch_layout import conversions
 
 TENSOR_OUT = 136
 TENSOR_ARG = 8
@@ -83,6 +84,8 @@ PAD = call_bytes(1, 1, 1, (4,))  # constant_pad_nd(self, pad, value)
 PARTIAL = call_bytes(1, 1, 2, (2,))  # sum.dim_IntList(self, dim, keepdim, dtype)
 ACCUMULATE = call_bytes(1, 2, 1)  # add.Tensor(self, other, alpha)
 DIVIDE = call_bytes(1, 1, 1)  # div.Scalar(self, other)
+# a planned static view (`patch_layout`): the emitter writes no call, only its tensor value
+VIEW_RECORD = TENSOR_OUT - 2 * TENSOR_ARG
 
 
 class ExecutorchRecords(RuntimeMemory):
@@ -90,11 +93,13 @@ class ExecutorchRecords(RuntimeMemory):
     planned arena (activations, as `EXECUTORCH_MEMORY`) plus the records every call the
     rewrite adds costs (`call_bytes`), so the one evaluator chooses on what a
     microcontroller provisions. ``op_bytes``: operator index -> the records of its call in the
-    described graph (`node_call_bytes`)."""
+    described graph (`node_call_bytes`); ``channels_last``: the views between a feature map's
+    forms (`patch_layout.conversions`) are priced too."""
 
-    def __init__(self, activations, op_bytes: dict[int, int]):
+    def __init__(self, activations, op_bytes: dict[int, int], channels_last: bool = False):
         super().__init__("executorch+records", activations)
         self.op_bytes = dict(op_bytes)
+        self.channels_last = channels_last  # the rewrite adds layout views
 
     def model_persistent(self, sm) -> int:
         return sum(self.op_bytes.get(op.index, 0) for op in sm.ops)
@@ -111,8 +116,7 @@ class ExecutorchRecords(RuntimeMemory):
                 b, w = nd.base, nd.win
                 rows = (w.h0 - b.h0, w.h1 - b.h0) != (0, b.height)
                 cols = (w.w0 - b.w0, w.w1 - b.w0) != (0, b.width)
-                add += (2 * SLICE if sm.two_step_slices else WINDOW) if rows and cols \
-                    else SLICE
+                add += WINDOW if rows and cols else SLICE
             elif nd.kind == "pad":
                 add += PAD
             elif nd.kind == "concat":
@@ -125,6 +129,8 @@ class ExecutorchRecords(RuntimeMemory):
                 add += DIVIDE if sm.ops[nd.op].divisor != 1 else 0
             else:  # op, vector: a copy of the operator's call
                 add += self.op_bytes.get(sm.ops[nd.op].index, 0)
+        if self.channels_last:
+            add += VIEW_RECORD * len(conversions(plan))
         return add - sum(self.op_bytes.get(sm.ops[k].index, 0) for k in plan.region.ops)
 
 

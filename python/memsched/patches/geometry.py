@@ -253,9 +253,6 @@ class SpatialModel:
     outputs: list[int]
     macs: list[int] = field(default_factory=list)  # per op, whole tensors
     name: str = "model"
-    # the runtime cuts a window with two one-axis copies (ExecuTorch's ``slice_copy``): the
-    # band of the first axis is held while the second is cut (`slice_band`)
-    two_step_slices: bool = False
     # the adapter can write an operator with its own padding rule on a window of its input:
     # the search may price patches with margins (`patches.margins`); ``padding_rule``: how a
     # window operator pads a window -- "same" (TFLite: SAME by the window's size, or VALID),
@@ -273,17 +270,6 @@ class SpatialModel:
                 self.consumers.setdefault(t, []).append(k)
         if not self.macs:
             self.macs = [self.op_macs(op) for op in self.ops]
-
-    def slice_band(self, t: int, win: Win, base: Win) -> int:
-        """Bytes of the intermediate band of cutting ``win`` from a source holding ``base``
-        of tensor ``t`` with two one-axis copies (0 when one axis is kept whole or the
-        runtime cuts both at once): the smaller of the H-first and W-first bands."""
-        if not self.two_step_slices or (win.h0, win.h1) == (base.h0, base.h1) or \
-                (win.w0, win.w1) == (base.w0, base.w1):
-            return 0
-        ten = self.tensors[t]
-        return min(win.height * base.width, base.height * win.width) * ten.channels * \
-            ten.itemsize
 
     def op_macs(self, op: SOp, out: Win | None = None) -> int:
         ten = self.tensors[op.output]

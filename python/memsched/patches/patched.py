@@ -65,8 +65,7 @@ def patched_graph(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         node_t: list[int] = []
         for k, nd in enumerate(p.nodes):
             ins = [tmap[r[1]] if isinstance(r, tuple) else node_t[r] for r in nd.inputs]
-            ws = sm.ops[nd.op].workspace if nd.kind == "op" else \
-                sm.slice_band(nd.tensor, nd.win, nd.base) if nd.kind == "slice" else 0
+            ws = sm.ops[nd.op].workspace if nd.kind == "op" else 0
             vid = b.op(f"patch{nd.patch}:{nd.kind}:{k}" + (f":r{i}" if i else ""), nd.kind, ins,
                        [(f"n{k}" + (f"r{i}" if i else ""), p.node_bytes(sm, k))],
                        source=("node", k, i), workspace=ws)

@@ -1,0 +1,147 @@
+"""Memory layout of a patch rewrite on channels-last feature maps: which plan node runs on
+which form of a tensor, and the zero-copy views between the forms.
+
+ExecuTorch stores a channels-last NCHW tensor (dim order (0, 2, 3, 1)) as NHWC bytes. The
+kernels a patch rewrite writes read memory differently (read from their C++ source, and
+measured with the Cortex-M backend's kernels, `docs/executorch_patches.md`):
+
+* the Cortex-M convolutions, depthwise convolutions and pools (and the portable ones in an
+  fp32 program exported channels-last) need their input and output channels-last;
+  element-wise kernels (``quantized_add``, ...) read flat memory, so every operand must have
+  one layout -- channels-last, like the feature maps they combine;
+* the portable ``slice_copy`` needs equal dim orders in and out, and it, ``constant_pad_nd``,
+  ``as_strided_copy`` and ``cat`` compute on logical indices as if the bytes were contiguous:
+  on a channels-last buffer they run and are wrong.
+
+So the cutting and reassembling nodes (slices, border pads, concatenations) run on the
+*NHWC form*: the same bytes seen as a contiguous ``[N, H, W, C]`` tensor (a ``permute`` by
+(0, 2, 3, 1)), and every operator on the *native form* (channels-last NCHW). The rewrite writes
+each change of form as an ``aten.permute_copy`` whose input and output have the same bytes in
+the same order -- exact under any kernel, eager ones included -- and
+`lower_layout_views` turns those into ``memory.view`` at planning time: no instruction, no
+planned bytes, one tensor record each (`VIEW_RECORD`). `conversions` says which views a plan
+needs; the search prices them (`records.ExecutorchRecords`) and the rewrite writes exactly
+those.
+"""
+from __future__ import annotations
+
+NATIVE, NHWC = "native", "nhwc"
+TO_NHWC, TO_NATIVE = (0, 2, 3, 1), (0, 3, 1, 2)
+CHANNELS_LAST = (0, 2, 3, 1)
+# plan node kinds that cut or reassemble: they run on the NHWC form
+_ON_NHWC = ("slice", "pad", "concat")
+
+
+def form_of(kind: str) -> str:
+    """The form plan node kind ``kind`` reads its inputs in and writes its output in."""
+    return NHWC if kind in _ON_NHWC else NATIVE
+
+
+def conversions(plan) -> set[tuple]:
+    """The views the rewrite of ``plan`` on channels-last feature maps writes: one
+    ``(source, form)`` per tensor read in a form it was not made in (``source``: a plan node
+    id, or ``("in", tensor)`` for a region input, made native), the region's results included
+    (read natively by the rest of the graph). Each view is made once and shared."""
+    made = {}
+    need = set()
+
+    def key(s):
+        return ("in", s[1]) if isinstance(s, tuple) else s
+
+    for nid, nd in enumerate(plan.nodes):
+        form = form_of(nd.kind)
+        for s in nd.inputs:
+            k = key(s)
+            if made.get(k, NATIVE) != form:
+                need.add((k, form))
+        made[nid] = form
+    for nid in plan.result.values():
+        if made[nid] != NATIVE:
+            need.add((nid, NATIVE))
+    return need
+
+
+def same_bytes(in_dim_order, perm, out_dim_order) -> bool:
+    """Whether ``permute(x, perm)`` with output dim order ``out_dim_order`` has the same bytes
+    in the same order as ``x`` with ``in_dim_order``: output dim ``d`` is input dim
+    ``perm[d]``, so walking the output's dims outermost first must walk the input's."""
+    return len(perm) == len(in_dim_order) == len(out_dim_order) and \
+        [int(perm[d]) for d in out_dim_order] == [int(d) for d in in_dim_order]
+
+
+def _strides(shape, dim_order) -> tuple:
+    out, step = [0] * len(shape), 1
+    for d in reversed(dim_order):
+        out[d] = step
+        step *= int(shape[d])
+    return tuple(out)
+
+
+def _is(node, name: str) -> bool:
+    return getattr(node, "op", None) == "call_function" and name in str(node.target)
+
+
+def lower_layout_views(graph_module) -> int:
+    """Turn, in ``graph_module`` after ``ToOutVarPass``, the layout changes that keep every
+    byte in place into ``memory.view`` on the input's storage with the result's own dim order
+    (ExecuTorch's ``_ViewSpec`` is contiguous: it is given the result's strides):
+
+    * ``permute_copy.out`` whose result has its input's bytes in the same order
+      (`same_bytes`): a channels-last map seen as NHWC;
+    * ``_clone_dim_order.out(permute_copy.out(x, perm), dim_order=d)`` with the permute read
+      by the clone only and ``same_bytes(x, perm, d)``: NHWC bytes seen as channels-last
+      NCHW (two copies in eager, none here).
+
+    Not for graph outputs (the runtime may repoint them), constants or inputs without a spec.
+    Returns how many; the emitter elides planned static views (no instruction, one tensor
+    record each)."""
+    from executorch.exir import memory
+    from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec
+
+    graph = graph_module.graph
+    done = 0
+
+    def to_view(n, x, dim_order, drop=()):
+        shape = list(n.meta["spec"].shape)
+        base = x.meta["spec"]
+        while isinstance(base, _ViewSpec):  # a view of a view shares the first's storage
+            base = object.__getattribute__(base, "_base")
+        view = _ViewSpec(base, shape)
+        view.dim_order = tuple(int(d) for d in dim_order)
+        view.stride = _strides(shape, view.dim_order)
+        allocs = [a for a in [n.kwargs.get("out")] + [d.kwargs.get("out") for d in drop]
+                  if hasattr(a, "op")]
+        n.target, n.args, n.kwargs = memory.view, (x, shape), {}
+        n.meta["spec"] = view
+        for d in drop:
+            graph.erase_node(d)
+        for a in allocs:
+            if not a.users:
+                graph.erase_node(a)
+
+    def usable(n, x) -> bool:
+        return hasattr(x, "meta") and "spec" in x.meta and "spec" in n.meta and \
+            not getattr(x.meta["spec"], "const", False) and \
+            not any(u.op == "output" for u in n.users)
+
+    for n in list(graph.nodes):
+        if n.graph is not graph or n.op != "call_function":
+            continue
+        if _is(n, "_clone_dim_order") and _is(n.args[0], "permute_copy") and \
+                len(n.args[0].users) == 1:
+            p = n.args[0]
+            x, perm, d = p.args[0], p.args[1], n.kwargs.get("dim_order")
+            if d is not None and usable(n, x) and \
+                    same_bytes(x.meta["spec"].dim_order, perm, d):
+                to_view(n, x, d, drop=(p,))
+                done += 1
+        elif _is(n, "permute_copy") and n.kwargs.get("out") is not None:
+            x, perm = n.args[0], n.args[1]
+            if usable(n, x) and same_bytes(x.meta["spec"].dim_order, perm,
+                                           n.meta["spec"].dim_order):
+                to_view(n, x, n.meta["spec"].dim_order)
+                done += 1
+    if done:
+        graph.lint()
+        graph_module.recompile()
+    return done
