@@ -353,40 +353,74 @@ def windows(sm: SpatialModel, region: Region, cell: Win, targets: dict | None = 
 
 
 def axis_windows(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int,
-                 targets: dict | None = None) -> dict[int, tuple[int, int]]:
+                 targets: dict | None = None, program: list | None = None
+                 ) -> dict[int, tuple[int, int]]:
     """`windows` along one axis (0 = H, 1 = W) for cells covering ``[lo, hi)`` of the split
     tensors (or ``targets``: tensor -> range, one pass of a squeeze-and-excitation region):
     windows are rectangles whose bounding boxes split by axis, so a grid's windows are the
-    products of its row and column ranges. Region inputs included (the range sliced)."""
+    products of its row and column ranges. Region inputs included (the range sliced).
+    ``program``: `axis_program` of this region and axis (built here when None)."""
     lenient = targets is not None
-    need: dict[int, list[tuple[int, int]]] = {t: [r] for t, r in (
-        targets.items() if lenient else ((t, (lo, hi)) for t in region.split))}
+    lows: dict[int, int] = {}
+    highs: dict[int, int] = {}
+    for t, (a, b) in (targets.items() if lenient else ((t, (lo, hi)) for t in region.split)):
+        lows[t], highs[t] = min(a, lows.get(t, a)), max(b, highs.get(t, b))
     held: dict[int, tuple[int, int]] = {}
+    for out, where, reads in program or axis_program(sm, region, axis):
+        a = lows.get(out)
+        if a is None:
+            if lenient:
+                continue
+            raise Refused(f"operator {where}: its output is never used")
+        b = highs[out]
+        held[out] = (a, b)
+        for t, mode, stride, pad, kernel, dilation, size in reads:
+            if mode == 0:  # element-wise, concat: the same range, clipped
+                r0, r1 = (a if a > 0 else 0), (b if b < size else size)
+            elif mode == 1:  # taps without gaps: the range's first to last tap, clipped
+                r0, r1 = a * stride - pad, (b - 1) * stride - pad + kernel
+                r0, r1 = (r0 if r0 > 0 else 0), (r1 if r1 < size else size)
+                if r0 >= r1:
+                    r0 = r1 = 0
+            else:
+                r0, r1 = axis_read(a, b, kernel, stride, dilation, pad, size)
+            if t in lows:
+                if r0 < lows[t]:
+                    lows[t] = r0
+                if r1 > highs[t]:
+                    highs[t] = r1
+            else:
+                lows[t], highs[t] = r0, r1
+    for t in region.inputs:  # the ranges the patches slice, as `windows` holds them
+        if t in lows:
+            held[t] = (lows[t], highs[t])
+    return held
+
+
+def axis_program(sm: SpatialModel, region: Region, axis: int) -> list:
+    """What `axis_windows` walks, once per region and axis: per operator (last first, vector
+    operators left out) its output, its name for errors, and per input read the rule of its
+    range (0: the output's range; 1: a window whose taps leave no gap, stride <= kernel and no
+    dilation: the range's first to last tap; 2: any window, `geometry.axis_read`)."""
+    prog = []
     for k in reversed(region.ops):
         op = sm.ops[k]
         if op.cls in VECTOR:
             continue
-        wants = need.get(op.output)
-        if not wants:
-            if lenient:
-                continue
-            raise Refused(f"operator {op.index} ({op.kind}): its output is never used")
-        a, b = min(w[0] for w in wants), max(w[1] for w in wants)
-        held[op.output] = (a, b)
+        reads = []
         for pos, t in enumerate(op.inputs):
             if op.cls == "scale" and pos == 1:
-                continue
+                continue  # the vector: whole
             size = sm.tensors[t].shape[1 + axis]
-            if op.cls == "window":
-                rng = axis_read(a, b, op.kernel[axis], op.stride[axis], op.dilation[axis],
-                                op.pad[axis], size)
-            else:
-                rng = (max(a, 0), min(b, size))
-            need.setdefault(t, []).append(rng)
-    for t in region.inputs:  # the ranges the patches slice, as `windows` holds them
-        if t in need:
-            held[t] = (min(w[0] for w in need[t]), max(w[1] for w in need[t]))
-    return held
+            if op.cls != "window":
+                reads.append((t, 0, 1, 0, 1, 1, size))
+                continue
+            kernel, stride = op.kernel[axis], op.stride[axis]
+            dilation, pad = op.dilation[axis], op.pad[axis]
+            mode = 1 if dilation == 1 and stride <= kernel else 2
+            reads.append((t, mode, stride, pad, kernel, dilation, size))
+        prog.append((op.output, f"{op.index} ({op.kind})", reads))
+    return prog
 
 
 def is_se(sm: SpatialModel, region: Region) -> bool:
@@ -430,6 +464,12 @@ def _band_sums(sm: SpatialModel, region: Region, axis: int, n: int, groups, keep
     key = (region.start, region.length, axis, n, keep)
     if cache is not None and key in cache:
         return cache[key]
+    prog_key = ("program", region.start, region.length, axis)
+    program = cache.get(prog_key) if cache is not None else None
+    if program is None:
+        program = axis_program(sm, region, axis)
+        if cache is not None:
+            cache[prog_key] = program
     out = []
     for group in groups:
         sums: dict[int, int] = {}
@@ -439,7 +479,7 @@ def _band_sums(sm: SpatialModel, region: Region, axis: int, n: int, groups, keep
                 if n > size:
                     raise Refused(f"{n} bands do not fit a size of {size}")
                 held = axis_windows(sm, region, axis, round(i * size / n),
-                                    round((i + 1) * size / n))
+                                    round((i + 1) * size / n), program=program)
             else:
                 rng = {}
                 for t in group:
@@ -447,7 +487,7 @@ def _band_sums(sm: SpatialModel, region: Region, axis: int, n: int, groups, keep
                     if n > size:
                         raise Refused(f"{n} bands do not fit a size of {size}")
                     rng[t] = (round(i * size / n), round((i + 1) * size / n))
-                held = axis_windows(sm, region, axis, 0, 0, rng)
+                held = axis_windows(sm, region, axis, 0, 0, rng, program)
             if i == 0:
                 sums = {t: 0 for t in held}
             for t in sums:
