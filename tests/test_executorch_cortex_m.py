@@ -28,7 +28,7 @@ import memsched.executorch as mx  # noqa: E402
 from memsched.executorch import host_kernels, pte  # noqa: E402
 from memsched.executorch import patch_cortex_m as cm  # noqa: E402
 from memsched.executorch.patch_describe import describe_graph  # noqa: E402
-from memsched.executorch.patch_pass import _starts  # noqa: E402
+from memsched.patches import region_starts  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def test_cortex_m_ops_described_by_what_they_compute():
     # CMSIS-NN scratch buffers are the ops' workspace
     assert all(g.workspace == op.workspace for g, op in zip(em.graph.ops, em.sm.ops))
     # the float input's quantize: regions start at it (per patch) and after it (whole)
-    assert _starts(em.sm) == (0, 1)
+    assert region_starts(em.sm)[:2] == [0, 1]
     # a caller-owned input (alloc_graph_input=False) costs the arena nothing
     (x,) = em.sm.inputs
     assert em.graph.tensors[em.graph.input_tensors[0]].nbytes == em.sm.tensors[x].nbytes > 0

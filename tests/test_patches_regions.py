@@ -84,7 +84,7 @@ def test_regions_equal_brute_force(deterministic, sm, max_overhead):
     graph, index = _graph_of(sm)
     kw = dict(max_overhead=max_overhead, time_limit=60.0, certify=False,
               frontier_overhead=float("inf"))
-    res = search_regions(sm, graph, index, MEMORY, max_regions=3, extend_time=60.0, **kw)
+    res = search_regions(sm, graph, index, MEMORY, max_regions=3, **kw)
     want = _brute(sm, graph, index, max_overhead, 3)
     got = res.choice.total if res.choice is not None else None
     assert got == want
@@ -117,5 +117,5 @@ def test_two_regions_beat_one_on_a_deep_stack():
     assert res.as_dict()["choice"]["regions"][1]["region_start"] == c.sequence[0].region_ops
     assert res.bound(c)["regions"] == len(c.sequence)
     # forced grid or split: one region, as asked
-    forced = search_regions(sm, graph, index, MEMORY, time_limit=2, grids=[(2, 2)])
+    forced = search_regions(sm, graph, index, MEMORY, time_limit=2, grid=(2, 2))
     assert forced.choice is None or len(forced.choice.sequence) == 1

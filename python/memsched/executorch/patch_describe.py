@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..graph import GraphBuilder
 from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
-from ..patches.region import Refused, partial_se_blocks
+from ..patches import Refused, classify_se
 from ..patches.search import RuntimeMemory
 from . import patch_cortex_m as _cm
 from .inplace import input_it_may_overwrite
@@ -223,11 +223,8 @@ def describe_graph(gm, planned_inputs: bool = True) -> EdgeModel:
             b.mark_output(gt[t])
     _squeeze_excitation(ops, nodes, act_pos, macs, tensors, set(outputs))
     cl = _channels_last(acts)
-    # portable kernels take a convolution's / pool's own padding on any window (patches with
-    # margins); the Cortex-M flow's rebuilt calls are not written that way
     sm = SpatialModel(ops, tensors, [index[n] for n in inputs], list(dict.fromkeys(outputs)),
-                      macs=macs, name="edge", implicit_padding=not cl,
-                      padding_rule="fixed")
+                      macs=macs, name="edge")
     op_bytes = {k: node_call_bytes(n) for k, n in enumerate(nodes)}
     return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of, op_bytes,
                      cl)
@@ -400,55 +397,45 @@ def _keepdim(n, name: str) -> bool:
 
 
 def _squeeze_excitation(ops, nodes, act_pos, macs, tensors, model_out) -> None:
-    """Reclassify, in place, the operators of squeeze-and-excitation blocks: a mean / sum over
-    H and W (and an adaptive average pool to 1x1) of a feature map -> ``reduce``; an operator
-    whose activations are all vectors (reduce results or vector outputs) -> ``vector``; a
-    feature map times (plus, minus, divided by) a vector broadcast over space -> ``scale``
-    (inputs and their positions reordered: the feature map first). Only whole blocks: a
-    reduction whose vectors reach a model output or an operator other than a vector or scale
-    one (a classifier head) keeps its original class, and so do its vector operators."""
-    orig = {k: (op, act_pos[k]) for k, op in enumerate(ops)}
-    vec: set[int] = set()
-    for k, op in enumerate(ops):
+    """Reclassify, in place, the operators of whole squeeze-and-excitation blocks
+    (`memsched.patches.classify_se`): a floating-point mean / sum over H and W (and an
+    adaptive average pool to 1x1) of a feature map -> ``reduce``; an operator whose
+    activations are all vectors -> ``vector``; a feature map times (plus, minus, divided by) a
+    vector broadcast over space -> ``scale`` (its inputs and their positions reordered: the
+    feature map first)."""
+
+    def reduce_of(k, op):
         n = nodes[k]
         name = _aten_name(n.target)
-        o = tensors[op.output]
-        cells = max(o.nbytes // max(o.itemsize, 1), 1)
-        if len(op.inputs) == 1 and op.inputs[0] not in vec and act_pos[k] == [(0,)] and \
-                _global_reduce(n, name, tensors[op.inputs[0]]):
-            x = tensors[op.inputs[0]]
-            h, w = x.hw
-            # only floating-point reductions are described (`_global_reduce`): a float sum,
-            # which the patch search refuses unless float partial sums are accepted
-            ops[k] = SOp(k, op.kind, "reduce", op.inputs, op.output, macs_per_out=h * w,
-                         cout=x.channels, divisor=h * w if REDUCE[name] else 1,
-                         acc_dtype=str(_val(n.args[0]).dtype).replace("torch.", ""))
-            vec.add(op.output)
-        elif op.inputs and all(t in vec for t in op.inputs) and ("kw",) not in act_pos[k]:
-            ops[k] = SOp(k, op.kind, "vector", op.inputs, op.output,
-                         macs_per_out=max(1, macs[k] // cells),
-                         cout=int(o.shape[-1]) if o.shape else 0)
-            vec.add(op.output)
-        elif _aten_name(n.target) in SCALE and len(op.inputs) == 2 and \
-                len(act_pos[k]) == 2 and sum(t in vec for t in op.inputs) == 1 and o.spatial:
-            pos = 0 if op.inputs[1] in vec else 1
-            x, v = op.inputs[pos], op.inputs[1 - pos]
-            vs = _val(_arg_at(n, act_pos[k][1 - pos]))
-            vs = tuple(int(d) for d in vs.shape) if _is_tensor(vs) else ()
-            vs = (1,) * (4 - len(vs)) + vs
-            if tensors[x].spatial and tensors[x].shape == o.shape and len(vs) == 4 and \
-                    vs[0] == 1 and vs[2] == 1 and vs[3] == 1 and vs[1] in (1, o.channels) and \
-                    (name not in ("sub.Tensor", "div.Tensor") or pos == 0) and \
-                    len(n.args) == 2 and not n.kwargs:
-                ops[k] = SOp(k, op.kind, "scale", (x, v), op.output, macs_per_out=1,
-                             cout=o.channels)
-                act_pos[k] = [act_pos[k][pos], act_pos[k][1 - pos]]
-        elif any(t in vec for t in op.inputs):
-            ops[k] = _other(k, op.inputs, op.output,
-                            "reads a squeeze-and-excitation vector and a feature map", op.kind)
-    # keep whole blocks only (a classifier head's mean keeps its own class)
-    for k in partial_se_blocks(ops, model_out):
-        ops[k], act_pos[k] = orig[k]
+        if act_pos[k] != [(0,)] or not _global_reduce(n, name, tensors[op.inputs[0]]):
+            return None
+        x = tensors[op.inputs[0]]
+        h, w = x.hw
+        # only floating-point reductions are described (`_global_reduce`): a float sum,
+        # which the patch search refuses unless float partial sums are accepted
+        return SOp(k, op.kind, "reduce", op.inputs, op.output, macs_per_out=h * w,
+                   cout=x.channels, divisor=h * w if REDUCE[name] else 1,
+                   acc_dtype=str(_val(n.args[0]).dtype).replace("torch.", ""))
+
+    def is_scale(k):
+        return _aten_name(nodes[k].target) in SCALE and len(act_pos[k]) == 2
+
+    def scale_ok(k, pos):
+        n = nodes[k]
+        o = tensors[ops[k].output]
+        vs = _val(_arg_at(n, act_pos[k][1 - pos]))
+        vs = tuple(int(d) for d in vs.shape) if _is_tensor(vs) else ()
+        vs = (1,) * (4 - len(vs)) + vs
+        return len(vs) == 4 and vs[0] == 1 and vs[2] == 1 and vs[3] == 1 and \
+            vs[1] in (1, o.channels) and \
+            (_aten_name(n.target) not in ("sub.Tensor", "div.Tensor") or pos == 0) and \
+            len(n.args) == 2 and not n.kwargs
+
+    swapped = classify_se(ops, tensors, model_out, macs, reduce_of=reduce_of,
+                          is_scale=is_scale, scale_ok=scale_ok,
+                          may_be_vector=lambda k: ("kw",) not in act_pos[k])
+    for k, pos in swapped.items():
+        act_pos[k] = [act_pos[k][pos], act_pos[k][1 - pos]]
 
 
 def _pair(v) -> tuple[int, int]:

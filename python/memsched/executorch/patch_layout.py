@@ -25,40 +25,16 @@ those.
 """
 from __future__ import annotations
 
-NATIVE, NHWC = "native", "nhwc"
+from ..patches import Layout
+
+# the layout contract the search prices and the rewrite writes (`memsched.patches.Layout`):
+# cuts on the NHWC form, operators on the native (channels-last NCHW) form
+CHANNELS_LAST = Layout(native="native", cut="nhwc", cut_kinds=("slice", "pad", "concat"))
+NATIVE, NHWC = CHANNELS_LAST.native, CHANNELS_LAST.cut
 TO_NHWC, TO_NATIVE = (0, 2, 3, 1), (0, 3, 1, 2)
-CHANNELS_LAST = (0, 2, 3, 1)
-# plan node kinds that cut or reassemble: they run on the NHWC form
-_ON_NHWC = ("slice", "pad", "concat")
-
-
-def form_of(kind: str) -> str:
-    """The form plan node kind ``kind`` reads its inputs in and writes its output in."""
-    return NHWC if kind in _ON_NHWC else NATIVE
-
-
-def conversions(plan) -> set[tuple]:
-    """The views the rewrite of ``plan`` on channels-last feature maps writes: one
-    ``(source, form)`` per tensor read in a form it was not made in (``source``: a plan node
-    id, or ``("in", tensor)`` for a region input, made native), the region's results included
-    (read natively by the rest of the graph). Each view is made once and shared."""
-    made = {}
-    need = set()
-
-    def key(s):
-        return ("in", s[1]) if isinstance(s, tuple) else s
-
-    for nid, nd in enumerate(plan.nodes):
-        form = form_of(nd.kind)
-        for s in nd.inputs:
-            k = key(s)
-            if made.get(k, NATIVE) != form:
-                need.add((k, form))
-        made[nid] = form
-    for nid in plan.result.values():
-        if made[nid] != NATIVE:
-            need.add((nid, NATIVE))
-    return need
+CHANNELS_LAST_ORDER = (0, 2, 3, 1)  # the dim order of a channels-last NCHW tensor
+form_of = CHANNELS_LAST.form_of  # the form a plan node kind runs on
+conversions = CHANNELS_LAST.conversions  # the views a plan needs
 
 
 def same_bytes(in_dim_order, perm, out_dim_order) -> bool:

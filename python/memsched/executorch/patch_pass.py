@@ -58,13 +58,12 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from ..patches.budget import Clock
-from ..patches.region import Refused
-from ..patches.search import SearchResult
-from ..patches.sequence import MAX_REGIONS, search_regions
+from ..patches import (Clock, Described, PatchOptions, PatchOptionsError, Refused, Runtime,
+                       SearchResult, search_model)
 from .errors import ExecutorchError
 from .model import EXECUTORCH_MODEL
 from .patch_describe import EXECUTORCH_MEMORY, EdgeModel, describe_graph
+from .patch_layout import CHANNELS_LAST
 from .patch_rewrite import _copy_module, rewrite
 from .records import ExecutorchRecords
 
@@ -140,62 +139,61 @@ class TileReport:
 def memory_of(em: EdgeModel, price_records: bool = True):
     """The patch search's memory model for ``em``: the planned arena plus the method
     allocator's records of every call (``price_records``), or the arena alone."""
-    return ExecutorchRecords(EXECUTORCH_MODEL, em.op_bytes, em.channels_last) \
-        if price_records else \
-        EXECUTORCH_MEMORY
+    if not price_records:
+        return EXECUTORCH_MEMORY
+    return ExecutorchRecords(EXECUTORCH_MODEL, em.op_bytes,
+                             CHANNELS_LAST if em.channels_last else None)
 
 
-def search(em: EdgeModel, *, max_overhead: float = 0.3, grid=None, split=None,
-           time_limit: float = 10.0, se_patches: str | None = None,
-           price_records: bool = True, max_regions: int = MAX_REGIONS,
-           exact_reductions: bool = True, padding: str | None = None) -> SearchResult:
-    """The one patch search under ExecuTorch's memory model (`memory_of`): ``time_limit``
-    for one region, as much again for the regions after it. The first region starts at the
-    first operator, or right after it when that one is element-wise on a model input (the
-    int8 flow's quantize of the float input): quantized whole before the region, or patch by
-    patch inside it, whichever the evaluator prices lower."""
-    return search_regions(em.sm, em.graph, em.tensor_index, memory_of(em, price_records),
-                          grids=[tuple(grid)] if grid is not None else None, split=split,
-                          max_overhead=max_overhead, time_limit=time_limit,
-                          extend_time=time_limit, max_regions=max_regions, se=True,
-                          se_patches=se_patches, starts=_starts(em.sm),
-                          exact_reductions=exact_reductions, padding=padding)
+def runtime_of(em: EdgeModel, price_records: bool = True) -> Runtime:
+    """ExecuTorch as the patch search sees it (`memsched.patches.Runtime`): `memory_of`;
+    portable kernels take a convolution's / pool's own padding on any window, on both sides
+    (plans with margins), while the Cortex-M flow's rebuilt calls on channels-last maps are
+    not written that way and cut on the maps' NHWC form (`patch_layout.CHANNELS_LAST`);
+    squeeze-and-excitation blocks are rewritten."""
+    cl = em.channels_last
+    return Runtime(memory_of(em, price_records), implicit_padding=not cl,
+                   padding_rule="fixed", se=True, layout=CHANNELS_LAST if cl else None)
 
 
-def _starts(sm) -> tuple:
-    ops = sm.ops
-    if len(ops) > 1 and ops[0].cls == "eltwise" and set(ops[0].inputs) <= set(sm.inputs):
-        return (0, 1)
-    return (0,)
+def search(em: EdgeModel, options: PatchOptions | None = None, *,
+           price_records: bool = True, **given) -> SearchResult:
+    """The one patch search (`memsched.patches.search_model`) under ExecuTorch's memory model
+    (`runtime_of`). ``given``: `PatchOptions` fields put over ``options``."""
+    return search_model(Described(em.sm, em.graph, em.tensor_index),
+                        runtime_of(em, price_records), PatchOptions.of(options, **given))
 
 
-def tile_graph_module(gm, *, max_overhead: float = 0.3, grid=None, split=None,
-                      time_limit: float = 10.0, se_patches: str | None = None,
-                      second_region: bool = True, price_records: bool = True,
-                      planned_inputs: bool = True, exact_reductions: bool = True,
-                      padding: str | None = None):
+def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=None,
+                      grid=None, split=None, time_limit=None, se_patches=None,
+                      second_region=None, price_records: bool = True,
+                      planned_inputs: bool = True, exact_reductions=None, padding=None,
+                      max_regions=None):
     """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed.
-    ``second_region`` (when neither ``grid`` nor ``split`` is forced): regions in sequence,
-    each starting where the one before ends, each with its own grid, under the one MAC budget
-    (`memsched.patches.search_regions`; ``time_limit`` more seconds for the regions after the
-    first). ``price_records``: the objective is the planned arena plus the method allocator's
-    records (`memsched.executorch.records`), else the arena alone. ``planned_inputs``: False
-    when the planning pass leaves the user inputs out of the arena
-    (``alloc_graph_input=False``). ``exact_reductions``: regions through a squeeze-and-excitation
-    mean only if its partial sums combine exactly (a float mean, the only kind described, is
-    refused, the reason in ``prefix_end``); False accepts float partial sums (equal up to
-    rounding). ``padding``: ``"explicit"`` (constant_pad_nd on patch borders, exact windows)
-    or ``"margins"`` (convolutions and pools keep their own padding on wider windows: fewer
-    calls, more MACs); default: the search prices both."""
+
+    ``options``: the search's `memsched.patches.PatchOptions` (the keywords of the same names
+    put over it: ``max_overhead``, ``grid``, ``split``, ``se_patches``, ``max_regions`` (regions
+    in sequence, each with its own grid, under the one MAC budget; ``second_region``: its
+    deprecated name), ``exact_reductions`` (a float mean's partial sums, equal up to rounding,
+    only with False), ``padding`` (``"explicit"``: constant_pad_nd on patch borders;
+    ``"margins"``: convolutions and pools keep their own padding on wider windows; default:
+    both priced), ``time_limit`` (the search's wall-clock safety net)). ``price_records``: the
+    objective is the planned arena plus the method allocator's records
+    (`memsched.executorch.records`), else the arena alone. ``planned_inputs``: False when the
+    planning pass leaves the user inputs out of the arena (``alloc_graph_input=False``). Bad
+    options raise `TilePatchesError`."""
+    try:
+        opts = PatchOptions.of(options, max_overhead=max_overhead, grid=grid, split=split,
+                               time_limit=time_limit, se_patches=se_patches,
+                               second_region=second_region, exact_reductions=exact_reductions,
+                               padding=padding, max_regions=max_regions)
+    except PatchOptionsError as e:
+        raise TilePatchesError(str(e)) from None
     t0 = time.perf_counter()
     rep = TileReport()
     try:
         em = describe_graph(gm, planned_inputs)
-        res = search(em, max_overhead=max_overhead, grid=grid, split=split,
-                     time_limit=time_limit, se_patches=se_patches,
-                     price_records=price_records,
-                     max_regions=MAX_REGIONS if second_region else 1,
-                     exact_reductions=exact_reductions, padding=padding)
+        res = search(em, opts, price_records=price_records)
     except Refused as e:
         rep.skipped, rep.seconds = str(e), time.perf_counter() - t0
         return None, rep
@@ -271,61 +269,34 @@ def _rewritten(gm, em: EdgeModel, plans, orders=None) -> tuple:
     return new, (values, instructions)
 
 
-def _grid(grid):
-    if grid is None:
-        return None
-    if isinstance(grid, str):
-        try:
-            grid = tuple(int(x) for x in grid.lower().split("x"))
-        except ValueError:
-            raise TilePatchesError(f"bad grid {grid!r}: give 'RxC' or (rows, cols)") from None
-    grid = tuple(int(g) for g in grid)
-    if len(grid) != 2 or min(grid) < 1:
-        raise TilePatchesError(f"bad grid {grid!r}: give (rows, cols) >= 1")
-    return grid
-
-
 class TilePatchesPass:
     """An edge-dialect pass for ``ExecutorchBackendConfig(passes=[...])``: the spatial prefix
     patch by patch (see the module docstring). ``report``: one `TileReport` per method, in the
     order the methods were lowered. The graph module it is given is never changed: a patched
     copy is returned, or the same module when nothing is patched."""
 
-    def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
-                 time_limit: float = 10.0, se_patches: str | None = None,
-                 second_region: bool = True, price_records: bool = True,
-                 planned_inputs: bool = True, exact_reductions: bool = True,
-                 padding: str | None = None):
-        if max_overhead < 0:
-            raise TilePatchesError("max_overhead must be >= 0")
-        if se_patches not in (None, "recompute", "keep"):
-            raise TilePatchesError(f"se_patches must be 'recompute' or 'keep', not "
-                                   f"{se_patches!r}")
-        self.se_patches = se_patches
-        self.exact_reductions = bool(exact_reductions)
-        if padding not in (None, "explicit", "margins"):
-            raise TilePatchesError(f"padding must be 'explicit' or 'margins', not {padding!r}")
-        self.padding = padding
-        self.second_region = bool(second_region)
+    def __init__(self, options: PatchOptions | None = None, *, max_overhead=None, grid=None,
+                 split: str | None = None, time_limit=None, se_patches: str | None = None,
+                 second_region=None, price_records: bool = True,
+                 planned_inputs: bool = True, exact_reductions=None,
+                 padding: str | None = None, max_regions=None):
+        try:  # checked once, here: the pass raises on bad options, never on a graph
+            self.options = PatchOptions.of(
+                options, max_overhead=max_overhead, grid=grid, split=split,
+                time_limit=time_limit, se_patches=se_patches, second_region=second_region,
+                exact_reductions=exact_reductions, padding=padding, max_regions=max_regions)
+        except PatchOptionsError as e:
+            raise TilePatchesError(str(e)) from None
         self.price_records = bool(price_records)
         self.planned_inputs = bool(planned_inputs)  # alloc_graph_input of the planning pass
-        self.max_overhead = float(max_overhead)
-        self.grid = _grid(grid)
-        self.split = split
-        self.time_limit = float(time_limit)
         self.report: list[TileReport] = []
 
     def __call__(self, graph_module):
         from torch.fx.passes.infra.pass_base import PassResult
 
-        new, rep = tile_graph_module(graph_module, max_overhead=self.max_overhead,
-                                     grid=self.grid, split=self.split,
-                                     time_limit=self.time_limit, se_patches=self.se_patches,
+        new, rep = tile_graph_module(graph_module, self.options,
                                      price_records=self.price_records,
-                                     second_region=self.second_region,
-                                     planned_inputs=self.planned_inputs,
-                                     exact_reductions=self.exact_reductions,
-                                     padding=self.padding)
+                                     planned_inputs=self.planned_inputs)
         self.report.append(rep)
         if new is None:
             return PassResult(graph_module, False)

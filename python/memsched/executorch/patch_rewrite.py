@@ -87,7 +87,7 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
                 with graph.inserting_before(first):
                     views[key] = graph.call_function(
                         exir_ops.edge.dim_order_ops._clone_dim_order.default, (p,),
-                        {"dim_order": list(_layout.CHANNELS_LAST)})
+                        {"dim_order": list(_layout.CHANNELS_LAST_ORDER)})
                 with fake:
                     views[key].meta["val"] = p.meta["val"].clone(
                         memory_format=torch.channels_last)

@@ -172,26 +172,32 @@ _PASS_OPTIONS = ("alloc_graph_input", "alloc_graph_output", "alloc_mutable_buffe
 
 
 def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool = True,
-                   tile_patches: bool = False, max_overhead: float = 0.3, grid=None,
+                   tile_patches: bool = False, max_overhead: float | None = None, grid=None,
                    split: str | None = None, se_patches: str | None = None,
-                   second_region: bool = True, price_records: bool = True,
-                   exact_reductions: bool = True, **executorch_config_options):
+                   second_region: bool | None = None, price_records: bool = True,
+                   exact_reductions: bool | None = None, padding: str | None = None,
+                   max_regions: int | None = None, patch_options=None,
+                   **executorch_config_options):
     """An ``ExecutorchBackendConfig`` whose memory planning is memsched's.
 
-    ``time_limit``: seconds for the scheduler and for each arena's packer (and for the patch
-    search). ``tile_patches``: run the spatial prefix patch by patch
-    (`memsched.executorch.patch_pass.TilePatchesPass`, appended to ``passes``) within
-    ``max_overhead`` extra MACs; ``grid`` ("RxC" or (rows, cols)) and ``split`` (a node name)
-    force the choice, and so does ``se_patches`` ("recompute" / "keep": how the patches after a
-    squeeze-and-excitation block's mean get their feature maps; default: the cheaper one);
-    ``second_region``: regions in sequence (each starting where the one before ends, its own
-    grid, one MAC budget; `memsched.patches.search_regions`), kept when they lower the peak
-    (not with a forced grid or split); ``price_records``: choose on the planned arena plus
-    the method allocator's records the patches add (`memsched.executorch.records`: what a
-    microcontroller provisions), or (False) on the planned arena alone;
-    ``exact_reductions=False``: regions may run through a squeeze-and-excitation block's float
-    mean (per-patch partial sums: equal up to rounding, not bit-equal; refused by default).
-    Options named like `MemoryPlanningPass`'s (``alloc_graph_input``,
+    ``time_limit``: seconds for the scheduler and for each arena's packer. ``tile_patches``:
+    run the spatial prefix patch by patch (`memsched.executorch.patch_pass.TilePatchesPass`,
+    appended to ``passes``) with the search's options ``patch_options``
+    (`memsched.patches.PatchOptions`, or a dict of its fields) and these keywords put over
+    them: ``max_overhead`` extra MACs (default 0.3); ``grid`` ("RxC" or (rows, cols)) and
+    ``split`` (a node name) force the choice, and so does ``se_patches`` ("recompute" /
+    "keep": how the patches after a squeeze-and-excitation block's mean get their feature
+    maps; default: the cheaper one); ``max_regions``: regions in sequence (each starting where
+    the one before ends, its own grid, one MAC budget; default 4, kept when they lower the
+    total; ``second_region``: its deprecated name); ``exact_reductions=False``: regions may
+    run through a squeeze-and-excitation block's float mean (per-patch partial sums: equal up
+    to rounding, not bit-equal; refused by default); ``padding``: "explicit" or "margins"
+    (default: both priced). The search is bounded by its work budgets; its wall-clock safety
+    net is ``PatchOptions.time_limit`` (default 60 s), not ``time_limit``. ``price_records``:
+    choose on the planned arena plus the method allocator's records the patches add
+    (`memsched.executorch.records`: what a microcontroller provisions), or (False) on the
+    planned arena alone. Bad patch options raise `TilePatchesError`. Options named like
+    `MemoryPlanningPass`'s (``alloc_graph_input``,
     ``alignment``, ...) go to the planning pass, the rest to ``ExecutorchBackendConfig``. The
     report: ``report(config)`` after ``to_executorch(config)``. Computations on constants
     (an ``nn.Linear``'s weight transpose) are folded before the passes, so that the search
@@ -205,13 +211,12 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     if tile_patches:
         from .patch_pass import TilePatchesPass
 
-        tp = TilePatchesPass(max_overhead=max_overhead, grid=grid, split=split,
-                             se_patches=se_patches, second_region=second_region,
-                             price_records=price_records,
-                             exact_reductions=exact_reductions,
+        tp = TilePatchesPass(patch_options, max_overhead=max_overhead, grid=grid,
+                             split=split, se_patches=se_patches, second_region=second_region,
+                             price_records=price_records, exact_reductions=exact_reductions,
+                             padding=padding, max_regions=max_regions,
                              planned_inputs=executorch_config_options.get(
-                                 "alloc_graph_input", True),
-                             time_limit=time_limit if time_limit is not None else 10.0)
+                                 "alloc_graph_input", True))
         executorch_config_options["passes"] = \
             list(executorch_config_options.get("passes") or []) + [tp]
 

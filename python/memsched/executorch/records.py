@@ -22,8 +22,7 @@ build takes less (4-byte pointers); the counts are the same.
 """
 from __future__ import annotations
 
-from ..patches.search import RuntimeMemory
-from .patch_layout import conversions
+from ..patches import Layout, RuntimeMemory
 
 TENSOR_OUT = 136
 TENSOR_ARG = 8
@@ -93,13 +92,14 @@ class ExecutorchRecords(RuntimeMemory):
     planned arena (activations, as `EXECUTORCH_MEMORY`) plus the records every call the
     rewrite adds costs (`call_bytes`), so the one evaluator chooses on what a
     microcontroller provisions. ``op_bytes``: operator index -> the records of its call in the
-    described graph (`node_call_bytes`); ``channels_last``: the views between a feature map's
-    forms (`patch_layout.conversions`) are priced too."""
+    described graph (`node_call_bytes`); ``layout``: the runtime's layout contract
+    (`memsched.patches.Layout`, the Cortex-M one: `patch_layout.CHANNELS_LAST`), whose views
+    between a feature map's forms are priced too (None: no views)."""
 
-    def __init__(self, activations, op_bytes: dict[int, int], channels_last: bool = False):
+    def __init__(self, activations, op_bytes: dict[int, int], layout: Layout | None = None):
         super().__init__("executorch+records", activations)
         self.op_bytes = dict(op_bytes)
-        self.channels_last = channels_last  # the rewrite adds layout views
+        self.layout = layout  # the rewrite adds layout views
 
     def model_persistent(self, sm) -> int:
         return sum(self.op_bytes.get(op.index, 0) for op in sm.ops)
@@ -129,8 +129,8 @@ class ExecutorchRecords(RuntimeMemory):
                 add += DIVIDE if sm.ops[nd.op].divisor != 1 else 0
             else:  # op, vector: a copy of the operator's call
                 add += self.op_bytes.get(sm.ops[nd.op].index, 0)
-        if self.channels_last:
-            add += VIEW_RECORD * len(conversions(plan))
+        if self.layout is not None:
+            add += VIEW_RECORD * len(self.layout.conversions(plan))
         return add - sum(self.op_bytes.get(sm.ops[k].index, 0) for k in plan.region.ops)
 
 

@@ -1,30 +1,64 @@
 """Patch-based execution (MCUNetV2-style): run the first, high-resolution part of a CNN patch by
 patch so the large feature maps never exist whole.
 
-Plain Python + numpy (no TVM):
+Plain Python + numpy (no TVM). The flow from a model to a written file::
+
+    adapter: describe the graph ──> Described(sm, graph, tensor_index)
+             describe the runtime ─> Runtime(memory, padding, limits, layout, ...)
+    user:    options ─────────────> PatchOptions(max_overhead, grid, ..., budget)
+    search_model(described, runtime, options) ─> SearchResult: frontier, choice, plans_of(choice)
+    adapter: apply the plans ─────> the runtime's file / module
+
+The request and what answers it:
+
+* `options`: `PatchOptions`, every option of every entry point, checked once
+  (`PatchOptionsError`); `budget`: the work the search may do (`Budget`) and the wall-clock
+  safety net (`Clock`);
+* `runtime`: what a runtime costs (`RuntimeMemory`) and what its adapter can write (`Runtime`:
+  implicit padding and its rule, concatenation limits, reassembly it cannot do, squeeze-and-
+  excitation, the layout contract of its cuts, `Layout`);
+* `request`: the one entry point, `search_model`, and the graph description `Described`;
+* `starts`: where a region may start (`region_starts`, one rule for every runtime); `se`: the
+  squeeze-and-excitation classifier the adapters share (`classify_se`);
+
+and below them:
 
 * `geometry`: windows, the back-propagation rule of window operators, the spatial description
-  of a model's operators (`SpatialModel`; each runtime adapter builds it from its graph), and
-  the exact-or-refused rule for whole-map reductions (`inexact_reduction`);
+  of a model's operators (`SpatialModel`), the exact-or-refused rule for whole-map reductions
+  (`inexact_reduction`);
 * `region`: candidate regions (spatial prefixes, DAGs included) and the patched computation of
   a region for a grid (`plan_patches` -> `PatchPlan`);
-* `search`: the one evaluator (activation peak under the certified scheduler + the bytes the
-  runtime keeps per operator, MACs), with the runtime's memory model as its parameter
-  (`RuntimeMemory`), the Pareto frontier and the default choice;
-* `patched`: the patched model as an `OpGraph` (what the evaluator prices) and the
-  patch-by-patch orders it is priced in;
 * `margins`: the other plan of a region -- every operator with its own padding on a wider
   window (no PADs, fewer crops; `plan_margins`), for runtimes that pay per inserted node;
+* `patched`: the patched model as an `OpGraph` (what the evaluator prices) and the
+  patch-by-patch orders it is priced in;
+* `search`: the one evaluator of one region (activation peak + the bytes the runtime keeps,
+  MACs), the Pareto frontier and the default choice; `result`: its result types;
 * `sequence`: regions as a search dimension: a sequence of k >= 1 regions, each with its own
-  grid, under one MAC budget (`search_regions`, the search every adapter calls);
+  grid, under one MAC budget (`search_regions`);
 * `reference`: a numpy reference that runs a region whole and patched (tests).
 
-The rewrites are thin adapters in the runtime packages: `memsched.tflite.tile` (.tflite files,
-TFLite Micro's memory model in `memsched.tflite.tflm_memory`) and
-`memsched.transform.tile_patches` (the Relax pass `TilePatches`, TVM's planned storage).
+The adapters import from this face only: `memsched.tflite.tile` (.tflite files, TFLite Micro's
+memory model in `memsched.tflite.tflm_memory`), `memsched.transform.tile_patches` (the Relax
+pass `TilePatches`, TVM's planned storage) and `memsched.executorch.patch_pass` (ExecuTorch).
 """
-from .geometry import SOp, STensor, SpatialModel, Win, inexact_reduction  # noqa: F401
-from .region import PatchPlan, Refused, Region, plan_patches, regions  # noqa: F401
-from .search import (Candidate, RuntimeMemory, SearchResult, patched_graph,  # noqa: F401
-                     search_patches)
-from .sequence import search_regions  # noqa: F401
+from .budget import Budget, Clock
+from .geometry import (INT_RANGES, PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor,
+                       Win, inexact_reduction)
+from .options import MAX_REGIONS, PatchOptions, PatchOptionsError, parse_grid
+from .region import PatchPlan, Refused, Region, plan_patches, regions
+from .request import Described, search_model
+from .result import Candidate, Deferred, SearchResult
+from .runtime import Layout, Runtime, RuntimeMemory
+from .se import classify_se, partial_se_blocks
+from .search import BAND_GRIDS, DEFAULT_GRIDS, patched_graph, search_patches
+from .sequence import search_regions
+from .starts import region_starts
+
+__all__ = ["BAND_GRIDS", "Budget", "Candidate", "Clock", "DEFAULT_GRIDS", "Deferred",
+           "Described", "INT_RANGES", "Layout", "MAX_REGIONS", "PAD_MIN", "PAD_NONE", "PAD_ZERO",
+           "PatchOptions", "PatchOptionsError", "PatchPlan", "Refused", "Region", "Runtime",
+           "RuntimeMemory", "SOp", "STensor", "SearchResult", "SpatialModel", "Win",
+           "classify_se", "inexact_reduction", "parse_grid", "partial_se_blocks",
+           "patched_graph", "plan_patches", "region_starts", "regions", "search_model",
+           "search_patches", "search_regions"]

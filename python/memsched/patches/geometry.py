@@ -253,13 +253,6 @@ class SpatialModel:
     outputs: list[int]
     macs: list[int] = field(default_factory=list)  # per op, whole tensors
     name: str = "model"
-    # the adapter can write an operator with its own padding rule on a window of its input:
-    # the search may price patches with margins (`patches.margins`); ``padding_rule``: how a
-    # window operator pads a window -- "same" (TFLite: SAME by the window's size, or VALID),
-    # "fixed" (torch / ExecuTorch: its own amounts ``pad``, on both sides of each axis),
-    # "declared" (Relax: its own amounts, ``pad`` before and ``pad_after`` after)
-    implicit_padding: bool = False
-    padding_rule: str = "same"
 
     def __post_init__(self):
         self.producer = {}

@@ -28,16 +28,18 @@ evaluator, at a fraction of the work.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
 from ..graph import OpGraph
 from ..memory import MemoryModel, Problem
 from .budget import Budget, Clock
-from .geometry import SOp, SpatialModel
+from .runtime import Runtime, RuntimeMemory, runtime_of  # noqa: F401 (importable from here)
+from .geometry import SpatialModel
 from .margins import plan_margins
+from .options import PatchOptionsError
+from .result import Candidate, Deferred, SearchResult, choose, pareto  # noqa: F401
 from .patched import heuristic_order, heuristic_peak, node_order, patch_order, \
     patched_graph  # noqa: F401 (the evaluator's graphs; names kept importable from here)
-from .region import (PatchPlan, Refused, Region, grid_macs, is_se, kept_floor, plan_patches,
+from .region import (Refused, Region, grid_macs, is_se, kept_floor, plan_patches,
                      regions)
 
 MARGIN_TRIES = 8  # best explicit candidates also priced with margins (`margins`)
@@ -50,201 +52,19 @@ BAND_GRIDS = ((5, 1), (6, 1), (7, 1), (8, 1), (10, 1), (12, 1), (14, 1), (16, 1)
               (6, 2))
 
 
-@dataclass(frozen=True)
-class RuntimeMemory:
-    """A runtime's memory model, as the patch search prices a candidate (the objective's one
-    parameter).
-
-    ``activations``: how tensors count towards the activation peak (the scheduler's
-    `MemoryModel`: are model inputs and outputs in the arena, alignment). The three methods
-    give the bytes the runtime keeps besides the activations, per operator and tensor; here 0,
-    for runtimes whose planned arena holds activations only (TVM's planned storage, ExecuTorch's
-    arenas). TFLite Micro's subclass lives with its runtime (`memsched.tflite.tflm_memory`)."""
-
-    name: str
-    activations: MemoryModel
-
-    def model_persistent(self, sm: SpatialModel) -> int:
-        """Persistent bytes of the unpatched model."""
-        return 0
-
-    def copy_price(self, op: SOp) -> int:
-        """The least persistent bytes one more copy of ``op`` adds (a lower bound's part)."""
-        return 0
-
-    def plan_persistent_delta(self, sm: SpatialModel, plan: PatchPlan) -> int:
-        """Persistent bytes the patched region adds over the region it replaces."""
-        return 0
-
-
-@dataclass
-class Candidate:
-    split: list[str]  # split tensor names
-    split_index: list[int]  # their file tensor indices
-    region_ops: int
-    grid: tuple[int, int]
-    peak: int
-    persistent: int
-    macs: int
-    overhead: float  # extra MACs / original MACs
-    ops: int  # operators of the patched model
-    region_start: int = 0  # operators before the region run whole
-    certified: bool = False  # peak proven optimal for the patched graph
-    lower_bound: int = 0
-    note: str = ""
-    keep: bool = False  # squeeze-and-excitation: later passes read kept pieces (no recompute)
-    margins: bool = False  # operators with their own padding on wider windows (`margins`)
-    # the plan's nodes (`PatchPlan.nodes` ids) in the order that gave ``peak``: an adapter
-    # that writes them in this order hands the runtime's planner the priced schedule
-    node_order: list | None = None
-    # several regions (`memsched.patches.sequence`): ``peak`` / ``persistent`` / ``macs`` /
-    # ``overhead`` are the whole model's, with the regions in ``before`` patched too; this
-    # region's own part: ``part_peak`` (the peak of the patched part alone, from the end of
-    # the region before to this one's reassembly), ``own_macs`` (the MACs it adds),
-    # ``own_persistent`` (the persistent bytes it adds)
-    part_peak: int = 0
-    own_macs: int = 0
-    own_persistent: int = 0
-    before: tuple = ()  # the regions before this one (Candidates, in model order)
-
-    @property
-    def total(self) -> int:
-        return self.peak + self.persistent
-
-    @property
-    def sequence(self) -> list:
-        """Every region of this choice, in model order (this one last)."""
-        return [*self.before, self]
-
-    @property
-    def patches(self) -> int:
-        return self.grid[0] * self.grid[1]
-
-    @property
-    def key(self) -> tuple:
-        return (self.region_start, self.region_ops, self.grid, self.keep, self.margins)
-
-    @property
-    def label(self) -> str:
-        """``RxC``, with ``+keep`` when a squeeze-and-excitation region keeps its pieces,
-        ``+margins`` for a plan with margins."""
-        return f"{self.grid[0]}x{self.grid[1]}" + ("+keep" if self.keep else "") + \
-            ("+margins" if self.margins else "")
-
-    def region_dict(self) -> dict:
-        """This region alone: where it is, its grid and what it adds."""
-        return {"split": self.split, "region_start": self.region_start,
-                "region_ops": self.region_ops, "grid": f"{self.grid[0]}x{self.grid[1]}",
-                "patches": self.patches, "part_peak_bytes": self.part_peak,
-                "macs_added": self.own_macs, "persistent_added": self.own_persistent,
-                "se_patches": "keep" if self.keep else None,
-                "padding": "margins" if self.margins else "explicit"}
-
-    def as_dict(self) -> dict:
-        first = self.sequence[0]  # the old one-region fields: the first region's
-        return {"split": first.split, "region_start": first.region_start,
-                "region_ops": first.region_ops,
-                "grid": f"{first.grid[0]}x{first.grid[1]}", "patches": first.patches,
-                "peak_bytes": self.peak, "persistent_bytes": self.persistent,
-                "total_bytes": self.total, "macs": self.macs,
-                "mac_overhead": round(self.overhead, 4), "ops": self.ops,
-                "se_patches": "keep" if first.keep else None,
-                "padding": "margins" if first.margins else "explicit",
-                "certified": self.certified, "note": self.note,
-                "regions": [c.region_dict() for c in self.sequence]}
-
-
-@dataclass
-class SearchResult:
-    original: Candidate  # the unpatched model (grid 1x1)
-    frontier: list[Candidate]
-    choice: Candidate | None
-    evaluated: int
-    skipped: int
-    refused: list[str]
-    prefix_end: str  # why the spatial prefix ends
-    seconds: float
-    plans: dict = field(default_factory=dict, repr=False)  # Candidate.key -> PatchPlan
-    # the unpatched model in the scheduler's order (peak <= the file order's): the choice
-    # beats it
-    reordered: Candidate | None = None
-    own: list = field(default_factory=list, repr=False)  # per operator: its inputs + outputs
-    base_persistent: int = 0  # persistent bytes of the unpatched model
-    input_bytes: int = 0  # the model inputs (in the arena when the runtime counts them)
-    # every candidate evaluated (the frontier's and the others): where a next region may follow
-    candidates: list = field(default_factory=list, repr=False)
-    # per operator k: the unpatched file order's peak from operator k on (what the operators
-    # after a region ending at k hold at least; the same in the patched model, whose
-    # regions reassemble their split tensors)
-    suffix: list = field(default_factory=list, repr=False)
-    max_end: int = 0  # the end of the deepest region of this search
-    extended: int = 0  # sequences a next region was searched after (`sequence.search_regions`)
-    priced: int = 0  # candidates priced (the work `budget.Budget` counts)
-    # what the wall-clock safety net stopped (`budget.Clock`; None: the budgets alone decided,
-    # and the same input gives the same result on any machine)
-    stopped: str | None = None
-    # candidates skipped only because of the operators after them (``extend``), and how to
-    # price one of them: ``price(item)`` -> Candidate or None
-    deferred: list = field(default_factory=list, repr=False)
-    price: object = field(default=None, repr=False)
-
-    def bound(self, c: Candidate | None) -> dict:
-        """What bounds the total of candidate ``c`` (None: the unpatched model) from below: the
-        unpatched model's persistent bytes plus the largest of the model inputs, the largest
-        operator run whole before the (first) region and the largest operator after the (last)
-        one (an operator: its inputs and outputs, which any order holds at once); ``floor`` is
-        that sum, ``bound_by`` its largest term, ``above_floor`` how far ``c`` is above."""
-        n = len(self.own)
-        if c is None or not c.region_ops:
-            terms = {"model_input": self.input_bytes,
-                     "largest_operator": max(self.own, default=0)}
-        else:
-            terms = {"model_input": self.input_bytes,
-                     "before_region": max(self.own[:c.sequence[0].region_start], default=0),
-                     "after_region": max(self.own[c.region_ops:], default=0)}
-        by = max(terms, key=terms.get)
-        floor = self.base_persistent + terms[by]
-        total = c.total if c is not None else self.original.total
-        return {"persistent_original": self.base_persistent,
-                "persistent_added": (c.persistent if c is not None else
-                                     self.base_persistent) - self.base_persistent,
-                **terms, "floor": floor, "bound_by": by, "above_floor": total - floor,
-                "operators": n, "regions": len(c.sequence) if c is not None else 0}
-
-    def plan_of(self, c: Candidate) -> PatchPlan:
-        """The plan of region ``c`` alone."""
-        return self.plans[c.key]
-
-    def plans_of(self, c: Candidate) -> list[PatchPlan]:
-        """The plans of every region of choice ``c``, in model order: an adapter applies
-        them in turn (each refers to the unpatched model's operators and tensors; a region's
-        split tensors are reassembled into their own tensors, which the next region reads)."""
-        return [self.plans[r.key] for r in c.sequence]
-
-    def as_dict(self) -> dict:
-        return {"original": self.original.as_dict(),
-                "reordered": self.reordered.as_dict() if self.reordered else None,
-                "choice": self.choice.as_dict() if self.choice else None,
-                "frontier": [c.as_dict() for c in self.frontier],
-                "candidates_evaluated": self.evaluated, "candidates_pruned": self.skipped,
-                "refused": self.refused, "prefix_end": self.prefix_end,
-                "bound": self.bound(self.choice), "candidates_priced": self.priced,
-                "stopped_by_time_limit": self.stopped,
-                "seconds": round(self.seconds, 3)}
-
-
 # ---------------------------------------------------------------------------- search
 def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
-                   memory: RuntimeMemory, *, grids=None, split: str | None = None,
+                   runtime: Runtime | RuntimeMemory, *, grids=None, split: str | None = None,
                    max_overhead: float = 0.3, certify: bool = True, time_limit: float = 10.0,
                    frontier_overhead: float | None = None, exclude_split=(),
-                   starts=(0,), extra_grids=(), se: bool = False,
+                   starts=(0,), extra_grids=None, se: bool | None = None,
                    exact_reductions: bool = True, se_patches: str | None = None,
                    after: Candidate | None = None, incumbent: int | None = None,
                    extend: bool = False, padding: str | None = None,
                    budget: Budget | None = None, clock: Clock | None = None) -> SearchResult:
-    """Evaluate candidates (region, grid) under ``memory`` and return the frontier and the
-    default choice.
+    """Evaluate candidates (region, grid) under ``runtime`` (`runtime.Runtime`: its memory
+    model and what its adapter can write; a bare `RuntimeMemory`: explicit plans only) and
+    return the frontier and the default choice.
 
     ``graph``: the model's `OpGraph` (op ``v`` = operator ``v`` of ``sm``, ``tensor_index[t]``
     the ``sm`` tensor of its tensor ``t``); ``grids``: (rows, cols) to try (default
@@ -256,18 +76,21 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     candidates priced, scheduler calls and their A* states; the result depends on the input
     alone); ``time_limit``: a wall-clock safety net in seconds (``clock``: a shared one), which
     stops the search early and says so in ``SearchResult.stopped``; ``exclude_split``: ``sm``
-    tensors a region must not end at (ones the runtime cannot reassemble by concatenation);
-    ``starts``: the operator indices a region may start at (the operators before run whole;
-    default: the model inputs only); ``extra_grids``: grids tried besides the default ones (not
-    a forced choice, e.g. `BAND_GRIDS`); ``se``: regions may contain squeeze-and-excitation
-    blocks (`region.regions`; only for runtimes whose adapter rewrites the reduce / vector /
-    scale nodes); ``exact_reductions``: only through reductions whose partial sums combine
-    exactly (False: float sums too, equal up to rounding; `geometry.inexact_reduction`);
+    tensors a region must not end at (besides those the runtime cannot reassemble,
+    `Runtime.no_split_kinds`); ``starts``: the operator indices a region may start at (the
+    operators before run whole; default: the model inputs only); ``extra_grids``: grids tried
+    besides the default ones (not a forced choice; default: `BAND_GRIDS` where
+    `Runtime.band_grids`); ``se``: regions may contain squeeze-and-excitation blocks
+    (`region.regions`; default `Runtime.se`: runtimes whose adapter rewrites the reduce /
+    vector / scale nodes); ``exact_reductions``: only through reductions whose partial sums
+    combine exactly (False: float sums too, equal up to rounding; `geometry.inexact_reduction`);
     ``se_patches``: how the passes after a reduction get their feature maps, ``"recompute"`` or
     ``"keep"`` (`region.plan_patches`; default: both priced, the evaluator chooses);
     ``padding``: ``"explicit"`` (exact windows, PADs on borders: `region.plan_patches`),
     ``"margins"`` (operators with their own padding on wider windows: `margins.plan_margins`,
-    where ``sm.implicit_padding``); default: explicit, and the best candidates with margins too.
+    where `Runtime.implicit_padding`); default `Runtime.default_padding`, else explicit and the
+    best candidates with margins too. The options are checked once, by `options.PatchOptions`
+    (what `memsched.patches.search` takes); here only for direct callers.
 
     One region per candidate; `memsched.patches.sequence.search_regions` (what the adapters
     call) chains them. Its parameters here: ``after``: the regions before (the last one's
@@ -280,16 +103,24 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     """
     from ..schedulers import best_heuristic, schedule
 
+    rt = runtime_of(runtime)
+    memory = rt.memory
+    se = rt.se if se is None else se
+    if extra_grids is None:
+        extra_grids = BAND_GRIDS if rt.band_grids else ()
+    exclude_split = [*exclude_split, *rt.no_split(sm)]
+    padding = rt.default_padding if padding is None else padding
     if se_patches not in (None, "recompute", "keep"):
-        raise Refused(f"se_patches must be 'recompute' or 'keep', not {se_patches!r}")
+        raise PatchOptionsError(f"se_patches must be 'recompute' or 'keep', not "
+                                f"{se_patches!r}")
     modes = {None: (False, True), "recompute": (False,), "keep": (True,)}[se_patches]
     if padding not in (None, "explicit", "margins"):
-        raise Refused(f"padding must be 'explicit' or 'margins', not {padding!r}")
-    if padding == "margins" and not sm.implicit_padding:
-        raise Refused("padding='margins': this runtime's adapter writes explicit padding only")
+        raise PatchOptionsError(f"padding must be 'explicit' or 'margins', not {padding!r}")
+    if padding == "margins" and not rt.implicit_padding:
+        raise Refused(f"padding='margins': the {rt.name} adapter writes explicit padding only")
     # the plan with margins: asked for, or (default) tried on the best explicit candidates
-    # below (pricing every candidate twice would halve what the time limit visits)
-    try_margins = padding is None and sm.implicit_padding
+    # below (pricing every candidate twice would halve what the budget visits)
+    try_margins = padding is None and rt.implicit_padding
     t0 = time.perf_counter()  # for the report only: the budgets decide, the clock only stops
     budget = budget or Budget()
     clock = clock or Clock(time_limit)
@@ -420,8 +251,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         nonlocal evaluated, skipped, priced
         keep, margins = mode
         try:
-            plan = plan_margins(sm, r, g, margin_cache) if margins else \
-                plan_patches(sm, r, g, keep)
+            plan = plan_margins(sm, r, g, margin_cache, rule=rt.padding_rule,
+                                max_concat=rt.max_concat_inputs) if margins else \
+                plan_patches(sm, r, g, keep, max_concat=rt.max_concat_inputs)
         except Refused as e:
             _refuse(refused, sm, r, g, e)
             return None
@@ -435,7 +267,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         if limit is not None and floor + persist >= limit:
             skipped += 1
             if extend and floor_ext + persist < limit:
-                deferred.append((floor_ext + persist, macs, r, g, mode, False))
+                deferred.append(Deferred(floor_ext + persist, macs, r, g, mode, False))
             return None
         length = r.length
         priced += 1
@@ -475,12 +307,12 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             region_price[r.length] - region_price[r.start])
         if out_of_time:  # not visited: with ``extend``, the sequence search may get there
             if extend and (best_total is None or floor_ext + copies < best_total):
-                deferred.append((floor_ext + copies, macs, r, g, mode, True))
+                deferred.append(Deferred(floor_ext + copies, macs, r, g, mode, True))
             continue
         if best_total is not None and floor + copies >= best_total:
             skipped += 1
             if extend and floor_ext + copies < best_total:
-                deferred.append((floor_ext + copies, macs, r, g, mode, False))
+                deferred.append(Deferred(floor_ext + copies, macs, r, g, mode, False))
             continue
         c = build(macs, r, g, mode, best_total)
         if c is not None and (best_total is None or c.total < best_total):
@@ -546,7 +378,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     return SearchResult(original, frontier, choice, evaluated, skipped, refused, why,
                         time.perf_counter() - t0, plans, reordered, own, base_persist, inputs,
                         results, suffix, max_end, deferred=deferred,
-                        price=lambda item: build(item[1], item[2], item[3], item[4], None),
+                        price=lambda d: build(d.macs, d.region, d.grid, d.mode, None),
                         priced=priced, stopped=clock.stopped)
 
 
@@ -562,22 +394,3 @@ def _refuse(refused: list, sm: SpatialModel, r: Region, g, e: Exception) -> None
     msg = f"split {sm.tensors[r.split[-1]].name!r} grid {g[0]}x{g[1]}: {e}"
     if msg not in refused:
         refused.append(msg)
-
-
-def pareto(cands: list[Candidate]) -> list[Candidate]:
-    """Candidates no other beats on both total bytes and MACs (by MACs, then patches)."""
-    out: list[Candidate] = []
-    for c in sorted(cands, key=lambda c: (c.macs, c.total, c.patches)):
-        if not out or c.total < out[-1].total:
-            out.append(c)
-    return out
-
-
-def choose(frontier: list[Candidate], original: Candidate, max_overhead: float
-           ) -> Candidate | None:
-    """Lowest total within the MAC budget, ties to fewer patches; None when nothing beats
-    ``original`` (the unpatched model)."""
-    ok = [c for c in frontier if c.overhead <= max_overhead + 1e-12 and c.total < original.total]
-    if not ok:
-        return None
-    return min(ok, key=lambda c: (c.total, c.patches, c.macs))

@@ -46,37 +46,47 @@ import time
 
 from ..graph import OpGraph
 from ..memory import Problem
-from .budget import Budget, Clock
+from .budget import Clock
 from .geometry import SpatialModel
 from .region import PatchPlan
-from .search import Candidate, RuntimeMemory, SearchResult, choose, heuristic_peak, \
-    patched_graph, search_patches
-
-MAX_REGIONS = 4  # regions per sequence (deeper ones add little: halos grow, maps shrink)
-
+from .options import MAX_REGIONS, PatchOptions  # noqa: F401 (MAX_REGIONS: importable here)
+from .runtime import Runtime, RuntimeMemory, runtime_of
+from .search import Candidate, SearchResult, choose, heuristic_peak, patched_graph, \
+    search_patches
 
 def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
-                   memory: RuntimeMemory, *, max_regions: int = MAX_REGIONS,
-                   max_overhead: float = 0.3, time_limit: float = 10.0,
-                   extend_time: float | None = None, grids=None, split: str | None = None,
-                   certify: bool = True, budget: Budget | None = None,
-                   **options) -> SearchResult:
-    """The patch search of every adapter: one region (`search_patches`), then up to
-    ``max_regions`` regions in sequence, within the work ``budget`` (`budget.Budget`; the
-    result depends on the input alone). ``time_limit`` + ``extend_time`` (default
-    ``time_limit / 2``) seconds: the wall-clock safety net of the whole search; when it stops
-    the search, ``SearchResult.stopped`` says where. A forced ``grids`` / ``split`` asks for one
-    region. Returns the one-region search's `SearchResult` with ``choice`` the best sequence's
-    last region (``choice.sequence``: every region; ``plans_of(choice)``: their plans; its
-    ``peak`` / ``persistent`` / ``macs`` the whole model's), ``candidates`` every one-region
-    candidate. ``options``: the other parameters of `search_patches`."""
-    work = budget or Budget()
-    clock = Clock(time_limit + (time_limit / 2 if extend_time is None else extend_time))
-    first = search_patches(sm, graph, tensor_index, memory, grids=grids, split=split,
+                   runtime: Runtime | RuntimeMemory, options: PatchOptions | None = None, *,
+                   starts=(0,), frontier_overhead: float | None = None,
+                   **given) -> SearchResult:
+    """The patch search (what `memsched.patches.search` runs for every adapter): one region
+    (`search_patches`), then up to ``options.max_regions`` regions in sequence, within the
+    work ``options.budget`` (`budget.Budget`; the result depends on the input alone), under
+    ``runtime`` (`runtime.Runtime`: its memory model and what its adapter can write).
+    ``options.time_limit``: the wall-clock safety net of the whole search; when it stops the
+    search, ``SearchResult.stopped`` says where. A forced grid / split / start asks for one
+    region. ``starts``: the operators a region may start at; ``frontier_overhead``: as
+    `search_patches` (tests: the whole frontier, for brute force). ``given``: `PatchOptions` fields
+    put over ``options``. Returns the one-region search's `SearchResult` with ``choice`` the
+    best sequence's last region (``choice.sequence``: every region; ``plans_of(choice)``: their
+    plans; its ``peak`` / ``persistent`` / ``macs`` the whole model's), ``candidates`` every
+    one-region candidate."""
+    opts = PatchOptions.of(options, **given)
+    if opts.region_start is not None:
+        starts = (opts.region_start,)
+    work = opts.budget
+    max_overhead, certify, max_regions = opts.max_overhead, opts.certify, opts.regions
+    clock = Clock(opts.time_limit)
+    # what every search of the sequence shares (the regions after the first start at the end
+    # of the one before)
+    options = dict(se_patches=opts.se_patches, exact_reductions=opts.exact_reductions,
+                   padding=opts.padding, starts=tuple(starts),
+                   frontier_overhead=frontier_overhead)
+    grids = [opts.grid] if opts.grid is not None else None
+    split = opts.split
+    first = search_patches(sm, graph, tensor_index, runtime, grids=grids, split=split,
                            max_overhead=max_overhead, certify=certify, budget=work,
-                           clock=clock,
-                           extend=max_regions > 1 and not grids and split is None, **options)
-    if max_regions <= 1 or grids or split is not None or not first.candidates:
+                           clock=clock, extend=max_regions > 1, **options)
+    if max_regions <= 1 or not first.candidates:
         return first
     t0 = time.perf_counter()  # for the report only
     priced = first.priced  # candidates priced so far (`Budget.total_priced`)
@@ -128,12 +138,12 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         # next region can make them one, and a shallow region with a small part is the best
         # start of a sequence). Two queues: in one, a skipped shallow region waited behind
         # hundreds not visited, past the step budget (mbv2-0.35-144 under TFLite)
-        for item in res.deferred:
-            if item[1] <= mac_budget:
-                seed = res is first and (item[2].start, item[2].length) in seeds
-                key = (not seed, item[1], item[0]) if item[5] else (False, item[0], item[1])
-                heapq.heappush(unvisited if item[5] else skipped,
-                               (*key, next(pushed), item, res))
+        for d in res.deferred:
+            if d.macs <= mac_budget:
+                seed = res is first and (d.region.start, d.region.length) in seeds
+                key = (not seed, d.macs, d.bound) if d.unvisited else (False, d.bound, d.macs)
+                heapq.heappush(unvisited if d.unvisited else skipped,
+                               (*key, next(pushed), d, res))
 
     def take(turn: int):
         """The next entry worth a look (None: every queue done): the three queues in turn,
@@ -148,8 +158,8 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             if q is ext and ext:
                 return heapq.heappop(ext)[-1], None
             if q is not ext and q:
-                *_, item, res = heapq.heappop(q)
-                return item, res
+                *_, d, res = heapq.heappop(q)
+                return d, res
         return None
 
     for c in first.candidates:
@@ -164,7 +174,7 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         if got is None:
             break
         c, owner = got
-        start = owner is not None and not c[5]
+        start = owner is not None and not c.unvisited
         if owner is not None:  # a deferred candidate: price it, then it waits its turn
             priced += 1
             c = owner.price(c)
@@ -186,7 +196,7 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         # a share of what is left: the sequences after this one and the deferred candidates
         # get their turns too
         share = dataclasses.replace(work, priced=max(1, min(left // 3, work.extend_priced)))
-        res = search_patches(sm, graph, tensor_index, memory, max_overhead=max_overhead,
+        res = search_patches(sm, graph, tensor_index, runtime, max_overhead=max_overhead,
                              certify=certify, after=c, incumbent=best_total,
                              extend=len(c.sequence) + 1 < max_regions, budget=share,
                              clock=clock, **options)
@@ -207,7 +217,8 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             from ..schedulers import schedule
 
             full = patched_graph(sm, graph, tensor_index, first.plans_of(best))
-            s = schedule(full, "auto", memory.activations, **work.schedule_options())
+            s = schedule(full, "auto", runtime_of(runtime).memory.activations,
+                         **work.schedule_options())
             best.lower_bound = int(s.lower_bound)
             if s.peak <= best.peak:
                 best.peak = int(s.peak)
@@ -221,13 +232,15 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
 
 
 def price_sequence(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
-                   memory: RuntimeMemory, plans: list[PatchPlan]) -> tuple[int, int]:
+                   runtime: Runtime | RuntimeMemory, plans: list[PatchPlan]
+                   ) -> tuple[int, int]:
     """(total bytes, MACs) of the model with the regions of ``plans`` patched (model order,
     each starting where the one before ends), as the search prices a sequence with every
     heuristic on (`heuristic_peak` with the scheduler package's baselines, no certified
     scheduler): the largest of the regions' parts (each from the end of the one before) and
     of the operators after the last region in file order, plus the persistent bytes. The
     reference the search is checked against (brute-force enumeration in the tests)."""
+    memory = runtime_of(runtime).memory
     model = memory.activations
     steps = Problem.from_graph(graph, model).evaluate(list(range(len(graph)))).steps
     peak = max(steps[plans[-1].region.length:], default=0)

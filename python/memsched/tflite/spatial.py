@@ -55,7 +55,7 @@ def spatial_model(tg: TFLiteGraph) -> SpatialModel:
         ops.append(_classify(v, kind, op, ins, a_ins, outs, sg, ten, const))
     # a copied operator keeps its SAME / VALID padding on a window (patches with margins)
     return SpatialModel(ops, tensors, [int(t) for t in sg.inputs], [int(t) for t in sg.outputs],
-                        macs=op_macs(tg), name=tg.name, implicit_padding=True)
+                        macs=op_macs(tg), name=tg.name)
 
 
 def _classify(v, kind, op, ins, a_ins, outs, sg, ten, const) -> SOp:

@@ -17,9 +17,7 @@ from dataclasses import dataclass
 
 from .. import arena as _arena
 from ..memory import MemoryModel
-from ..patches.geometry import PAD_MIN, SOp, SpatialModel
-from ..patches.region import PatchPlan
-from ..patches.search import RuntimeMemory
+from ..patches import PAD_MIN, PatchPlan, Runtime, RuntimeMemory, SOp, SpatialModel
 from .read import TFLiteGraph
 
 TFLM_ALIGNMENT = 16  # MicroArenaBufferAlignment()
@@ -196,3 +194,16 @@ class TFLMMemory(RuntimeMemory):
                       for k in plan.region.ops)
         removed -= price.eval_tensor * len(plan.region.split)  # split tensors keep their index
         return add - removed
+
+
+# TFLite Micro's CONCATENATION takes at most kMaxInputNum = 10 inputs
+TFLM_MAX_CONCAT_INPUTS = 10
+
+
+def tflm_runtime(memory: RuntimeMemory) -> Runtime:
+    """TFLite Micro as the patch search sees it (`memsched.patches.Runtime`): ``memory`` (a
+    `TFLMMemory`), a copied operator keeps its SAME / VALID padding on a window (plans with
+    margins), at most ten inputs per CONCATENATION (more pieces chained), and NHWC row bands
+    are contiguous slices, so taller grids are tried too. No squeeze-and-excitation rewrite."""
+    return Runtime(memory, implicit_padding=True, padding_rule="same",
+                   max_concat_inputs=TFLM_MAX_CONCAT_INPUTS, band_grids=True)

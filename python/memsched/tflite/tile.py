@@ -36,15 +36,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..patches import SpatialModel
-from ..patches.budget import Budget, Clock
-from ..patches.geometry import PAD_MIN
-from ..patches.region import PatchPlan, Refused
-from ..patches.search import BAND_GRIDS, Candidate, SearchResult
-from ..patches.sequence import MAX_REGIONS, search_regions
+from ..patches import (PAD_MIN, Candidate, Clock, Described, PatchOptions, PatchOptionsError,
+                       PatchPlan, Refused, SearchResult, SpatialModel, search_model)
 from .read import TFLiteModelError, graph_of, read_tflite, schema
 from .spatial import spatial_model
-from .tflm_memory import TFLM_MODEL, TFLMMemory
+from .tflm_memory import TFLM_MODEL, TFLMMemory, tflm_runtime
 
 
 class TileError(TFLiteModelError):
@@ -92,60 +88,47 @@ class TileResult:
         return d
 
 
-def _parse_grid(grid) -> tuple[int, int] | None:
-    if grid is None:
-        return None
-    if isinstance(grid, str):
-        parts = grid.lower().replace("×", "x").split("x")
-        try:
-            grid = tuple(int(p) for p in parts)
-        except ValueError:
-            raise TileError(f"grid {grid!r} is not ROWSxCOLS (e.g. 3x3)") from None
-    grid = tuple(int(g) for g in grid)
-    if len(grid) != 2 or min(grid) < 1:
-        raise TileError(f"grid {grid!r} is not two positive numbers ROWSxCOLS")
-    return grid  # type: ignore[return-value]
-
-
 def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None,
-                max_overhead: float = 0.3, offline_plan: bool = False,
-                time_limit: float = 10.0, region_start: int | None = None,
-                second_region: bool = True, padding: str | None = None
+                max_overhead: float | None = None, offline_plan: bool = False,
+                time_limit: float | None = None, region_start: int | None = None,
+                second_region: bool | None = None, padding: str | None = None, *,
+                max_regions: int | None = None, options: PatchOptions | None = None
                 ) -> tuple[bytes, TileResult]:
     """Search and write a patch-based version of the .tflite model ``src`` (path or bytes).
 
-    ``grid``: ``"RxC"`` or (rows, cols) to force the grid; ``split``: name of the tensor the
-    region must end at; ``max_overhead``: extra MACs allowed for the default choice (0.3 =
-    +30 %); ``region_start``: the operator the region must start at (default: searched over
-    `region_starts`); ``second_region``: regions in sequence, each starting where the one
-    before ends, each with its own grid (`search_regions`: kept only when they lower the
-    total within the one MAC budget; not with a forced grid, split or start);
-    ``padding``: ``"explicit"`` (PADs at patch borders, exact windows) or ``"margins"``
-    (operators keep their SAME padding on wider windows: no PADs, fewer crops; more MACs);
-    default: the search prices both. Returns
-    (file bytes, `TileResult`); writes ``dst`` atomically when given. When no candidate lowers
-    the total arena within the budget, the model is only reordered."""
+    The search's options (`memsched.patches.PatchOptions`, given whole as ``options`` or by
+    name; a name given here wins): ``grid``: ``"RxC"`` or (rows, cols) to force the grid;
+    ``split``: name of the tensor the region must end at; ``max_overhead``: extra MACs allowed
+    for the default choice (default 0.3 = +30 %); ``region_start``: the operator the region
+    must start at (default: `memsched.patches.region_starts`); ``max_regions``: regions in
+    sequence, each starting where the one before ends, each with its own grid (default 4;
+    kept only when they lower the total within the one MAC budget; a forced grid, split or
+    start asks for one; ``second_region``: its deprecated name, False = 1); ``padding``:
+    ``"explicit"`` (PADs at patch borders, exact windows) or ``"margins"`` (operators keep
+    their SAME padding on wider windows: no PADs, fewer crops; more MACs); default: the
+    search prices both; ``time_limit``: the search's wall-clock safety net in seconds (the
+    work budgets decide; a note says when it stopped the search). Returns (file bytes,
+    `TileResult`); writes ``dst`` atomically when given. When no candidate lowers the total
+    arena within the budget, the model is only reordered."""
+    try:
+        opts = PatchOptions.of(options, grid=grid, split=split, max_overhead=max_overhead,
+                               time_limit=time_limit, region_start=region_start,
+                               second_region=second_region, padding=padding,
+                               max_regions=max_regions)
+    except PatchOptionsError as e:
+        raise TileError(str(e)) from None
     from .reorder import reorder_model
 
     t0 = time.perf_counter()
-    g = _parse_grid(grid)
-    if not max_overhead >= 0:
-        raise TileError(f"max_overhead must be >= 0, not {max_overhead!r}")
+    g = opts.grid
     tg = read_tflite(src)
     label = src if isinstance(src, str) else "model.tflite"
     # TFLM's CONV_2D / DEPTHWISE_CONV_2D allocate the per-channel multiplier and shift arrays
     # for float models too (measured: same persistent bytes for the float and int8 model)
     memory, graph = _memory(tg, offline_plan)
     sm = spatial_model(tg)
-    several = second_region and region_start is None
     try:
-        res = search_regions(sm, graph, tg.tensor_index, memory, grids=[g] if g else None,
-                             split=split, max_overhead=max_overhead,
-                             time_limit=0.6 * time_limit, extend_time=0.3 * time_limit,
-                             max_regions=MAX_REGIONS if several else 1,
-                             starts=region_starts(sm) if region_start is None
-                             else [int(region_start)], extra_grids=BAND_GRIDS,
-                             padding=padding)
+        res = search_model(Described(sm, graph, tg.tensor_index), tflm_runtime(memory), opts)
     except Refused as e:
         raise TileError(f"cannot tile {label!r}: {e}") from None
     choice = res.choice
@@ -178,12 +161,12 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     # (without the native packer, CP-SAT plans the offsets under a fixed time limit)
     from ..packing import native_available
 
-    work = Budget()
+    work = opts.budget
     data, rr = reorder_model(written, label, out_label=dst, offline_plan=offline_plan,
                              inplace_quantize=offline_plan,
                              schedule_options=work.final_options(),
                              arena_time_limit=None if native_available() else
-                             max(0.5, time_limit / 4), arena_nodes=work.arena_nodes)
+                             max(0.5, (time_limit or 10.0) / 4), arena_nodes=work.arena_nodes)
     out.ops_after = rr.ops
     out.peak, out.lower_bound, out.optimal = rr.peak, rr.lower_bound, rr.optimal
     out.offline_arena = rr.offline_arena
@@ -212,24 +195,6 @@ def _memory(tg, inplace: bool):
         return (TFLMMemory(activations=TFLM_INPLACE, n_tensors=n, quantized=True),
                 inplace_quantize_graph(tg))
     return TFLMMemory(n_tensors=n, quantized=True), tg.graph
-
-
-def region_starts(sm: SpatialModel) -> list[int]:
-    """Where a patch region may start: at the model inputs, and after each of the first
-    `MAX_START` operators when what crosses that boundary (tensors produced before it and read
-    after, model inputs still read) is smaller than the model inputs: a leading QUANTIZE of a
-    float input then runs whole and the float input dies before the patches, instead of being
-    sliced per patch and kept live through all of them."""
-    from ..patches.region import MAX_START
-
-    def crossing(s: int) -> int:
-        live = {t for k in range(s, len(sm.ops)) for t in sm.ops[k].inputs
-                if t in sm.inputs or sm.producer.get(t, len(sm.ops)) < s}
-        return sum(sm.tensors[t].nbytes for t in live)
-
-    first = crossing(0)
-    return [0] + [s for s in range(1, min(MAX_START, len(sm.ops) - 1) + 1)
-                  if crossing(s) < first]
 
 
 # ---------------------------------------------------------------------------- rewrite

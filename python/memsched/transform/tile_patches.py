@@ -59,34 +59,28 @@ import warnings
 import tvm
 from tvm import relax
 
-from ..patches.region import Refused
-from ..patches.search import RuntimeMemory, SearchResult
-from ..patches.sequence import MAX_REGIONS, search_regions
+from ..patches import (Described, PatchOptions, PatchOptionsError, Refused, Runtime,
+                       RuntimeMemory, SearchResult, search_model)
 from .common import map_relax_functions, with_blocks
 from .tile_patches_describe import BlockModel, TVM_MODEL, describe_block
 from .tile_patches_rewrite import rewrite_block
 
 # ---------------------------------------------------------------------------- search
 TVM_MEMORY = RuntimeMemory("tvm", TVM_MODEL)  # planned storage: activations only
+# TVM as the patch search sees it: Relax convolutions and pools take their declared padding
+# on any window (plans with margins can be written, but explicit is the default: the planned
+# storage keeps nothing per operator, so margins save only the pads' copies, and on the
+# MobileNetV2 table they never won while their pricing took search time); a batch norm's
+# tuple cannot be reassembled by concat (its [0] is the split tensor); SE blocks rewritten
+TVM_RUNTIME = Runtime(TVM_MEMORY, implicit_padding=True, padding_rule="declared",
+                      default_padding="explicit", se=True, no_split_kinds=("nn.batch_norm",))
 
 
-def search(bm: BlockModel, *, max_overhead: float = 0.3, grid=None, split=None,
-           time_limit: float = 10.0, se_patches: str | None = None,
-           max_regions: int = MAX_REGIONS, exact_reductions: bool = True,
-           padding: str | None = None) -> SearchResult:
-    """The one patch search (`memsched.patches.search_regions`) under TVM's planned storage:
-    ``time_limit`` + twice as much: the wall-clock safety net of the whole search (the work
-    budgets decide; on a loaded 2-core machine they take up to ~20 s on MobileNetV2 rows)."""
-    sm = bm.sm
-    # a batch norm's tuple cannot be reassembled by concat: its [0] is the split tensor
-    bn = [t for t in sm.tensors if t in sm.producer and
-          sm.ops[sm.producer[t]].kind == "nn.batch_norm"]
-    return search_regions(sm, bm.graph, bm.tensor_index, TVM_MEMORY,
-                          grids=[tuple(grid)] if grid is not None else None, split=split,
-                          max_overhead=max_overhead, time_limit=time_limit,
-                          extend_time=2 * time_limit, exclude_split=bn,
-                          se=True, se_patches=se_patches, max_regions=max_regions,
-                          exact_reductions=exact_reductions, padding=padding)
+def search(bm: BlockModel, options: PatchOptions | None = None, **given) -> SearchResult:
+    """The one patch search (`memsched.patches.search_model`) under TVM's planned storage
+    (`TVM_RUNTIME`). ``given``: `PatchOptions` fields put over ``options``."""
+    return search_model(Described(bm.sm, bm.graph, bm.tensor_index), TVM_RUNTIME,
+                        PatchOptions.of(options, **given))
 
 
 # ---------------------------------------------------------------------------- the pass
@@ -96,14 +90,19 @@ class TilePatches:
 
     Parameters
     ----------
+    options : memsched.patches.PatchOptions, optional
+        The search's options, whole; the parameters below of the same names are put over it.
     max_overhead : float
         Extra MACs allowed, as a fraction of the model's MACs (default 0.3 = +30 %).
-    grid : (rows, cols), optional
+    grid : (rows, cols) or "RxC", optional
         Force this grid (default: searched among 1x2 ... 8x8).
     split : str, optional
         Force the region to end at the tensor (binding variable) of this name.
-    time_limit : float
-        Seconds of search per function (default 10).
+    time_limit : float, optional
+        The search's wall-clock safety net per function in seconds (default 60): the search is
+        bounded by its work budgets (`memsched.patches.Budget`), so the same module gives the
+        same result on any machine unless this stops it (then
+        ``memsched.patches_stopped_by_time_limit`` says where).
     functions : list of str, optional
         Only these functions (default: every Relax function).
     se_patches : {"recompute", "keep"}, optional
@@ -121,40 +120,24 @@ class TilePatches:
         bit-equal; e.g. an int8 .tflite imported by TVM's TFLite frontend, whose MEAN is a
         float32 sum of dequantized values).
     padding : str, optional
-        ``"explicit"``: exact windows, ``nn.pad`` on patch borders; ``"margins"``: convolutions
-        and pools keep their own padding on windows as wide as the halo (no ``nn.pad``, fewer
-        crops, more MACs; `memsched.patches.margins`); None: the search prices both. Default
-        ``"explicit"``: TVM's planned storage keeps nothing per operator, so margins save only
-        the pads' activation copies, and on the MobileNetV2 table they never won while their
-        pricing took search time.
+        ``"explicit"`` (the default here, `TVM_RUNTIME`): exact windows, ``nn.pad`` on patch
+        borders; ``"margins"``: convolutions and pools keep their own padding on windows as
+        wide as the halo (no ``nn.pad``, fewer crops, more MACs; `memsched.patches.margins`).
+
+    Bad options raise ``ValueError`` (`memsched.patches.PatchOptionsError`).
     """
 
-    def __init__(self, max_overhead: float = 0.3, grid=None, split: str | None = None,
-                 time_limit: float = 10.0, functions=None, se_patches: str | None = None,
-                 max_regions: int = MAX_REGIONS, exact_reductions: bool = True,
-                 padding: str | None = "explicit"):
-        if grid is not None:
-            if isinstance(grid, str):
-                grid = tuple(int(x) for x in grid.lower().split("x"))
-            grid = tuple(int(g) for g in grid)
-            if len(grid) != 2 or min(grid) < 1:
-                raise ValueError(f"bad grid {grid!r}: give (rows, cols) >= 1")
-        if max_overhead < 0:
-            raise ValueError("max_overhead must be >= 0")
-        if se_patches not in (None, "recompute", "keep"):
-            raise ValueError(f"se_patches must be 'recompute' or 'keep', not {se_patches!r}")
-        if int(max_regions) < 1:
-            raise ValueError("max_regions must be >= 1")
-        if padding not in (None, "explicit", "margins"):
-            raise ValueError(f"padding must be 'explicit' or 'margins', not {padding!r}")
-        self.padding = padding
-        self.max_regions = int(max_regions)
-        self.exact_reductions = bool(exact_reductions)
-        self.se_patches = se_patches
-        self.max_overhead = float(max_overhead)
-        self.grid = grid
-        self.split = split
-        self.time_limit = float(time_limit)
+    def __init__(self, max_overhead: float | None = None, grid=None, split: str | None = None,
+                 time_limit: float | None = None, functions=None, se_patches: str | None = None,
+                 max_regions: int | None = None, exact_reductions: bool | None = None,
+                 padding: str | None = None, options: PatchOptions | None = None):
+        try:
+            self.options = PatchOptions.of(
+                options, max_overhead=max_overhead, grid=grid, split=split,
+                time_limit=time_limit, se_patches=se_patches, max_regions=max_regions,
+                exact_reductions=exact_reductions, padding=padding)
+        except PatchOptionsError as e:
+            raise ValueError(f"TilePatches: {e}") from None
         self.functions = None if functions is None else set(functions)
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
@@ -178,10 +161,7 @@ class TilePatches:
             bm = describe_block(func, blocks[i])
             if not bm.sm.ops:
                 raise Refused("the block has no operator on the inputs")
-            res = search(bm, max_overhead=self.max_overhead, grid=self.grid,
-                         split=self.split, time_limit=self.time_limit,
-                         se_patches=self.se_patches, max_regions=self.max_regions,
-                         exact_reductions=self.exact_reductions, padding=self.padding)
+            res = search(bm, self.options)
         except Refused as e:
             return self._skip(func, name, str(e))
         except (KeyboardInterrupt, MemoryError):

@@ -12,9 +12,9 @@ from tvm import relax
 
 from ..graph import GraphBuilder
 from ..memory import MemoryModel
+from ..patches import Refused, classify_se
 from ..patches.geometry import (INT_RANGES, PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel,
                                 STensor)
-from ..patches.region import Refused
 
 TVM_MODEL = MemoryModel.get("tvm")
 
@@ -161,20 +161,18 @@ def describe_block(func: relax.Function, block: relax.DataflowBlock) -> BlockMod
                    [(bd.var.name, _nbytes(bd.var.ty))], source=("op", k))
         gt[out] = b.ops[vid].outputs[0]
         tensor_index.append(out)
-    _squeeze_excitation(ops, op_bindings, paths_all, macs, tensors, layout)
+    outputs = [index[bd.var] for bd in op_bindings if not isinstance(bd.var, relax.DataflowVar)]
+    _squeeze_excitation(ops, op_bindings, paths_all, macs, tensors, layout, outputs)
     # a batch norm whose tuple is read other than by ``[0]`` is not spatially local
     for k, op in enumerate(ops):
         if op.kind == "nn.batch_norm" and op.cls == "eltwise" and \
                 any(ops[j].kind != "getitem0" for j in range(k + 1, len(ops))
                     if op.output in ops[j].inputs):
             ops[k] = _other(k, op.inputs, op.output, "batch norm statistics are read", op.kind)
-    outputs = [index[bd.var] for bd in op_bindings if not isinstance(bd.var, relax.DataflowVar)]
     for t in outputs:
         b.mark_output(gt[t])
-    # Relax convolutions and pools take their declared padding on any window: patches with
-    # margins (`memsched.patches.margins`) are written as such
     sm = SpatialModel(ops, tensors, [index[p] for p in params], outputs, macs=macs,
-                      name=b.name, implicit_padding=True, padding_rule="declared")
+                      name=b.name)
     return BlockModel(sm, b.build(), tensor_index, op_bindings, hoisted, var_of, paths_all,
                       layout, dtype_of)
 
@@ -183,55 +181,52 @@ REDUCE = ("relax.mean", "relax.sum")
 SCALE = ("relax.multiply", "relax.add", "relax.subtract", "relax.divide")
 
 
-def _squeeze_excitation(ops, bindings, paths_all, macs, tensors, layout) -> None:
-    """Reclassify, in place, the operators of squeeze-and-excitation blocks: ``mean`` / ``sum``
-    over H and W (and ``adaptive_avg_pool2d`` to 1x1) of a feature map -> ``reduce``; any
-    operator whose activations are all vectors (reduce results or vector outputs) ->
-    ``vector``; a feature map times (plus, minus, divided by) a vector broadcast over space
-    -> ``scale`` (inputs reordered: the feature map first)."""
+def _squeeze_excitation(ops, bindings, paths_all, macs, tensors, layout, outputs) -> None:
+    """Reclassify, in place, the operators of whole squeeze-and-excitation blocks
+    (`memsched.patches.classify_se`): ``mean`` / ``sum`` over H and W (and
+    ``adaptive_avg_pool2d`` to 1x1) of a feature map -> ``reduce``; any operator whose
+    activations are all vectors -> ``vector``; a feature map times (plus, minus, divided by) a
+    vector broadcast over space -> ``scale`` (inputs reordered: the feature map first). A
+    classifier head's mean keeps its own class (`memsched.patches.partial_se_blocks`)."""
     ah, aw, _ = LAYOUTS[layout]
-    vec: set[int] = set()
     value_of = {b.var: b.value for b in bindings}
-    for k, op in enumerate(ops):
+
+    def name_of(k):
         value = bindings[k].value
-        name = value.op.name if isinstance(value, tvm.ir.Call) and \
+        return value.op.name if isinstance(value, tvm.ir.Call) and \
             isinstance(value.op, tvm.ir.Op) else ""
-        o = tensors[op.output]
-        cells = max(o.nbytes // max(o.itemsize, 1), 1)
-        if len(op.inputs) == 1 and op.inputs[0] not in vec and paths_all[k] == [(0,)] and \
-                tensors[op.inputs[0]].spatial and _global_reduce(value, name, layout):
-            x = tensors[op.inputs[0]]
-            h, w = x.hw
-            src = _at(value, paths_all[k][0])
-            dt = str(src.ty.dtype)
-            # Relax's mean / sum accumulate in the input's dtype (as the rewrite's partial
-            # sums do); an integer adaptive pool's rounding is not modelled: unknown
-            acc = dt if name in REDUCE or "float" in dt else ""
-            ops[k] = SOp(k, name.replace("relax.", ""), "reduce", op.inputs, op.output,
-                         macs_per_out=h * w, cout=x.channels,
-                         divisor=1 if name == "relax.sum" else h * w, acc_dtype=acc,
-                         acc_range=_int_range(src, value_of) if acc in INT_RANGES else None)
-            vec.add(op.output)
-        elif op.inputs and all(t in vec for t in op.inputs):
-            ops[k] = SOp(k, op.kind, "vector", op.inputs, op.output,
-                         macs_per_out=max(1, macs[k] // cells),
-                         cout=int(o.shape[-1]) if o.shape else 0)
-            vec.add(op.output)
-        elif name in SCALE and len(op.inputs) == 2 and len(paths_all[k]) == 2 and \
-                sum(t in vec for t in op.inputs) == 1 and o.spatial:
-            pos = 0 if op.inputs[1] in vec else 1
-            x, v = op.inputs[pos], op.inputs[1 - pos]
-            vs = _shape(_at(value, paths_all[k][1 - pos]).ty) or ()
-            vs = (1,) * (4 - len(vs)) + tuple(vs)
-            if tensors[x].spatial and tensors[x].shape == o.shape and len(vs) == 4 and \
-                    vs[ah] == 1 and vs[aw] == 1 and (name != "relax.divide" or pos == 0) and \
-                    (name != "relax.subtract" or pos == 0):
-                ops[k] = SOp(k, op.kind, "scale", (x, v), op.output, macs_per_out=1,
-                             cout=o.channels)
-                paths_all[k] = [paths_all[k][pos], paths_all[k][1 - pos]]
-        elif any(t in vec for t in op.inputs):
-            ops[k] = _other(k, op.inputs, op.output,
-                            "reads a squeeze-and-excitation vector and a feature map", op.kind)
+
+    def reduce_of(k, op):
+        value, name = bindings[k].value, name_of(k)
+        if paths_all[k] != [(0,)] or not tensors[op.inputs[0]].spatial or \
+                not _global_reduce(value, name, layout):
+            return None
+        x = tensors[op.inputs[0]]
+        h, w = x.hw
+        src = _at(value, paths_all[k][0])
+        dt = str(src.ty.dtype)
+        # Relax's mean / sum accumulate in the input's dtype (as the rewrite's partial
+        # sums do); an integer adaptive pool's rounding is not modelled: unknown
+        acc = dt if name in REDUCE or "float" in dt else ""
+        return SOp(k, name.replace("relax.", ""), "reduce", op.inputs, op.output,
+                   macs_per_out=h * w, cout=x.channels,
+                   divisor=1 if name == "relax.sum" else h * w, acc_dtype=acc,
+                   acc_range=_int_range(src, value_of) if acc in INT_RANGES else None)
+
+    def is_scale(k):
+        return name_of(k) in SCALE and len(paths_all[k]) == 2
+
+    def scale_ok(k, pos):
+        name = name_of(k)
+        vs = _shape(_at(bindings[k].value, paths_all[k][1 - pos]).ty) or ()
+        vs = (1,) * (4 - len(vs)) + tuple(vs)
+        return len(vs) == 4 and vs[ah] == 1 and vs[aw] == 1 and \
+            (name not in ("relax.divide", "relax.subtract") or pos == 0)
+
+    swapped = classify_se(ops, tensors, outputs, macs, reduce_of=reduce_of,
+                          is_scale=is_scale, scale_ok=scale_ok)
+    for k, pos in swapped.items():
+        paths_all[k] = [paths_all[k][pos], paths_all[k][1 - pos]]
 
 
 def _int_range(var, value_of: dict, depth: int = 8) -> tuple[int, int]:

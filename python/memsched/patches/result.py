@@ -1,0 +1,194 @@
+"""The patch search's results: a priced candidate (`Candidate`), one search's frontier and
+choice (`SearchResult`), a candidate it deferred (`Deferred`), and the two rules every search
+ends with (`pareto`, `choose`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from .region import PatchPlan, Region
+
+
+class Deferred(NamedTuple):
+    """A candidate a one-region search did not price, for the sequence search to price later
+    (`SearchResult.price`): not visited within the budget, or skipped only for the operators
+    after it (a next region may patch those)."""
+
+    bound: int  # what bounds the total of the sequences through it
+    macs: int  # the whole model's MACs with it
+    region: Region
+    grid: tuple
+    mode: tuple  # (keep, margins)
+    unvisited: bool  # not visited (else skipped for the operators after it)
+
+
+@dataclass
+class Candidate:
+    split: list[str]  # split tensor names
+    split_index: list[int]  # their file tensor indices
+    region_ops: int
+    grid: tuple[int, int]
+    peak: int
+    persistent: int
+    macs: int
+    overhead: float  # extra MACs / original MACs
+    ops: int  # operators of the patched model
+    region_start: int = 0  # operators before the region run whole
+    certified: bool = False  # peak proven optimal for the patched graph
+    lower_bound: int = 0
+    note: str = ""
+    keep: bool = False  # squeeze-and-excitation: later passes read kept pieces (no recompute)
+    margins: bool = False  # operators with their own padding on wider windows (`margins`)
+    # the plan's nodes (`PatchPlan.nodes` ids) in the order that gave ``peak``: an adapter
+    # that writes them in this order hands the runtime's planner the priced schedule
+    node_order: list | None = None
+    # several regions (`memsched.patches.sequence`): ``peak`` / ``persistent`` / ``macs`` /
+    # ``overhead`` are the whole model's, with the regions in ``before`` patched too; this
+    # region's own part: ``part_peak`` (the peak of the patched part alone, from the end of
+    # the region before to this one's reassembly), ``own_macs`` (the MACs it adds),
+    # ``own_persistent`` (the persistent bytes it adds)
+    part_peak: int = 0
+    own_macs: int = 0
+    own_persistent: int = 0
+    before: tuple = ()  # the regions before this one (Candidates, in model order)
+
+    @property
+    def total(self) -> int:
+        return self.peak + self.persistent
+
+    @property
+    def sequence(self) -> list:
+        """Every region of this choice, in model order (this one last)."""
+        return [*self.before, self]
+
+    @property
+    def patches(self) -> int:
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def key(self) -> tuple:
+        return (self.region_start, self.region_ops, self.grid, self.keep, self.margins)
+
+    @property
+    def label(self) -> str:
+        """``RxC``, with ``+keep`` when a squeeze-and-excitation region keeps its pieces,
+        ``+margins`` for a plan with margins."""
+        return f"{self.grid[0]}x{self.grid[1]}" + ("+keep" if self.keep else "") + \
+            ("+margins" if self.margins else "")
+
+    def region_dict(self) -> dict:
+        """This region alone: where it is, its grid and what it adds."""
+        return {"split": self.split, "region_start": self.region_start,
+                "region_ops": self.region_ops, "grid": f"{self.grid[0]}x{self.grid[1]}",
+                "patches": self.patches, "part_peak_bytes": self.part_peak,
+                "macs_added": self.own_macs, "persistent_added": self.own_persistent,
+                "se_patches": "keep" if self.keep else None,
+                "padding": "margins" if self.margins else "explicit"}
+
+    def as_dict(self) -> dict:
+        first = self.sequence[0]  # the old one-region fields: the first region's
+        return {"split": first.split, "region_start": first.region_start,
+                "region_ops": first.region_ops,
+                "grid": f"{first.grid[0]}x{first.grid[1]}", "patches": first.patches,
+                "peak_bytes": self.peak, "persistent_bytes": self.persistent,
+                "total_bytes": self.total, "macs": self.macs,
+                "mac_overhead": round(self.overhead, 4), "ops": self.ops,
+                "se_patches": "keep" if first.keep else None,
+                "padding": "margins" if first.margins else "explicit",
+                "certified": self.certified, "note": self.note,
+                "regions": [c.region_dict() for c in self.sequence]}
+
+
+@dataclass
+class SearchResult:
+    original: Candidate  # the unpatched model (grid 1x1)
+    frontier: list[Candidate]
+    choice: Candidate | None
+    evaluated: int
+    skipped: int
+    refused: list[str]
+    prefix_end: str  # why the spatial prefix ends
+    seconds: float
+    plans: dict = field(default_factory=dict, repr=False)  # Candidate.key -> PatchPlan
+    # the unpatched model in the scheduler's order (peak <= the file order's): the choice
+    # beats it
+    reordered: Candidate | None = None
+    own: list = field(default_factory=list, repr=False)  # per operator: its inputs + outputs
+    base_persistent: int = 0  # persistent bytes of the unpatched model
+    input_bytes: int = 0  # the model inputs (in the arena when the runtime counts them)
+    # every candidate evaluated (the frontier's and the others): where a next region may follow
+    candidates: list = field(default_factory=list, repr=False)
+    # per operator k: the unpatched file order's peak from operator k on (what the operators
+    # after a region ending at k hold at least; the same in the patched model, whose
+    # regions reassemble their split tensors)
+    suffix: list = field(default_factory=list, repr=False)
+    max_end: int = 0  # the end of the deepest region of this search
+    extended: int = 0  # sequences a next region was searched after (`sequence.search_regions`)
+    priced: int = 0  # candidates priced (the work `budget.Budget` counts)
+    # what the wall-clock safety net stopped (`budget.Clock`; None: the budgets alone decided,
+    # and the same input gives the same result on any machine)
+    stopped: str | None = None
+    # candidates skipped only because of the operators after them (``extend``), and how to
+    # price one of them: ``price(d)`` -> Candidate or None (the search's own evaluator, so a
+    # deferred candidate is priced exactly as if the search had got to it)
+    deferred: list[Deferred] = field(default_factory=list, repr=False)
+    price: object = field(default=None, repr=False)
+
+    def bound(self, c: Candidate | None) -> dict:
+        """What bounds the total of candidate ``c`` (None: the unpatched model) from below: the
+        unpatched model's persistent bytes plus the largest of the model inputs, the largest
+        operator run whole before the (first) region and the largest operator after the (last)
+        one (an operator: its inputs and outputs, which any order holds at once); ``floor`` is
+        that sum, ``bound_by`` its largest term, ``above_floor`` how far ``c`` is above."""
+        n = len(self.own)
+        if c is None or not c.region_ops:
+            terms = {"model_input": self.input_bytes,
+                     "largest_operator": max(self.own, default=0)}
+        else:
+            terms = {"model_input": self.input_bytes,
+                     "before_region": max(self.own[:c.sequence[0].region_start], default=0),
+                     "after_region": max(self.own[c.region_ops:], default=0)}
+        by = max(terms, key=terms.get)
+        floor = self.base_persistent + terms[by]
+        total = c.total if c is not None else self.original.total
+        return {"persistent_original": self.base_persistent,
+                "persistent_added": (c.persistent if c is not None else
+                                     self.base_persistent) - self.base_persistent,
+                **terms, "floor": floor, "bound_by": by, "above_floor": total - floor,
+                "operators": n, "regions": len(c.sequence) if c is not None else 0}
+
+    def plans_of(self, c: Candidate) -> list[PatchPlan]:
+        """The plans of every region of choice ``c``, in model order: an adapter applies
+        them in turn (each refers to the unpatched model's operators and tensors; a region's
+        split tensors are reassembled into their own tensors, which the next region reads)."""
+        return [self.plans[r.key] for r in c.sequence]
+
+    def as_dict(self) -> dict:
+        return {"original": self.original.as_dict(),
+                "reordered": self.reordered.as_dict() if self.reordered else None,
+                "choice": self.choice.as_dict() if self.choice else None,
+                "frontier": [c.as_dict() for c in self.frontier],
+                "candidates_evaluated": self.evaluated, "candidates_pruned": self.skipped,
+                "refused": self.refused, "prefix_end": self.prefix_end,
+                "bound": self.bound(self.choice), "candidates_priced": self.priced,
+                "stopped_by_time_limit": self.stopped,
+                "seconds": round(self.seconds, 3)}
+
+
+def pareto(cands: list[Candidate]) -> list[Candidate]:
+    """Candidates no other beats on both total bytes and MACs (by MACs, then patches)."""
+    out: list[Candidate] = []
+    for c in sorted(cands, key=lambda c: (c.macs, c.total, c.patches)):
+        if not out or c.total < out[-1].total:
+            out.append(c)
+    return out
+
+
+def choose(frontier: list[Candidate], original: Candidate, max_overhead: float
+           ) -> Candidate | None:
+    """Lowest total within the MAC budget, ties to fewer patches; None when nothing beats
+    ``original`` (the unpatched model)."""
+    ok = [c for c in frontier if c.overhead <= max_overhead + 1e-12 and c.total < original.total]
+    if not ok:
+        return None
+    return min(ok, key=lambda c: (c.total, c.patches, c.macs))
