@@ -167,7 +167,7 @@ def zero_point(em, t: int) -> int:
     zps = {-int(u.args[INPUT_OFFSET[op_name(u.target)]]) for u in node.users
            if is_cortex_m(u.target) and op_name(u.target) in INPUT_OFFSET}
     if len(zps) > 1:
-        from ..patches.region import Refused
+        from ..patches.errors import Refused
 
         raise Refused(f"{node.name} is read by convolutions with different zero points")
     return zps.pop() if zps else 0

@@ -10,8 +10,9 @@ import operator
 from dataclasses import dataclass, field
 
 from ..graph import GraphBuilder
+from ..patches.errors import Refused
 from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
-from ..patches.region import Refused, partial_se_blocks
+from ..patches.regions import partial_se_blocks
 from ..patches.search import RuntimeMemory
 from . import patch_cortex_m as _cm
 from .inplace import input_it_may_overwrite

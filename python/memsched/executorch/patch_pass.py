@@ -59,7 +59,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from ..patches.budget import Clock
-from ..patches.region import Refused
+from ..patches.errors import Refused
 from ..patches.search import SearchResult
 from ..patches.sequence import MAX_REGIONS, search_regions
 from .errors import ExecutorchError

@@ -1,6 +1,6 @@
 """Patches with margins: every operator copied with its own padding rule, on a wider window.
 
-`region.plan_patches` computes each patch exactly: operators VALID on windows that shrink
+`plans.plan_patches` computes each patch exactly: operators VALID on windows that shrink
 layer by layer, explicit PADs on true borders, and a crop wherever an element-wise operator's
 operands come with different halos (a residual ADD: the block input was computed for the
 first convolution's halo). Where a runtime pays for every inserted node (TFLite Micro keeps
@@ -19,7 +19,7 @@ both plans (`SpatialModel.implicit_padding`: the adapter can write an operator w
 own padding on a window) and keeps whichever its evaluator prefers.
 
 Per axis (a window is the product of its row range and its column range), `axis_margins`
-takes the exact plan's input ranges (`region.axis_windows`) and propagates forward, per
+takes the exact plan's input ranges (`windows.axis_windows`) and propagates forward, per
 tensor, its window and its *valid* range (the cells equal to the whole model's): a window
 operator's output cell is valid when each of its taps lands on a valid cell or outside the
 tensor (true padding, padded alike). The local padding must map the window onto the whole
@@ -31,8 +31,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import Refused
 from .geometry import SOp, SpatialModel, Win, same_padding
-from .region import PNode, PatchPlan, Refused, Region, axis_windows, grid_cells, reassemble
+from .plans import PNode, PatchPlan, reassemble
+from .regions import Region
+from .windows import axis_windows, grid_cells
 
 # classes a margin plan runs (squeeze-and-excitation regions keep the exact plan)
 MARGIN_CLASSES = ("window", "eltwise", "concat")
@@ -169,7 +172,7 @@ def _bands(sm: SpatialModel, region: Region, axis: int, n: int, cache: dict | No
 def margin_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
                 cache: dict | None = None) -> int:
     """MACs of `plan_margins` over all patches of ``grid`` (= its ``macs``), per axis as
-    `region.grid_macs`."""
+    `windows.grid_macs`."""
     rows, cols = (_bands(sm, region, 0, grid[0], cache), _bands(sm, region, 1, grid[1], cache))
     total = 0
     for k in region.ops:
@@ -187,7 +190,7 @@ def plan_margins(sm: SpatialModel, region: Region, grid: tuple[int, int],
                  cache: dict | None = None) -> PatchPlan:
     """The region patched with margins (module docstring): per patch, slices of the region
     inputs, every operator on its window with its own padding (``PNode.implicit``), a crop of
-    each split tensor to the patch's cell; then the reassembly of `region.plan_patches`."""
+    each split tensor to the patch's cell; then the reassembly of `plans.plan_patches`."""
     if not sm.implicit_padding:
         raise Refused("the runtime cannot run an operator with its own padding on a window")
     rows_n, cols_n = grid

@@ -48,7 +48,7 @@ from ..graph import OpGraph
 from ..memory import Problem
 from .budget import Budget, Clock
 from .geometry import SpatialModel
-from .region import PatchPlan
+from .plans import PatchPlan
 from .search import Candidate, RuntimeMemory, SearchResult, choose, heuristic_peak, \
     patched_graph, search_patches
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from .. import arena as _arena
 from ..memory import MemoryModel
 from ..patches.geometry import PAD_MIN, SOp, SpatialModel
-from ..patches.region import PatchPlan
+from ..patches.plans import PatchPlan
 from ..patches.search import RuntimeMemory
 from .read import TFLiteGraph
 

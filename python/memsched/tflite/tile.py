@@ -38,8 +38,9 @@ import numpy as np
 
 from ..patches import SpatialModel
 from ..patches.budget import Budget, Clock
+from ..patches.errors import Refused
 from ..patches.geometry import PAD_MIN
-from ..patches.region import PatchPlan, Refused
+from ..patches.plans import PatchPlan
 from ..patches.search import BAND_GRIDS, Candidate, SearchResult
 from ..patches.sequence import MAX_REGIONS, search_regions
 from .read import TFLiteModelError, graph_of, read_tflite, schema
@@ -220,7 +221,7 @@ def region_starts(sm: SpatialModel) -> list[int]:
     after, model inputs still read) is smaller than the model inputs: a leading QUANTIZE of a
     float input then runs whole and the float input dies before the patches, instead of being
     sliced per patch and kept live through all of them."""
-    from ..patches.region import MAX_START
+    from ..patches.regions import MAX_START
 
     def crossing(s: int) -> int:
         live = {t for k in range(s, len(sm.ops)) for t in sm.ops[k].inputs

@@ -59,7 +59,7 @@ import warnings
 import tvm
 from tvm import relax
 
-from ..patches.region import Refused
+from ..patches.errors import Refused
 from ..patches.search import RuntimeMemory, SearchResult
 from ..patches.sequence import MAX_REGIONS, search_regions
 from .common import map_relax_functions, with_blocks

@@ -12,9 +12,9 @@ from tvm import relax
 
 from ..graph import GraphBuilder
 from ..memory import MemoryModel
+from ..patches.errors import Refused
 from ..patches.geometry import (INT_RANGES, PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel,
                                 STensor)
-from ..patches.region import Refused
 
 TVM_MODEL = MemoryModel.get("tvm")
 
