@@ -135,7 +135,8 @@ def _conv_pool_overhead(folded, attrs, exact_reductions: bool = True):
     charges one per element-wise output element), over every region
     (``memsched.patches_regions``: ``first-last:RxC[+keep]@split``), and the first region's
     split tensor's shape."""
-    from memsched.patches.region import plan_patches, regions
+    from memsched.patches.plans import plan_patches
+    from memsched.patches.regions import regions
     from memsched.transform.tile_patches import describe_block
 
     func = folded["main"]

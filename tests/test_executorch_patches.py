@@ -410,7 +410,8 @@ def test_regions_in_sequence_rewritten_equal():
 
     from memsched.executorch.patch_describe import describe_graph
     from memsched.executorch.patch_pass import _rewritten
-    from memsched.patches.region import plan_patches, regions
+    from memsched.patches.plans import plan_patches
+    from memsched.patches.regions import regions
 
     seen = []
 

@@ -242,13 +242,16 @@ def search_loops(name: str, source: str) -> list[str]:
         if isinstance(node, (ast.For, ast.While, ast.ListComp, ast.GeneratorExp,
                              ast.SetComp, ast.DictComp)):
             for sub in ast.walk(node):
-                if isinstance(sub, ast.Call) and _called(sub) == "search_regions":
-                    found.append("calls search_regions in a loop")
-        if isinstance(node, ast.Call) and _called(node) == "search_regions":
+                if isinstance(sub, ast.Call) and _called(sub) in SEARCHES:
+                    found.append(f"calls {_called(sub)} in a loop")
+        if isinstance(node, ast.Call) and _called(node) in SEARCHES:
             calls += 1
     if calls > 1:
-        found.append(f"calls search_regions {calls} times")
+        found.append(f"calls the search {calls} times")
     return found
+
+
+SEARCHES = ("search_regions", "search_model")  # the search, internal name and entry point
 
 
 def _called(call: ast.Call) -> str:
@@ -276,5 +279,32 @@ def test_the_search_loop_checker_sees_copies():
             "loops over FIRST_GRIDS", "loops over DEFAULT_GRIDS",
             "calls search_regions in a loop"} <= set(why)
     assert search_loops("memsched.patches.sequence", src) == []
-    assert search_loops("memsched.x", "search_regions(a)\nsearch_regions(b)\n") == \
-        ["calls search_regions 2 times"]
+    assert search_loops("memsched.x", "search_regions(a)\nsearch_model(b)\n") == \
+        ["calls the search 2 times"]
+
+
+def patch_submodule_imports(name: str, source: str, is_package: bool = False) -> list[str]:
+    """The `memsched.patches` submodules module ``name`` imports (outside the package): an
+    adapter uses the package's public face only (issue 46)."""
+    if name == "memsched.patches" or name.startswith("memsched.patches."):
+        return []
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            mod = _resolve(name, is_package, node)
+            if mod.startswith("memsched.patches."):
+                out.append(mod)
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.startswith("memsched.patches.")]
+    return out
+
+
+def test_adapters_import_the_public_face_of_patches_only():
+    bad = {name: got for name, path in modules().items()
+           if (got := patch_submodule_imports(name, path.read_text(),
+                                              path.name == "__init__.py"))}
+    assert not bad, bad
+    assert patch_submodule_imports("memsched.tflite.tile",
+                                   "from ..patches.search import BAND_GRIDS\n") == \
+        ["memsched.patches.search"]
+    assert patch_submodule_imports("memsched.tflite.tile", "from ..patches import X\n") == []

@@ -5,9 +5,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from memsched.patches.errors import Refused
 from memsched.patches.geometry import Win, bbox, read_cells
+from memsched.patches.plans import plan_patches
 from memsched.patches.reference import random_weights, run_plan, run_whole, stack_model
-from memsched.patches.region import (Refused, grid_macs, plan_patches, regions, windows)
+from memsched.patches.regions import regions
+from memsched.patches.windows import grid_macs, windows
 
 KINDS = ["CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "AVERAGE_POOL_2D", "PAD"]
 
@@ -125,7 +128,7 @@ def test_regions_after_the_input_and_many_bands(sm, rows, cols, seed):
     """Regions that start after operator 0..n-1 (the operators before run whole, the region
     slices their outputs) and grids of up to 24 height bands (reassembled by chained
     CONCATENATIONs of at most MAX_CONCAT_INPUTS inputs) compute the split tensors exactly."""
-    from memsched.patches.region import MAX_CONCAT_INPUTS
+    from memsched.patches.plans import MAX_CONCAT_INPUTS
 
     rng = np.random.default_rng(seed)
     weights = random_weights(sm, rng)
@@ -265,7 +268,8 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
 def test_rewrite_applies_regions_in_sequence(tmp_path):
     """Two regions in one file (each its own grid; the second slices the first's reassembled
     split tensor, numbered as in the original file): bit-equal in LiteRT and TFLite Micro."""
-    from memsched.patches.region import plan_patches, regions
+    from memsched.patches.plans import plan_patches
+    from memsched.patches.regions import regions
     from memsched.tflite.read import read_tflite
     from memsched.tflite.spatial import spatial_model
     from memsched.tflite.tile import compare_outputs, rewrite_model

@@ -6,9 +6,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from memsched.patches.errors import Refused
 from memsched.patches.margins import margin_macs, plan_margins
+from memsched.patches.plans import plan_patches
 from memsched.patches.reference import random_weights, run_plan, run_whole, stack_model
-from memsched.patches.region import Refused, plan_patches, regions
+from memsched.patches.regions import regions
 
 from test_patches import KINDS, stacks
 
@@ -33,16 +35,17 @@ def torch_stacks(draw, max_ops=4):
     except ValueError:
         from hypothesis import assume
         assume(False)
-    sm.padding_rule = "fixed"
     return sm
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(stacks(), torch_stacks()), st.integers(1, 4), st.integers(1, 4),
-       st.integers(0, 2 ** 16))
-def test_margin_plan_computes_the_same(sm, rows, cols, seed):
+@given(st.one_of(stacks().map(lambda sm: (sm, "same")),
+                 # torch's padding: its own amounts on both sides
+                 torch_stacks().map(lambda sm: (sm, "fixed"))),
+       st.integers(1, 4), st.integers(1, 4), st.integers(0, 2 ** 16))
+def test_margin_plan_computes_the_same(model, rows, cols, seed):
     """TFLite's SAME rule and torch's fixed padding alike."""
-    sm.implicit_padding = True
+    sm, rule = model
     rng = np.random.default_rng(seed)
     weights = random_weights(sm, rng)
     x = {0: rng.integers(-5, 6, (*sm.tensors[0].hw, sm.tensors[0].channels))}
@@ -50,7 +53,7 @@ def test_margin_plan_computes_the_same(sm, rows, cols, seed):
     for r in regions(sm, starts=range(len(sm.ops)))[0]:
         g = (min(rows, r.hw[0]), min(cols, r.hw[1]))
         try:
-            plan = plan_margins(sm, r, g)
+            plan = plan_margins(sm, r, g, rule=rule)
         except Refused as e:
             assert "margin" in str(e) or "different" in str(e), e
             continue
@@ -58,7 +61,7 @@ def test_margin_plan_computes_the_same(sm, rows, cols, seed):
         got = run_plan(sm, plan, weights, whole)
         for t in r.split:
             assert np.array_equal(got[t], whole[t]), (r.start, r.length, g, t)
-        assert margin_macs(sm, r, g) == plan.macs
+        assert margin_macs(sm, r, g, rule=rule) == plan.macs
 
 
 def _resnet_block(stride: int):
@@ -70,10 +73,9 @@ def _resnet_block(stride: int):
 
 def test_residual_block_needs_no_pad_and_no_crop():
     sm = _resnet_block(1)
-    sm.implicit_padding = True
     r = regions(sm)[0][-1]
     exact = plan_patches(sm, r, (2, 2))
-    margin = plan_margins(sm, r, (2, 2))
+    margin = plan_margins(sm, r, (2, 2), rule="same")
     kinds = [nd.kind for nd in margin.nodes]
     assert "pad" not in kinds
     # slices: the input of each patch and one crop of the split tensor per patch
@@ -93,19 +95,30 @@ def test_stride_two_window_parity():
     window's parity; the margin plan widens windows until they map onto the model's grid."""
     sm = stack_model([("CONV_2D", 3, 1, 1, "SAME"), ("CONV_2D", 3, 2, 1, "SAME"),
                       ("CONV_2D", 3, 1, 1, "SAME"), ("CONV_2D", 3, 2, 1, "SAME")], 32, 32, 3)
-    sm.implicit_padding = True
     rng = np.random.default_rng(1)
     w = random_weights(sm, rng)
     x = {0: rng.integers(-5, 6, (32, 32, 3))}
     whole = run_whole(sm, len(sm.ops), w, x)
     r = regions(sm)[0][-1]
     for g in ((1, 2), (2, 2), (3, 1), (4, 4)):
-        plan = plan_margins(sm, r, g)
+        plan = plan_margins(sm, r, g, rule="same")
         got = run_plan(sm, plan, w, x)
         assert all(np.array_equal(got[t], whole[t]) for t in r.split), g
 
 
 def test_refused_without_the_runtime():
+    """Margins only where the runtime's description says its adapter writes them."""
+    from memsched.memory import MemoryModel
+    from memsched.patches import Runtime, RuntimeMemory, search_patches
+
+    from test_patches_se import _graph_of
+
     sm = _resnet_block(1)
-    with pytest.raises(Refused, match="own padding"):
-        plan_margins(sm, regions(sm)[0][-1], (2, 2))
+    graph, index = _graph_of(sm)
+    mem = RuntimeMemory("m", MemoryModel())
+    with pytest.raises(Refused, match="explicit padding only"):
+        search_patches(sm, graph, index, mem, padding="margins", certify=False)
+    res = search_patches(sm, graph, index, Runtime(mem, implicit_padding=True,
+                                                   padding_rule="same"),
+                         padding="margins", certify=False)
+    assert res.candidates and all(c.margins for c in res.candidates)

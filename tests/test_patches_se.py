@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from memsched.patches.errors import Refused
+from memsched.patches.plans import plan_patches
 from memsched.patches.reference import random_weights, run_plan, run_whole, stack_model
-from memsched.patches.region import (Refused, grid_macs, is_se, pass_targets, plan_patches,
-                                     regions)
+from memsched.patches.regions import is_se, pass_targets, regions
+from memsched.patches.windows import grid_macs
 
 KINDS = ("CONV_2D", "DEPTHWISE_CONV_2D", "MAX_POOL_2D", "SE")
 

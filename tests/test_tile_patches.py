@@ -115,7 +115,8 @@ def test_forced_grid_and_split():
 def test_regions_in_sequence_rewritten_equal(integer):
     """Two regions in one block (each its own grid; the second slices the first's split
     tensor, which keeps its variable): the same outputs as the original in TVM's VM."""
-    from memsched.patches.region import plan_patches, regions
+    from memsched.patches.plans import plan_patches
+    from memsched.patches.regions import regions
     from memsched.transform.common import with_blocks
     from memsched.transform.tile_patches import rewrite_block
 

@@ -10,9 +10,8 @@ import operator
 from dataclasses import dataclass, field
 
 from ..graph import GraphBuilder
-from ..patches.geometry import PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor
-from ..patches import Refused, classify_se
-from ..patches.search import RuntimeMemory
+from ..patches import (PAD_MIN, PAD_NONE, PAD_ZERO, Refused, RuntimeMemory, SOp,
+                       SpatialModel, STensor, classify_se)
 from . import patch_cortex_m as _cm
 from .inplace import input_it_may_overwrite
 from .model import EXECUTORCH_MODEL

@@ -7,8 +7,7 @@ from __future__ import annotations
 import copy
 import operator
 
-from ..patches.geometry import PAD_MIN
-from ..patches.region import Refused
+from ..patches import PAD_MIN, Refused
 from . import patch_cortex_m as _cm
 from . import patch_layout as _layout
 from .patch_describe import TUPLE_FIRST, EdgeModel, _aten_name, _keepdim, _pair

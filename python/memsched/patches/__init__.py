@@ -26,8 +26,11 @@ and below them:
 * `geometry`: windows, the back-propagation rule of window operators, the spatial description
   of a model's operators (`SpatialModel`), the exact-or-refused rule for whole-map reductions
   (`inexact_reduction`);
-* `region`: candidate regions (spatial prefixes, DAGs included) and the patched computation of
-  a region for a grid (`plan_patches` -> `PatchPlan`);
+* `errors`: why the rewrite refuses a region or grid (`Refused`);
+* `regions`: candidate regions (spatial prefixes, DAGs included; `Region`, `regions`);
+* `windows`: the windows of a patch (back-propagated from its cell) and the MACs of a grid
+  (`grid_macs`);
+* `plans`: the patched computation of a region for a grid (`plan_patches` -> `PatchPlan`);
 * `margins`: the other plan of a region -- every operator with its own padding on a wider
   window (no PADs, fewer crops; `plan_margins`), for runtimes that pay per inserted node;
 * `patched`: the patched model as an `OpGraph` (what the evaluator prices) and the
@@ -44,9 +47,10 @@ pass `TilePatches`, TVM's planned storage) and `memsched.executorch.patch_pass` 
 """
 from .budget import Budget, Clock
 from .geometry import (INT_RANGES, PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor,
-                       Win, inexact_reduction)
+                       Win, inexact_reduction, same_padding, valid_size)
 from .options import MAX_REGIONS, PatchOptions, PatchOptionsError, parse_grid
-from .region import PatchPlan, Refused, Region, plan_patches, regions
+from .errors import Refused
+from .plans import PatchPlan, plan_patches
 from .request import Described, search_model
 from .result import Candidate, Deferred, SearchResult
 from .runtime import Layout, Runtime, RuntimeMemory
@@ -54,11 +58,13 @@ from .se import classify_se, partial_se_blocks
 from .search import BAND_GRIDS, DEFAULT_GRIDS, patched_graph, search_patches
 from .sequence import search_regions
 from .starts import region_starts
+# last: the function `regions`, not the module of that name
+from .regions import Region, regions  # noqa: E402, I001
 
 __all__ = ["BAND_GRIDS", "Budget", "Candidate", "Clock", "DEFAULT_GRIDS", "Deferred",
            "Described", "INT_RANGES", "Layout", "MAX_REGIONS", "PAD_MIN", "PAD_NONE", "PAD_ZERO",
            "PatchOptions", "PatchOptionsError", "PatchPlan", "Refused", "Region", "Runtime",
            "RuntimeMemory", "SOp", "STensor", "SearchResult", "SpatialModel", "Win",
            "classify_se", "inexact_reduction", "parse_grid", "partial_se_blocks",
-           "patched_graph", "plan_patches", "region_starts", "regions", "search_model",
-           "search_patches", "search_regions"]
+           "patched_graph", "plan_patches", "region_starts", "regions", "same_padding",
+           "search_model", "search_patches", "search_regions", "valid_size"]

@@ -214,7 +214,7 @@ INT_RANGES = {f"{u}int{b}": ((0, (1 << b) - 1) if u else (-(1 << (b - 1)), (1 <<
 def inexact_reduction(op: SOp, cells: int, float_sums: bool = False) -> str:
     """Why per-patch partial sums of the ``reduce`` operator ``op`` (a sum over ``cells``
     cells per channel) may not combine to the bits of its whole sum; "" when they do. The one
-    rule of every adapter (`region.regions` applies it): a region extends through a whole-map
+    rule of every adapter (`regions.regions` applies it): a region extends through a whole-map
     reduction only if its combine is exact --
 
     * an integer accumulator no partial or running sum can overflow: ``cells`` times the

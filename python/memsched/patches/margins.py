@@ -1,6 +1,6 @@
 """Patches with margins: every operator copied with its own padding rule, on a wider window.
 
-`region.plan_patches` computes each patch exactly: operators VALID on windows that shrink
+`plans.plan_patches` computes each patch exactly: operators VALID on windows that shrink
 layer by layer, explicit PADs on true borders, and a crop wherever an element-wise operator's
 operands come with different halos (a residual ADD: the block input was computed for the
 first convolution's halo). Where a runtime pays for every inserted node (TFLite Micro keeps
@@ -15,11 +15,11 @@ them as a margin. Through a stride-1 stage every tensor keeps its producer's win
 operands of a residual ADD share one window and no crop is needed; a patch needs no PAD at
 all; one crop per split tensor cuts the patch's cell out of its window at the end. The cost:
 windows do not shrink (more activation bytes and MACs than the exact plan). The search prices
-both plans (`SpatialModel.implicit_padding`: the adapter can write an operator with its
+both plans (`runtime.Runtime.implicit_padding`: the adapter can write an operator with its
 own padding on a window) and keeps whichever its evaluator prefers.
 
 Per axis (a window is the product of its row range and its column range), `axis_margins`
-takes the exact plan's input ranges (`region.axis_windows`) and propagates forward, per
+takes the exact plan's input ranges (`windows.axis_windows`) and propagates forward, per
 tensor, its window and its *valid* range (the cells equal to the whole model's): a window
 operator's output cell is valid when each of its taps lands on a valid cell or outside the
 tensor (true padding, padded alike). The local padding must map the window onto the whole
@@ -31,16 +31,19 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import Refused
 from .geometry import SOp, SpatialModel, Win, same_padding
-from .region import PNode, PatchPlan, Refused, Region, axis_windows, grid_cells, reassemble
+from .plans import PNode, PatchPlan, reassemble
+from .regions import Region
+from .windows import axis_windows, grid_cells
 
 # classes a margin plan runs (squeeze-and-excitation regions keep the exact plan)
 MARGIN_CLASSES = ("window", "eltwise", "concat")
 
 
-def pad_rule(op: SOp, size: int, axis: int, rule: str = "same") -> str:
+def pad_rule(op: SOp, size: int, axis: int, rule: str) -> str:
     """How window operator ``op`` pads along ``axis`` of an input of ``size`` cells under the
-    runtime's ``rule`` (`SpatialModel.padding_rule`): ``same`` (its padding is TFLite's SAME
+    runtime's ``rule`` (`runtime.Runtime.padding_rule`): ``same`` (its padding is TFLite's SAME
     rule for that size), ``valid`` (none), ``fixed`` (its own amounts on both sides, whatever
     the size: torch), ``explicit`` (a PAD operator), or "" (no margin plan)."""
     if op.kind in ("PAD", "PADV2"):
@@ -54,7 +57,7 @@ def pad_rule(op: SOp, size: int, axis: int, rule: str = "same") -> str:
     return "same" if (p, pa) == (pb, pe) else ""
 
 
-def _forward(sm: SpatialModel, region: Region, axis: int, start: dict):
+def _forward(sm: SpatialModel, region: Region, axis: int, start: dict, rule: str):
     """Windows, valid ranges and pads along ``axis`` with the region inputs' windows
     ``start`` (tensor -> (a, b)); None when the local padding does not map onto the model's
     grid or a window is empty."""
@@ -80,19 +83,19 @@ def _forward(sm: SpatialModel, region: Region, axis: int, start: dict):
         k_, s, d = op.kernel[axis], op.stride[axis], op.dilation[axis]
         eff = (k_ - 1) * d + 1
         P = op.pad[axis]
-        rule = pad_rule(op, size_in, axis, sm.padding_rule)
-        if rule == "explicit":
+        how = pad_rule(op, size_in, axis, rule)
+        if how == "explicit":
             pb, pe = P, op.pad_after[axis]
             o0, m = a, n + pb + pe  # output o holds input o - P
             taps = [-P]
             s, d = 1, 1
         else:
-            if rule == "same":
+            if how == "same":
                 m, pb, pe = same_padding(n, k_, s, d)
-            elif rule in ("fixed", "declared"):
-                pb, pe = P, (P if rule == "fixed" else op.pad_after[axis])
+            elif how in ("fixed", "declared"):
+                pb, pe = P, (P if how == "fixed" else op.pad_after[axis])
                 m = (n + pb + pe - eff) // s + 1
-            elif rule == "valid":
+            elif how == "valid":
                 pb = pe = 0
                 m = (n - eff) // s + 1
             else:
@@ -113,7 +116,7 @@ def _forward(sm: SpatialModel, region: Region, axis: int, start: dict):
     return win, valid, pads
 
 
-def axis_margins(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int):
+def axis_margins(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int, rule: str):
     """(window per tensor, pads (before, after) per window operator) along ``axis`` for the
     band ``[lo, hi)`` of the split tensors: the narrowest widening of the exact plan's input
     windows whose split tensors are valid over the band; `Refused` when none is."""
@@ -123,7 +126,7 @@ def axis_margins(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int):
             raise Refused(f"operator {op.index} ({op.kind}): no margin plan through a "
                           f"{op.cls} operator")
         if op.cls == "window" and not pad_rule(op, sm.tensors[op.inputs[0]].shape[1 + axis],
-                                               axis, sm.padding_rule):
+                                               axis, rule):
             raise Refused(f"operator {op.index} ({op.kind}): padding that is neither SAME "
                           "nor VALID")
     held = axis_windows(sm, region, axis, lo, hi)  # the exact plan's ranges, inputs too
@@ -139,7 +142,7 @@ def axis_margins(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int):
                 a, b = held.get(t, (0, 0))
                 size = sm.tensors[t].shape[1 + axis]
                 start[t] = (max(a - left, 0), min(b + widen - left, size))
-            got = _forward(sm, region, axis, start)
+            got = _forward(sm, region, axis, start, rule)
             if got is None:
                 continue
             win, valid, pads = got
@@ -152,25 +155,27 @@ def axis_margins(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int):
                   "model's grid")
 
 
-def _bands(sm: SpatialModel, region: Region, axis: int, n: int, cache: dict | None):
-    key = ("margins", region.start, region.length, axis, n)
+def _bands(sm: SpatialModel, region: Region, axis: int, n: int, cache: dict | None,
+           rule: str):
+    key = ("margins", region.start, region.length, axis, n, rule)
     if cache is not None and key in cache:
         return cache[key]
     size = region.hw[axis]
     if n > size:
         raise Refused(f"{n} bands do not fit a size of {size}")
-    out = [axis_margins(sm, region, axis, round(i * size / n), round((i + 1) * size / n))
-           for i in range(n)]
+    out = [axis_margins(sm, region, axis, round(i * size / n), round((i + 1) * size / n),
+                        rule) for i in range(n)]
     if cache is not None:
         cache[key] = out
     return out
 
 
 def margin_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
-                cache: dict | None = None) -> int:
+                cache: dict | None = None, *, rule: str) -> int:
     """MACs of `plan_margins` over all patches of ``grid`` (= its ``macs``), per axis as
-    `region.grid_macs`."""
-    rows, cols = (_bands(sm, region, 0, grid[0], cache), _bands(sm, region, 1, grid[1], cache))
+    `windows.grid_macs`."""
+    rows, cols = (_bands(sm, region, 0, grid[0], cache, rule),
+                  _bands(sm, region, 1, grid[1], cache, rule))
     total = 0
     for k in region.ops:
         op = sm.ops[k]
@@ -184,15 +189,18 @@ def margin_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
 
 
 def plan_margins(sm: SpatialModel, region: Region, grid: tuple[int, int],
-                 cache: dict | None = None) -> PatchPlan:
+                 cache: dict | None = None, *, rule: str,
+                 max_concat: int | None = None) -> PatchPlan:
     """The region patched with margins (module docstring): per patch, slices of the region
     inputs, every operator on its window with its own padding (``PNode.implicit``), a crop of
-    each split tensor to the patch's cell; then the reassembly of `region.plan_patches`."""
-    if not sm.implicit_padding:
-        raise Refused("the runtime cannot run an operator with its own padding on a window")
+    each split tensor to the patch's cell; then the reassembly of `plans.plan_patches`.
+    ``rule``: how the runtime's window operators pad a window (`Runtime.padding_rule`: only
+    runtimes with `Runtime.implicit_padding` write these plans); ``max_concat``: as
+    `plans.plan_patches`."""
     rows_n, cols_n = grid
     cells = grid_cells(*region.hw, rows_n, cols_n)
-    rows, cols = _bands(sm, region, 0, rows_n, cache), _bands(sm, region, 1, cols_n, cache)
+    rows = _bands(sm, region, 0, rows_n, cache, rule)
+    cols = _bands(sm, region, 1, cols_n, cache, rule)
     plan = PatchPlan(region, (rows_n, cols_n), cells, margins=True)
     nodes = plan.nodes
 
@@ -223,5 +231,5 @@ def plan_margins(sm: SpatialModel, region: Region, grid: tuple[int, int],
                 nd = add(PNode("slice", t, cell, (nd,), patch=p, base=win[t]))
             plan.result.setdefault(t, []).append(nd)
     plan.region_macs = sum(sm.op_macs(sm.ops[k]) for k in region.ops)
-    reassemble(plan)
+    reassemble(plan, max_concat)
     return plan

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..graph import GraphBuilder, OpGraph
 from ..memory import Problem
 from .geometry import SpatialModel
-from .region import PatchPlan
+from .plans import PatchPlan
 
 HEURISTIC_CUTS = 24  # patch-order variants per candidate (model-input slices moved earlier)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .geometry import PAD_MIN, SOp, SpatialModel
-from .region import PatchPlan
+from .plans import PatchPlan
 
 MIN_VALUE = -(1 << 40)
 

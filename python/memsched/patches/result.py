@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from .region import PatchPlan, Region
+from .plans import PatchPlan
+from .regions import Region
 
 
 class Deferred(NamedTuple):

@@ -15,8 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .geometry import SOp, STensor
-
-VECTOR = ("reduce", "vector")  # operators whose outputs are vectors (computed once, whole)
+from .regions import VECTOR
 
 
 def classify_se(ops: list[SOp], tensors: dict[int, STensor], outputs, macs: list[int], *,

@@ -32,22 +32,24 @@ import time
 from ..graph import OpGraph
 from ..memory import MemoryModel, Problem
 from .budget import Budget, Clock
-from .runtime import Runtime, RuntimeMemory, runtime_of  # noqa: F401 (importable from here)
+from .errors import Refused
 from .geometry import SpatialModel
 from .margins import plan_margins
 from .options import PatchOptionsError
 from .result import Candidate, Deferred, SearchResult, choose, pareto  # noqa: F401
 from .patched import heuristic_order, heuristic_peak, node_order, patch_order, \
     patched_graph  # noqa: F401 (the evaluator's graphs; names kept importable from here)
-from .region import (Refused, Region, grid_macs, is_se, kept_floor, plan_patches,
-                     regions)
+from .plans import kept_floor, plan_patches
+from .regions import Region, is_se, regions
+from .runtime import Runtime, RuntimeMemory, runtime_of  # noqa: F401 (importable from here)
+from .windows import grid_macs
 
 MARGIN_TRIES = 8  # best explicit candidates also priced with margins (`margins`)
 REFINE_WINDOW = 1.25  # refine candidates whose heuristic total is within this of the best
 DEFAULT_GRIDS = ((1, 2), (2, 1), (1, 3), (3, 1), (2, 2), (1, 4), (4, 1), (2, 3), (3, 2),
                  (2, 4), (4, 2), (3, 3), (3, 4), (4, 3), (4, 4), (5, 5), (6, 6), (7, 7), (8, 8))
 # more height bands (the rows of an NHWC tensor: contiguous pieces), beyond CONCATENATION's 10
-# inputs by chaining (`region.MAX_CONCAT_INPUTS`): ``extra_grids`` of `search_patches`
+# inputs by chaining (`plans.MAX_CONCAT_INPUTS`): ``extra_grids`` of `search_patches`
 BAND_GRIDS = ((5, 1), (6, 1), (7, 1), (8, 1), (10, 1), (12, 1), (14, 1), (16, 1), (5, 2),
               (6, 2))
 
@@ -81,12 +83,12 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     operators before run whole; default: the model inputs only); ``extra_grids``: grids tried
     besides the default ones (not a forced choice; default: `BAND_GRIDS` where
     `Runtime.band_grids`); ``se``: regions may contain squeeze-and-excitation blocks
-    (`region.regions`; default `Runtime.se`: runtimes whose adapter rewrites the reduce /
+    (`regions.regions`; default `Runtime.se`: runtimes whose adapter rewrites the reduce /
     vector / scale nodes); ``exact_reductions``: only through reductions whose partial sums
     combine exactly (False: float sums too, equal up to rounding; `geometry.inexact_reduction`);
     ``se_patches``: how the passes after a reduction get their feature maps, ``"recompute"`` or
-    ``"keep"`` (`region.plan_patches`; default: both priced, the evaluator chooses);
-    ``padding``: ``"explicit"`` (exact windows, PADs on borders: `region.plan_patches`),
+    ``"keep"`` (`plans.plan_patches`; default: both priced, the evaluator chooses);
+    ``padding``: ``"explicit"`` (exact windows, PADs on borders: `plans.plan_patches`),
     ``"margins"`` (operators with their own padding on wider windows: `margins.plan_margins`,
     where `Runtime.implicit_padding`); default `Runtime.default_padding`, else explicit and the
     best candidates with margins too. The options are checked once, by `options.PatchOptions`

@@ -48,7 +48,7 @@ from ..graph import OpGraph
 from ..memory import Problem
 from .budget import Clock
 from .geometry import SpatialModel
-from .region import PatchPlan
+from .plans import PatchPlan
 from .options import MAX_REGIONS, PatchOptions  # noqa: F401 (MAX_REGIONS: importable here)
 from .runtime import Runtime, RuntimeMemory, runtime_of
 from .search import Candidate, SearchResult, choose, heuristic_peak, patched_graph, \

@@ -12,9 +12,8 @@ from tvm import relax
 
 from ..graph import GraphBuilder
 from ..memory import MemoryModel
-from ..patches import Refused, classify_se
-from ..patches.geometry import (INT_RANGES, PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel,
-                                STensor)
+from ..patches import (INT_RANGES, PAD_MIN, PAD_NONE, PAD_ZERO, Refused, SOp, SpatialModel,
+                       STensor, classify_se)
 
 TVM_MODEL = MemoryModel.get("tvm")
 

@@ -9,7 +9,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..patches.geometry import PAD_MIN
+from ..patches import PAD_MIN
 from .tile_patches_describe import LAYOUTS, BlockModel
 
 

@@ -1,0 +1,298 @@
+"""The patched computation of a region for a grid.
+
+`plan_patches` builds, for a region and an ``R x C`` grid, the patched computation as a list of
+`PNode` (per patch: slices of the model inputs, crops where a consumer needs less than the
+tensor's window, explicit pads on true borders, the region's operators on their windows with no
+implicit padding; then the concatenations that reassemble each split tensor). The windows are
+back-propagated patch by patch (`windows.windows`). A reassembly has at most the runtime's
+limit of inputs per concatenation (`runtime.Runtime.max_concat_inputs`, e.g. TFLite Micro's
+``kMaxInputNum`` = 10): more pieces are chained (the first ten concatenated, then that partial
+tensor and the next nine, ...). A refused region carries the reason (`errors.Refused`).
+
+Squeeze-and-excitation (`regions.stages`, `regions.pass_targets`): the patches run in passes:
+pass ``p`` computes, patch by patch (grid cell ``i`` of each target tensor's own size), the
+tensors of stage ``p`` that a reduction reads and their *partial* sums over the patch's own
+cells (no halo), added up (``accumulate``); after the pass each reduction is finished once
+(``reduce``: the sum of the partials divided by H*W for a mean) and the ``vector`` operators
+that can run do; the last pass computes the split tensors. Two ways to get the feature maps a
+later pass reads (the search prices both and keeps whichever its evaluator prefers):
+
+* **recompute** (default): every pass recomputes what it needs from the region's inputs (the
+  MACs count it; only patch-sized tensors live across a reduction);
+* **keep** (``keep=True``): every operator runs once per patch, on the bounding box of what
+  all passes need of its output; pass ``p`` runs the operators of stage ``p`` and the pieces a
+  later pass reads stay live until it does (no extra MACs; the pieces of those feature maps,
+  halos included, live across the reduction).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import Refused
+from .geometry import PAD_NONE, SpatialModel, Win, bbox
+from .regions import VECTOR, Region, pass_targets, stages
+from .windows import _merged, grid_cells, windows
+
+
+
+def kept_floor(sm: SpatialModel, region: Region) -> int:
+    """Bytes `plan_patches`' keep mode holds at least: when pass ``p`` ends, the pieces of
+    every reduced tensor of stage ``p`` that a later pass reads are all live, and they cover
+    the whole tensor (each holds its patch's own cell); the largest such sum over the
+    passes."""
+    st = stages(sm, region)
+    later: dict[int, int] = {}  # tensor -> the latest stage of an operator reading it
+    for k in region.ops:
+        op = sm.ops[k]
+        if op.cls not in VECTOR:
+            for t in op.inputs:
+                later[t] = max(later.get(t, 0), st[op.output])
+    per: dict[int, set] = {}
+    for k in region.ops:
+        op = sm.ops[k]
+        if op.cls == "reduce" and later.get(op.inputs[0], -1) > st[op.inputs[0]]:
+            per.setdefault(st[op.inputs[0]], set()).add(op.inputs[0])
+    return max((sum(sm.tensors[t].nbytes for t in ts) for ts in per.values()), default=0)
+
+
+@dataclass
+class PNode:
+    """One operator of the patched graph.
+
+    ``kind``: ``slice`` (window ``win`` of ``tensor`` cut from a source holding window
+    ``base`` of it: a model input or another node), ``pad`` (explicit border padding
+    ``pads`` = top, bottom, left, right), ``op`` (region operator ``op`` on its input nodes,
+    VALID), ``concat`` (along ``axis``: 1 = H, 2 = W); squeeze-and-excitation:
+    ``partial`` (the sum over space of its input window, for reduce operator ``op``; ``win``
+    the patch's own cell of the reduced tensor), ``accumulate`` (the running sum: previous
+    + partial), ``reduce`` (the finished reduction of ``op``: the sum of the partials divided
+    by ``SOp.divisor``), ``vector`` (vector operator ``op``, once); these hold ``tensor`` =
+    the reduce / vector operator's output (``nbytes`` its bytes). ``win``: the window of
+    ``tensor`` (the original tensor) this node holds; a pad node holds the padded (unclipped)
+    window.
+    """
+
+    kind: str
+    tensor: int
+    win: Win
+    inputs: tuple = ()  # node ids (or ("t", tensor index) for model inputs)
+    op: int = -1
+    pads: tuple = (0, 0, 0, 0)
+    axis: int = 0
+    patch: int = -1
+    pad_value: str = ""
+    base: Win | None = None  # slice: the window of ``tensor`` its source holds
+    phase: int = 0  # the pass over the patches (squeeze-and-excitation regions)
+    nbytes: int = -1  # bytes when not the window of ``tensor`` (vectors, partial sums)
+    # op: the operator with its own padding rule on its input's window (`margins`; ``pads``
+    # what that rule amounts to there), not VALID on an explicitly padded input
+    implicit: bool = False
+
+
+@dataclass
+class PatchPlan:
+    region: Region
+    grid: tuple[int, int]
+    cells: list[Win]
+    nodes: list[PNode] = field(default_factory=list)
+    result: dict = field(default_factory=dict)  # split tensor -> node id of its reassembly
+    macs: int = 0  # MACs of the region's operators over all patches
+    region_macs: int = 0  # MACs of the region unpatched
+    keep: bool = False  # squeeze-and-excitation: later passes read kept pieces (no recompute)
+    margins: bool = False  # operators with their own padding on wider windows (`margins`)
+
+    @property
+    def se_mode(self) -> str:
+        """How later passes of a squeeze-and-excitation region get their feature maps:
+        ``keep`` / ``recompute``; "" for a region without one."""
+        if self.keep:
+            return "keep"
+        return "recompute" if any(nd.phase for nd in self.nodes) else ""
+
+    @property
+    def patches(self) -> int:
+        return len(self.cells)
+
+    def node_bytes(self, sm: SpatialModel, k: int) -> int:
+        nd = self.nodes[k]
+        if nd.nbytes >= 0:
+            return nd.nbytes
+        return sm.tensors[nd.tensor].win_bytes(nd.win)
+
+
+def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int],
+                 keep: bool = False, max_concat: int | None = None) -> PatchPlan:
+    """The patched region for ``grid`` = (rows, cols) (see the module docstring; ``keep``:
+    the feature maps later passes read are kept, not recomputed; only for a region with a
+    squeeze-and-excitation block; ``max_concat``: the most inputs the runtime's
+    concatenation takes, `Runtime.max_concat_inputs`)."""
+    rows, cols = grid
+    cells = grid_cells(*region.hw, rows, cols)
+    passes = pass_targets(sm, region)
+    se = len(passes) > 1
+    if keep and not se:
+        raise Refused("keep: the region has no squeeze-and-excitation block")
+    plan = PatchPlan(region, (rows, cols), cells, keep=keep)
+    nodes = plan.nodes
+
+    def add(nd: PNode) -> int:
+        nodes.append(nd)
+        return len(nodes) - 1
+
+    vec_node: dict[int, int] = {}  # vector tensor -> its node (squeeze-and-excitation)
+    readers: dict[int, list[int]] = {}  # reduced tensor -> its reduce operators
+    for k in region.ops:
+        if sm.ops[k].cls == "reduce":
+            readers.setdefault(sm.ops[k].inputs[0], []).append(k)
+    computed: set[int] = set()
+    tcells = {t: grid_cells(*sm.tensors[t].hw, rows, cols) for ts in passes for t in ts}
+    stage = stages(sm, region) if keep else {}
+    in_readers = {t: [k for k in region.ops if t in sm.ops[k].inputs] for t in region.inputs}
+    if keep:  # one back-propagation per patch: every pass's targets at once
+        kept = [windows(sm, region, cell, _merged(
+            {t: tcells[t][p] for ts in passes for t in ts}, region.split, cell))
+            for p, cell in enumerate(cells)]
+        kept_nodes: list[dict] = [{} for _ in cells]  # per patch: tensor -> node, all passes
+    for phase, targets in enumerate(passes):
+        final = phase == len(passes) - 1
+        acc: dict[int, int] = {}  # reduce operator -> its running sum
+        for p, cell in enumerate(cells):
+            tw = {t: tcells[t][p] for t in targets}
+            if keep:
+                held, reads = kept[p]
+                node_of = kept_nodes[p]
+            else:
+                held, reads = windows(sm, region, cell, tw if se else None)
+                node_of = {}
+            for t in region.inputs:
+                if t not in held or (keep and t not in tw and not any(
+                        stage[sm.ops[k].output] == phase and sm.ops[k].output in held
+                        for k in in_readers[t])):
+                    continue  # keep: sliced in each pass that reads it
+                h, w = sm.tensors[t].hw
+                if held[t] == Win(0, h, 0, w):
+                    node_of[t] = ("t", t)  # the whole model input, no slice
+                else:
+                    node_of[t] = add(PNode("slice", t, held[t], (("t", t),), patch=p,
+                                           base=Win(0, h, 0, w), phase=phase))
+
+            def view(t: int, win: Win) -> int:
+                """Node holding window ``win`` of tensor ``t`` (a crop when ``t``'s is
+                larger)."""
+                src = node_of[t]
+                if held[t] == win:
+                    return src
+                return add(PNode("slice", t, win, (src,), patch=p, base=held[t], phase=phase))
+
+            for k in region.ops:
+                op = sm.ops[k]
+                if op.cls in VECTOR or op.output not in held or \
+                        (keep and stage[op.output] != phase):
+                    continue
+                computed.add(k)
+                ins = []
+                for pos, t in enumerate(op.inputs):
+                    if op.cls == "scale" and pos == 1:
+                        ins.append(vec_node[t])  # the vector, whole
+                        continue
+                    full, clipped = reads[(k, pos)]
+                    src = view(t, clipped)
+                    if full != clipped:
+                        if op.pad_value == PAD_NONE:
+                            raise Refused(f"operator {op.index} ({op.kind}) with SAME padding "
+                                          "on a border patch: explicit padding would change "
+                                          "what it averages over")
+                        if op.kind in ("PAD", "PADV2"):
+                            ins.append(src)  # the op itself pads (with the border amounts)
+                            continue
+                        src = add(PNode("pad", t, full, (src,), pads=full.pads(clipped),
+                                        patch=p, pad_value=op.pad_value, phase=phase))
+                    ins.append(src)
+                out = held[op.output]
+                if op.kind in ("PAD", "PADV2"):
+                    full, clipped = reads[(k, 0)]
+                    if full == clipped:  # an interior patch: the PAD is the identity here
+                        node_of[op.output] = ins[0]
+                        continue
+                    node_of[op.output] = add(PNode("op", op.output, out, tuple(ins), op=k,
+                                                   pads=full.pads(clipped), patch=p,
+                                                   phase=phase))
+                    continue
+                node_of[op.output] = add(PNode("op", op.output, out, tuple(ins), op=k, patch=p,
+                                               phase=phase))
+                plan.macs += sm.op_macs(op, out)
+            if final:
+                for t in region.split:
+                    nd = view(t, cell)
+                    plan.result.setdefault(t, []).append(nd)
+                continue
+            for t in targets:  # partial sums over the patch's own cells
+                src = view(t, tw[t])
+                for k in readers[t]:
+                    o = sm.ops[k].output
+                    nb = sm.tensors[o].nbytes
+                    part = add(PNode("partial", o, tw[t], (src,), op=k, patch=p, phase=phase,
+                                     nbytes=nb))
+                    acc[k] = part if k not in acc else add(
+                        PNode("accumulate", o, tw[t], (acc[k], part), op=k, patch=p,
+                              phase=phase, nbytes=nb))
+        if final:
+            break
+        for k in sorted(acc):  # the reductions of this pass, then the vectors they allow
+            op = sm.ops[k]
+            vec_node[op.output] = add(PNode("reduce", op.output, Win(0, 1, 0, 1), (acc[k],),
+                                            op=k, phase=phase,
+                                            nbytes=sm.tensors[op.output].nbytes))
+            plan.macs += sm.op_macs(op)
+            computed.add(k)
+        for k in region.ops:
+            op = sm.ops[k]
+            if op.cls == "vector" and op.output not in vec_node and \
+                    all(t in vec_node for t in op.inputs):
+                vec_node[op.output] = add(PNode("vector", op.output, Win(0, 1, 0, 1),
+                                                tuple(vec_node[t] for t in op.inputs), op=k,
+                                                phase=phase,
+                                                nbytes=sm.tensors[op.output].nbytes))
+                plan.macs += sm.op_macs(op)
+                computed.add(k)
+    if se:
+        for k in region.ops:
+            if k not in computed:
+                op = sm.ops[k]
+                raise Refused(f"operator {op.index} ({op.kind}): its output is never used")
+    plan.region_macs = sum(sm.op_macs(sm.ops[k]) for k in region.ops)
+    reassemble(plan, max_concat)
+    return plan
+
+
+def reassemble(plan: PatchPlan, max_inputs: int | None = None) -> None:
+    """Concatenate each split tensor's pieces (``plan.result[t]``: one node per patch, in
+    cell order) into one node: each row's patches along W, then the rows along H; with
+    ``max_inputs`` (the runtime's limit per concatenation, e.g. TFLite Micro's 10) more
+    pieces are chained: the first ``max_inputs``, then that partial tensor and the next
+    ``max_inputs - 1``, ..."""
+    nodes = plan.nodes
+    rows, cols = plan.grid
+    cells = plan.cells
+
+    def concat(t: int, pieces: list[tuple[int, Win]], axis: int) -> tuple[int, Win]:
+        cur, rest = None, list(pieces)
+        while rest:
+            take = (max_inputs or len(rest) + 1) - (cur is not None)
+            group = ([cur] if cur is not None else []) + rest[:take]
+            rest = rest[take:]
+            win = bbox([w for _, w in group])
+            nodes.append(PNode("concat", t, win, tuple(k for k, _ in group), axis=axis))
+            cur = (len(nodes) - 1, win)
+        return cur
+
+    for t in plan.region.split:
+        pieces = plan.result[t]
+        if len(pieces) == 1:
+            plan.result[t] = pieces[0]
+            continue
+        row_nodes = []
+        for i in range(rows):
+            row = list(zip(pieces[i * cols:(i + 1) * cols], cells[i * cols:(i + 1) * cols]))
+            row_nodes.append(row[0] if cols == 1 else concat(t, row, 2))
+        plan.result[t] = row_nodes[0][0] if rows == 1 else concat(t, row_nodes, 1)[0]
