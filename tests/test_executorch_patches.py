@@ -22,6 +22,7 @@ from executorch.exir import ExecutorchBackendConfig, to_edge  # noqa: E402
 from executorch.runtime import Runtime  # noqa: E402
 
 import memsched.executorch as mx  # noqa: E402
+from memsched.patches import PatchOptions  # noqa: E402
 from memsched.executorch import pte  # noqa: E402
 from memsched.executorch.patch_pass import TilePatchesPass, describe_graph  # noqa: E402
 
@@ -132,7 +133,8 @@ def test_input_module_never_changed_and_refusal_reported():
     edge = _edge(model, x)
     gm = edge.exported_program().graph_module
     code = gm.code
-    new, rep = mx.tile_graph_module(gm, grid=(2, 2), time_limit=2)
+    new, rep = mx.tile_graph_module(gm, grid=(2, 2), time_limit=2, padding="explicit",
+                                    options=PatchOptions(region_start=0))
     assert new is not None and new is not gm and rep.patched
     assert gm.code == code  # the rewrite worked on a copy
     assert "as_strided_copy" in new.code and "constant_pad_nd" in new.code
