@@ -1,10 +1,10 @@
 """``memsched tile`` (`memsched.cli`): patch-based execution written as a plain .tflite file.
 
     memsched tile model.tflite -o out.tflite [--grid RxC] [--split TENSOR] [--max-overhead X]
-        [--padding auto|explicit|margins] [--offline-plan] [--measure] [--time-limit S]
-        [--plot curves.png] [--json]
+        [--padding auto|explicit|margins] [--offline-plan] [--measure] [--max-regions N]
+        [--time-limit S] [--plot curves.png] [--json]
 
-Searches the split tensor and patch grid (`memsched.patches.search_patches`: TFLite Micro's
+Searches the regions and patch grids (`memsched.patches.search_model`: TFLite Micro's
 total arena = certified activation peak + persistent bytes, within ``--max-overhead`` extra
 MACs, default 0.3 = +30 %), rewrites the spatial prefix patch by patch with builtin operators
 only (`memsched.tflite.tile.tile_tflite`), then writes the certified operator
@@ -60,7 +60,7 @@ def _tile(args) -> int:
         _check_path(args.plot, "--plot", (".png", ".svg"))
     data, res = tile_tflite(args.model, None, grid=args.grid, split=args.split,
                             max_overhead=args.max_overhead, offline_plan=args.offline_plan,
-                            time_limit=args.time_limit,
+                            time_limit=args.time_limit, max_regions=args.max_regions,
                             padding=None if args.padding == "auto" else args.padding)
     report = {"model": args.model, "output": out, **res.as_dict(curves=bool(args.plot))}
     if args.measure:  # before the file exists: a model that computes something else is not
@@ -196,8 +196,12 @@ def register(sub) -> None:
                    help="also write the arena offsets (OfflineMemoryAllocation metadata)")
     p.add_argument("--measure", action="store_true",
                    help="TFLM minimal arena before/after and outputs compared, before writing")
-    p.add_argument("--time-limit", type=seconds, default=10.0,
-                   help="search + scheduling time limit in seconds (default 10)")
+    p.add_argument("--max-regions", type=int, default=None,
+                   help="regions in sequence, each with its own grid (default 4; 1: one)")
+    p.add_argument("--time-limit", type=seconds, default=None,
+                   help="the patch search's wall-clock safety net in seconds (default 60): "
+                        "its work budgets decide, so the same file is written on any machine "
+                        "unless this stops it (then a note says so)")
     p.add_argument("--plot", help="memory curves of the unpatched and patched schedules "
                                   "(.png or .svg)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
