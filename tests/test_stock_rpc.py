@@ -34,11 +34,8 @@ def test_run_pipeline_through_a_tracker(tracker, capsys):
 
 
 def test_split_run_rpc_through_a_tracker(tracker, capsys):
-    # small models: the best split often leaves a device idle (it crashed the runner)
-    d = _json(capsys, ["split", "example:randwire", "--devices", "2", "--run-rpc",
-                       "--servers", tracker, "--generations", "5", "--json"])
-    assert d["rpc"]["outputs_equal"] and d["memory_ok"]
-    # a limit that forces work onto both devices
+    # a limit that forces work onto both devices (a split that leaves a device idle, which
+    # once crashed the runner: the README's `split --run-rpc` command, test_docs.py)
     d = _json(capsys, ["split", "example:nas_cell", "--devices", "2", "--run-rpc",
                        "--servers", tracker, "--device-memory", "90000",
                        "--generations", "5", "--json"])

@@ -63,7 +63,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                    exact_reductions: bool = True, se_patches: str | None = None,
                    after: Candidate | None = None, incumbent: int | None = None,
                    extend: bool = False, padding: str | None = None,
-                   budget: Budget | None = None, clock: Clock | None = None) -> SearchResult:
+                   budget: Budget | None = None, clock: Clock | None = None,
+                   cache: dict | None = None) -> SearchResult:
     """Evaluate candidates (region, grid) under ``runtime`` (`runtime.Runtime`: its memory
     model and what its adapter can write; a bare `RuntimeMemory`: explicit plans only) and
     return the frontier and the default choice.
@@ -101,7 +102,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     from that end on (`patched_graph` ``begin``); ``incumbent``: a total already reached (a
     candidate whose lower bound cannot beat it is skipped); ``extend``: a next region may
     follow a candidate, so the operators after it do not bound it (skipping stays exact for
-    the sequences).
+    the sequences); ``cache``: what depends on a region alone (its MAC sums, its margin
+    windows), shared by the searches of one sequence search.
     """
     from ..schedulers import best_heuristic, schedule
 
@@ -192,7 +194,10 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     # regions by start, then length; the grids side by side, so a long search drops the
     # deepest regions (for every grid) when ``budget.enumerate`` MAC counts are spent
     over_cap: dict = {}
-    margin_cache: dict = {}  # margin windows per region, axis and band count (`margins`)
+    # what depends on a region alone, shared by the searches of one sequence search (``cache``):
+    # a region's sums along one axis per band count, its margin windows (`margins`)
+    cache = {} if cache is None else cache
+    margin_cache = cache.setdefault("margins", {})
     at = None
     counted = 0
     # with ``extend``, what bounds a candidate after it is the operators after the deepest
@@ -203,7 +208,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             over_cap, at = {g: 0 for g in grids}, r.start
         if cands and (counted >= budget.enumerate or clock.out("counting MACs")):
             break
-        mac_cache: dict = {}  # this region's sums along one axis, per band count
+        mac_cache = cache.setdefault((r.start, r.length), {})
         for gi, g in enumerate(grids):
             if over_cap[g] >= 3 or g[0] > r.hw[0] or g[1] > r.hw[1]:
                 continue
@@ -329,14 +334,15 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     # refine: the scheduler on the patched prefix of the most promising candidates (the
     # heuristic orders above can be 20 % off on the peak), best heuristic total first, at most
     # ``budget.refine`` of them; skipped: a candidate whose lower bound cannot beat the best
-    # refined total, or whose heuristic total is more than REFINE_WINDOW times it. Off by
-    # default: with the old 0.2 s per call the scheduler's order was rarely better than the
-    # heuristics' (its baselines, measured on MobileNetV2 @224), and one whose A* helps costs
-    # about a second per candidate
+    # refined total, or whose heuristic total is more than REFINE_WINDOW times it. In the
+    # one-region search only (a sequence's regions are ordered whole at the end): a candidate
+    # the heuristics misjudge would otherwise leave the frontier before it is certified
+    # (MobileNetV1 0.25 @128 under TFLite Micro: 2x3 below 3x2 only once scheduled)
     best_refined = None
     refined = 0
     for c in sorted(results, key=lambda c: (c.total, c.macs)):
-        if not certify or refined >= budget.refine or clock.out("refining"):
+        if not certify or after is not None or refined >= budget.refine or \
+                clock.out("refining"):
             break
         plan = plans[c.key]
         reassembly = _reassembly(sm, plan.region.split, model)

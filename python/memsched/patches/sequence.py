@@ -80,7 +80,7 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     # of the one before)
     options = dict(se_patches=opts.se_patches, exact_reductions=opts.exact_reductions,
                    padding=opts.padding, starts=tuple(starts),
-                   frontier_overhead=frontier_overhead)
+                   frontier_overhead=frontier_overhead, cache={})
     grids = [opts.grid] if opts.grid is not None else None
     split = opts.split
     first = search_patches(sm, graph, tensor_index, runtime, grids=grids, split=split,
