@@ -24,12 +24,13 @@ The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
    quantized convolutions / pools / add / mul / activation, pad, minimum / maximum) are
    described by `memsched.executorch.patch_cortex_m`, their CMSIS-NN scratch buffers as
    per-op workspace.
-2. **Search.** `memsched.patches.search_regions` with ``RuntimeMemory("executorch",
-   EXECUTORCH_MODEL)`` and ``se=True``: a sequence of regions (each a run of operators ending
-   at its split tensors, starting where the one before ends) and a grid per region, the
-   lowest peak within ``max_overhead`` extra MACs for the whole graph, only if it beats the
-   unpatched graph in its best order (a forced ``grid``/``split``: one region, applied even
-   when it does not lower the peak).
+2. **Search.** `memsched.patches.search_model` with ExecuTorch's runtime description
+   (`runtime_of`: the arena plus the method allocator's records, SE blocks rewritten, the
+   Cortex-M layout contract on channels-last maps) and the user's `PatchOptions`: a
+   sequence of regions (each a run of operators ending at its split tensors, starting where
+   the one before ends) and a grid per region, the lowest peak within ``max_overhead`` extra
+   MACs for the whole graph, only if it beats the unpatched graph in its best order (a forced
+   ``grid``/``split``: one region, applied even when it does not lower the peak).
 3. **Rewrite** (on a copy of the graph module; the input module is never changed; region by
    region, the last one first, `patch_rewrite.rewrite`): per patch
    ``slice_copy`` of the input window with its halo (H, then W), ``constant_pad_nd`` only on
@@ -273,7 +274,9 @@ class TilePatchesPass:
     """An edge-dialect pass for ``ExecutorchBackendConfig(passes=[...])``: the spatial prefix
     patch by patch (see the module docstring). ``report``: one `TileReport` per method, in the
     order the methods were lowered. The graph module it is given is never changed: a patched
-    copy is returned, or the same module when nothing is patched."""
+    copy is returned, or the same module when nothing is patched. ``options``: the search's
+    `memsched.patches.PatchOptions` (the keywords of `tile_graph_module`, put over it; checked
+    here, once: bad ones raise `TilePatchesError`)."""
 
     def __init__(self, options: PatchOptions | None = None, *, max_overhead=None, grid=None,
                  split: str | None = None, time_limit=None, se_patches: str | None = None,

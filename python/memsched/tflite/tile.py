@@ -1,7 +1,7 @@
 """Patch-based execution written as a plain .tflite file that stock LiteRT and TFLite Micro run.
 
 `tile_tflite` searches the regions, each with its split point and grid
-(`memsched.patches.search_regions`: TFLite Micro's total arena = certified activation peak +
+(`memsched.patches.search_model`: TFLite Micro's total arena = certified activation peak +
 persistent bytes, one MAC overhead budget for the whole model), then rewrites subgraph 0 with
 builtin operators only, region by region:
 

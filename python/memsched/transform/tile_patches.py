@@ -17,7 +17,7 @@ This pass is a thin adapter over `memsched.patches` (plain Python):
    ``se=True``, through a mean / sum only when its partial sums combine exactly: an integer
    sum that cannot overflow, float sums with ``exact_reductions=False``). Bindings that
    read no activation (weight reshapes) are kept in front, untouched;
-2. the one patch search (`memsched.patches.search_regions`) chooses the regions (a sequence,
+2. the one patch search (`memsched.patches.search_model`) chooses the regions (a sequence,
    each starting where the one before ends) and a grid per region under
    TVM's planned storage (`TVM_MEMORY`: memsched's ``tvm`` memory model, parameters and the
    returned tensor not planned, nothing kept per operator): MACs, patch-order heuristics and the
