@@ -81,7 +81,9 @@ def run_model(name: str, max_overhead: float = 0.3, time_limit: float = 10.0,
     folded = relax.transform.FoldConstant()(mod)
     ops = len(folded["main"].body.blocks[0].bindings)
     t0 = time.perf_counter()
-    tiled = TilePatches(max_overhead=max_overhead, time_limit=time_limit,
+    # the patch search at its defaults: bounded by its work budgets, with its own 60-s safety
+    # net (``time_limit`` here is MemoryAwareSchedule's and PlanArena's)
+    tiled = TilePatches(max_overhead=max_overhead,
                         exact_reductions=exact_reductions)(folded)
     search_s = time.perf_counter() - t0
     attrs = tiled["main"].attrs
