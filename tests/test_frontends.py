@@ -82,5 +82,5 @@ def test_float_reductions_is_an_option_of_tile_patches(pt2_path, capsys, tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--float-reductions" in err[0] and not out.exists()
     made = _resolve_pass("TilePatches", {"TilePatches": {"exact_reductions": False}})
-    assert made.exact_reductions is False
-    assert _resolve_pass("TilePatches").exact_reductions is True
+    assert made.options.exact_reductions is False
+    assert _resolve_pass("TilePatches").options.exact_reductions is True
