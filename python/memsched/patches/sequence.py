@@ -133,22 +133,24 @@ def search_regions(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             heapq.heappush(ext, (*key, c.macs, next(pushed), c))
 
     def defer(res: SearchResult) -> None:
-        # the ones not visited by MACs, as the one-region search visits them (each may be an
-        # answer itself); those skipped for the operators after them by their bound (only a
-        # next region can make them one, and a shallow region with a small part is the best
-        # start of a sequence). Two queues: in one, a skipped shallow region waited behind
-        # hundreds not visited, past the step budget (mbv2-0.35-144 under TFLite)
+        # two queues, each by its bound, the lowest first: the ones not visited in the
+        # one-region search's budget (each may be an answer itself: by MACs, the order that
+        # search visits, TVM's int8 mbv2-0.35-144 waited for its 4-5x5 regions behind hundreds
+        # of cheap ones, 361,728 B instead of 256,000 B), and those skipped for the operators
+        # after them (only a next region can make them one, and a shallow region with a small
+        # part is the best start of a sequence; in one queue with the others, one waited past
+        # the step budget: mbv2-0.35-144 under TFLite)
         for d in res.deferred:
             if d.macs <= mac_budget:
                 seed = res is first and (d.region.start, d.region.length) in seeds
-                key = (not seed, d.macs, d.bound) if d.unvisited else (False, d.bound, d.macs)
+                key = (not seed, d.bound, d.macs) if d.unvisited else (False, d.bound, d.macs)
                 heapq.heappush(unvisited if d.unvisited else skipped,
                                (*key, next(pushed), d, res))
 
     def take(turn: int):
         """The next entry worth a look (None: every queue done): the three queues in turn,
         an empty one's turn to the next."""
-        for q, at in ((unvisited, 2), (skipped, 1)):
+        for q, at in ((unvisited, 1), (skipped, 1)):
             while q and q[0][at] >= best_total:
                 heapq.heappop(q)
         while ext and bound(ext[0][-1]) >= best_total:
