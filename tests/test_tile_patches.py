@@ -113,7 +113,9 @@ def test_forced_grid_and_split():
     _check_equal(_run(mod, x), _run(tiled, x), False)
 
 
-@pytest.mark.parametrize("integer", [False, True])
+# integer: the int8 rewrite of regions in sequence is also run by
+# test_small_mobilenet_patched_equal_and_smaller[NHWC-True]
+@pytest.mark.parametrize("integer", [False, pytest.param(True, marks=pytest.mark.heavy)])
 def test_regions_in_sequence_rewritten_equal(integer):
     """Two regions in one block (each its own grid; the second slices the first's split
     tensor, which keeps its variable): the same outputs as the original in TVM's VM."""
