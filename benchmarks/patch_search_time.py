@@ -37,13 +37,13 @@ def describe(name: str):
         from executorch_patches import build
 
         from memsched.executorch.patch_describe import describe_graph
-        from memsched.executorch.patch_pass import runtime_of
+        from memsched.executorch.patch_pass import executorch_runtime
 
         model, x = build(rest)
         with torch.no_grad():
             edge = to_edge(torch.export.export(model, (x,)))
         em = describe_graph(edge.exported_program().graph_module)
-        return Described(em.sm, em.graph, em.tensor_index), runtime_of(em)
+        return Described(em.sm, em.graph, em.tensor_index), executorch_runtime(em)
     if kind == "tvm":
         from patches_tvm import build
         from tvm import relax

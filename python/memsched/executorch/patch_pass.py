@@ -25,8 +25,9 @@ The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
    described by `memsched.executorch.patch_cortex_m`, their CMSIS-NN scratch buffers as
    per-op workspace.
 2. **Search.** `memsched.patches.search_model` with ExecuTorch's runtime description
-   (`runtime_of`: the arena plus the method allocator's records, SE blocks rewritten, the
-   Cortex-M layout contract on channels-last maps) and the user's `PatchOptions`: a
+   (`executorch_runtime`: the arena plus the method allocator's records, SE blocks
+   rewritten, the Cortex-M layout contract on channels-last maps) and the user's
+   `PatchOptions`: a
    sequence of regions (each a run of operators ending at its split tensors, starting where
    the one before ends) and a grid per region, the lowest peak within ``max_overhead`` extra
    MACs for the whole graph, only if it beats the unpatched graph in its best order (a forced
@@ -146,7 +147,7 @@ def memory_of(em: EdgeModel, price_records: bool = True):
                              CHANNELS_LAST if em.channels_last else None)
 
 
-def runtime_of(em: EdgeModel, price_records: bool = True) -> Runtime:
+def executorch_runtime(em: EdgeModel, price_records: bool = True) -> Runtime:
     """ExecuTorch as the patch search sees it (`memsched.patches.Runtime`): `memory_of`;
     portable kernels take a convolution's / pool's own padding on any window, on both sides
     (plans with margins), while the Cortex-M flow's rebuilt calls on channels-last maps are
@@ -160,9 +161,9 @@ def runtime_of(em: EdgeModel, price_records: bool = True) -> Runtime:
 def search(em: EdgeModel, options: PatchOptions | None = None, *,
            price_records: bool = True, **given) -> SearchResult:
     """The one patch search (`memsched.patches.search_model`) under ExecuTorch's memory model
-    (`runtime_of`). ``given``: `PatchOptions` fields put over ``options``."""
+    (`executorch_runtime`). ``given``: `PatchOptions` fields put over ``options``."""
     return search_model(Described(em.sm, em.graph, em.tensor_index),
-                        runtime_of(em, price_records), PatchOptions.of(options, **given))
+                        executorch_runtime(em, price_records), PatchOptions.of(options, **given))
 
 
 def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=None,

@@ -40,8 +40,6 @@ def search_model(model: Described, runtime: Runtime, options: PatchOptions | Non
     MAC budget, only if it beats the unpatched model in its best order (a forced grid, split
     or start: one region, the best asked for). The result depends on the input alone unless
     the options' safety net stopped the search (``SearchResult.stopped``)."""
-    opts = options if options is not None else PatchOptions()
-    starts = (opts.region_start,) if opts.region_start is not None else \
-        tuple(region_starts(model.sm))
+    # a forced start (``options.region_start``) overrides the rule in `search_regions`
     return search_regions(model.sm, model.graph, list(model.tensor_index), runtime_of(runtime),
-                          opts, starts=starts)
+                          options, starts=tuple(region_starts(model.sm)))

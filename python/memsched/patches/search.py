@@ -35,7 +35,6 @@ from .budget import Budget, Clock
 from .errors import Refused
 from .geometry import SpatialModel
 from .margins import plan_margins
-from .options import PatchOptionsError
 from .result import Candidate, Deferred, SearchResult, choose, pareto  # noqa: F401
 from .patched import heuristic_order, heuristic_peak, node_order, patch_order, \
     patched_graph  # noqa: F401 (the evaluator's graphs; names kept importable from here)
@@ -93,7 +92,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     ``"margins"`` (operators with their own padding on wider windows: `margins.plan_margins`,
     where `Runtime.implicit_padding`); default `Runtime.default_padding`, else explicit and the
     best candidates with margins too. The options are checked once, by `options.PatchOptions`
-    (what `memsched.patches.search` takes); here only for direct callers.
+    (what `memsched.patches.search_model` takes).
 
     One region per candidate; `memsched.patches.sequence.search_regions` (what the adapters
     call) chains them. Its parameters here: ``after``: the regions before (the last one's
@@ -114,12 +113,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         extra_grids = BAND_GRIDS if rt.band_grids else ()
     exclude_split = [*exclude_split, *rt.no_split(sm)]
     padding = rt.default_padding if padding is None else padding
-    if se_patches not in (None, "recompute", "keep"):
-        raise PatchOptionsError(f"se_patches must be 'recompute' or 'keep', not "
-                                f"{se_patches!r}")
     modes = {None: (False, True), "recompute": (False,), "keep": (True,)}[se_patches]
-    if padding not in (None, "explicit", "margins"):
-        raise PatchOptionsError(f"padding must be 'explicit' or 'margins', not {padding!r}")
     if padding == "margins" and not rt.implicit_padding:
         raise Refused(f"padding='margins': the {rt.name} adapter writes explicit padding only")
     # the plan with margins: asked for, or (default) tried on the best explicit candidates
