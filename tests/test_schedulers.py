@@ -64,3 +64,42 @@ def test_time_limit_returns_valid_anytime_result():
 def test_unknown_algorithm_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown scheduling algorithm"):
         schedule(random_dag(3), "nope")
+
+
+def _greedy_by_masks(p: Problem, key) -> list[int]:
+    """The greedy baselines as first written: every footprint by `Problem.step` on the set of
+    executed ops (the reference the counting version must match)."""
+    succs = [[] for _ in range(p.n)]
+    for v, ps in enumerate(p.preds):
+        for u in dict.fromkeys(ps):
+            succs[u].append(v)
+    indeg = [len(set(ps)) for ps in p.preds]
+    ready = {v for v in range(p.n) if indeg[v] == 0}
+    mask, live, order = 0, p.initial_live(), []
+    while ready:
+        best = None
+        for v in ready:
+            foot, after = p.step(mask, live, v)
+            k = (key(foot, after, live), v)
+            if best is None or k < best[0]:
+                best = (k, v, after)
+        _, v, live = best
+        ready.remove(v)
+        mask |= 1 << v
+        order.append(v)
+        for s in succs[v]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.add(s)
+    return order
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 16), st.integers(0, 10_000), st.sampled_from(MODELS))
+def test_greedy_baselines_match_the_executed_set_reference(n, seed, m):
+    from memsched.schedulers import heuristics
+
+    p = Problem.from_graph(random_dag(n, seed=seed), m)
+    for run, key in ((heuristics._list, lambda foot, after, live: (after - live, foot)),
+                     (heuristics._lpmf, lambda foot, after, live: (foot, after))):
+        assert run(p) == _greedy_by_masks(p, key)

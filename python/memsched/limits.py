@@ -36,6 +36,8 @@ it (a fraction of a second) and re-raises.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import sys
 import threading
@@ -214,3 +216,20 @@ def run_interruptible(fn: Callable[[], T], stop: Callable[[], None],
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+@contextlib.contextmanager
+def collector_paused():
+    """Run the block with Python's cyclic garbage collector off (restored after, when it was
+    on). A search allocates millions of short-lived lists and dicts; in a process that already
+    holds a large graph (an exported torch program: ~400k objects) the collector's passes over
+    the survivors cost a third of the patch search's time (MobileNetV2 @224 in ExecuTorch,
+    18.5 s -> 12.9 s). Reference counting still frees what the search drops; cycles wait for
+    the collector's next pass after the block."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

@@ -115,14 +115,23 @@ def patch_order(graph: OpGraph, plan: PatchPlan | None = None, cut: int | None =
     done: set[int] = set(pre)
 
     def run(v: int) -> None:
+        # then a concatenation as soon as all its pieces exist, depth first (a loop, not a
+        # recursive closure: that is a reference cycle the collector has to free)
         order.append(v)
         done.add(v)
-        for c in set(succs[v]):  # a concatenation runs as soon as all its pieces exist
-            if c in waiting:
-                waiting[c] -= 1
-                if waiting[c] == 0:
-                    del waiting[c]
-                    run(c)
+        stack = [iter(set(succs[v]))]
+        while stack:
+            for c in stack[-1]:
+                if c in waiting:
+                    waiting[c] -= 1
+                    if waiting[c] == 0:
+                        del waiting[c]
+                        order.append(c)
+                        done.add(c)
+                        stack.append(iter(set(succs[c])))
+                        break
+            else:
+                stack.pop()
 
     for v in nodes:
         if v in done or v in concat:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..graph import OpGraph
+from ..limits import collector_paused
 from .geometry import SpatialModel
 from .options import PatchOptions
 from .result import SearchResult
@@ -41,5 +42,6 @@ def search_model(model: Described, runtime: Runtime, options: PatchOptions | Non
     or start: one region, the best asked for). The result depends on the input alone unless
     the options' safety net stopped the search (``SearchResult.stopped``)."""
     # a forced start (``options.region_start``) overrides the rule in `search_regions`
-    return search_regions(model.sm, model.graph, list(model.tensor_index), runtime_of(runtime),
-                          options, starts=tuple(region_starts(model.sm)))
+    with collector_paused():
+        return search_regions(model.sm, model.graph, list(model.tensor_index),
+                              runtime_of(runtime), options, starts=tuple(region_starts(model.sm)))

@@ -102,7 +102,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     candidate whose lower bound cannot beat it is skipped); ``extend``: a next region may
     follow a candidate, so the operators after it do not bound it (skipping stays exact for
     the sequences); ``cache``: what depends on a region alone (its MAC sums, its margin
-    windows), shared by the searches of one sequence search.
+    windows, its plans and their heuristic parts from ``begin``), shared by the searches of one
+    sequence search.
     """
     from ..schedulers import best_heuristic, schedule
 
@@ -192,6 +193,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     # a region's sums along one axis per band count, its margin windows (`margins`)
     cache = {} if cache is None else cache
     margin_cache = cache.setdefault("margins", {})
+    plan_cache = cache.setdefault("plans", {})  # (region, grid, mode) -> plan or Refused
+    part_cache = cache.setdefault("parts", {})  # ... and begin -> [part, order, refined]
     at = None
     counted = 0
     # with ``extend``, what bounds a candidate after it is the operators after the deepest
@@ -251,12 +254,18 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         evaluator; None when refused or when its bound reaches ``limit`` (None: no limit)."""
         nonlocal evaluated, skipped, priced
         keep, margins = mode
-        try:
-            plan = plan_margins(sm, r, g, margin_cache, rule=rt.padding_rule,
-                                max_concat=rt.max_concat_inputs) if margins else \
-                plan_patches(sm, r, g, keep, max_concat=rt.max_concat_inputs)
-        except Refused as e:
-            _refuse(refused, sm, r, g, e)
+        pkey = (r.start, r.length, tuple(r.split), g, keep, margins)
+        plan = plan_cache.get(pkey)
+        if plan is None:
+            try:
+                plan = plan_margins(sm, r, g, margin_cache, rule=rt.padding_rule,
+                                    max_concat=rt.max_concat_inputs) if margins else \
+                    plan_patches(sm, r, g, keep, max_concat=rt.max_concat_inputs)
+            except Refused as e:
+                plan = e
+            plan_cache[pkey] = plan
+        if isinstance(plan, Refused):
+            _refuse(refused, sm, r, g, plan)
             return None
         if margins:  # the MACs of its wider windows
             macs = total_macs + floor_macs - sum(op_macs[k] for k in r.ops) + plan.macs
@@ -272,22 +281,35 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
             return None
         length = r.length
         priced += 1
-        pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True, begin=begin)
-        pp = Problem.from_graph(pg, model)
-        part, order = heuristic_order(pg, plan, pp, baselines=False)
+        # the patched part from ``begin`` depends on the plan and ``begin`` alone: sequences
+        # ending at the same operator price it once (``cache``)
+        hit = part_cache.get((pkey, begin))
+        pg = None
+        if hit is None:
+            pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True, begin=begin)
+            pp = Problem.from_graph(pg, model)
+            part, order = heuristic_order(pg, plan, pp, baselines=False)
+            hit = part_cache[(pkey, begin)] = [part, node_order(pg, order), None]
+        part, nodes = hit[0], hit[1]
         peak = max(part, suffix[length], floor_peak)
         if limit is None or peak + persist <= REFINE_WINDOW * limit:
             # close to the best: the scheduler package's heuristics may do better
-            h_order, h_peak, _ = best_heuristic(pp)
-            if h_peak < part:
-                part, order = h_peak, h_order
+            if hit[2] is None:
+                if pg is None:
+                    pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True,
+                                       begin=begin)
+                    pp = Problem.from_graph(pg, model)
+                h_order, h_peak, _ = best_heuristic(pp)
+                hit[2] = (h_peak, node_order(pg, h_order))
+            if hit[2][0] < part:
+                part, nodes = hit[2]
             peak = max(part, suffix[length], floor_peak)
         evaluated += 1
         c = Candidate([sm.tensors[t].name for t in r.split], list(r.split), length, g, peak,
                       persist, macs, macs / total_macs - 1 if total_macs else 0.0,
                       len(sm.ops) - length + r.start + len(plan.nodes), r.start, keep=keep,
                       margins=margins,
-                      node_order=node_order(pg, order),
+                      node_order=list(nodes),
                       part_peak=part, own_macs=macs - total_macs - floor_macs,
                       own_persistent=own_persist,
                       before=tuple(after.sequence) if after is not None else ())

@@ -139,24 +139,51 @@ def dfs(p: Problem, deadline: Deadline | None = None, **_):
 
 def _greedy(p: Problem, key, deadline: Deadline | None = None):
     """Greedy simulation: at each step evaluate every ready op with ``key(foot, live_after, v)``
-    and take the smallest."""
+    and take the smallest. Footprints are `Problem.step`'s, from counts of each tensor's readers
+    still to run (the executed-set masks cost O(V) per step on large graphs)."""
     succs = _succs(p)
     indeg = [len(set(ps)) for ps in p.preds]
     ready = {v for v in range(p.n) if indeg[v] == 0}
-    mask, live = 0, p.initial_live()
+    size, pinned, creates, reads, inplace, ws = (p.size, p.pinned, p.creates, p.reads,
+                                                 p.inplace, p.workspace)
+    readers = [set(cs) for cs in p.consumers]
+    waiting = [len(r) for r in readers]  # readers not yet run
+    read_by: list[list[int]] = [[] for _ in range(p.n)]  # the tensors each op is a reader of
+    for t, r in enumerate(readers):
+        for c in r:
+            read_by[c].append(t)
+
+    def step(v: int, live: int) -> tuple[int, int]:
+        created = freed = 0
+        for t in creates[v]:
+            created += size[t]
+            if not pinned[t] and not readers[t]:
+                freed += size[t]
+        for t in reads[v]:  # dead once v ran: every reader of t has run
+            if not pinned[t] and waiting[t] == (v in readers[t]):
+                freed += size[t]
+        foot = live + created + ws[v]
+        for t in inplace[v]:
+            if not pinned[t] and waiting[t] == (v in readers[t]):
+                foot -= min(size[t], created)
+                break
+        return foot, live + created - freed
+
+    live = p.initial_live()
     order = []
     chk = Checker(deadline, 64)
     while ready:
         chk.tick()
         best = None
         for v in ready:
-            foot, after = p.step(mask, live, v)
+            foot, after = step(v, live)
             k = (key(foot, after, live), v)
             if best is None or k < best[0]:
                 best = (k, v, after)
         _, v, live = best
         ready.remove(v)
-        mask |= 1 << v
+        for t in read_by[v]:
+            waiting[t] -= 1
         order.append(v)
         for s in succs[v]:
             indeg[s] -= 1
