@@ -32,7 +32,7 @@ from dataclasses import dataclass
 PRICED = 120  # candidates priced by the one-region search
 EXTEND_PRICED = 40  # ... by each search after a region
 TOTAL_PRICED = 1000  # ... by the whole sequence search, the one-region search included
-STEPS = 300  # sequences extended + deferred candidates priced (dominated sequences: free)
+STEPS = 600  # sequences extended + deferred candidates priced (dominated sequences: free)
 REFINE = 6  # candidates whose patched prefix the scheduler re-orders (one-region search)
 CERTIFY = 2  # frontier candidates (best total first) the scheduler orders whole
 STATES = 2_000  # A* states per scheduler call

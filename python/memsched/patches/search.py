@@ -241,12 +241,18 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     # sequences after them, MACs, region, grid, keep, not visited), for
     # `sequence.search_regions` to price (``SearchResult.price``) when it gets there
     deferred: list = []
+    # a region's input is whole until its first slice reads it: each one the memory model
+    # counts bounds the part from below (MobileNetV2's planned float input under Cortex-M:
+    # 602,112 B, where the other floors said 380,928 and its regions' deferred candidates took
+    # the sequence search's steps)
+    held = _held_inputs(graph, tensor_index, model, set(sm.outputs))
 
     def floors(r: Region, keep: bool) -> tuple[int, int]:
         """Lower bounds on the peak: with the operators after the region, and (for the
         sequences after it) with those after the deepest region."""
         part = max(_reassembly(sm, r.split, model), prefix[r.start],
-                   kept_floor(sm, r) if keep else 0, floor_peak)
+                   kept_floor(sm, r) if keep else 0, floor_peak,
+                   max((held.get(t, 0) for t in r.inputs), default=0))
         return max(part, suffix[r.length]), max(part, suffix[max_end])
 
     def build(macs: int, r: Region, g, mode: tuple, limit) -> Candidate | None:
@@ -404,6 +410,22 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
                         results, suffix, max_end, deferred=deferred,
                         price=lambda d: build(d.macs, d.region, d.grid, d.mode, None),
                         priced=priced, stopped=clock.stopped)
+
+
+def _held_inputs(graph: OpGraph, tensor_index: list[int], model: MemoryModel, outputs: set
+                 ) -> dict[int, int]:
+    """``sm`` tensor -> its bytes where ``model`` counts it while it is live (a model input
+    only with ``count_inputs``, a model output only with ``count_outputs``): what a region
+    reading it holds at its first slice, in the patched graph as in the model."""
+    inputs = set(graph.input_tensors)
+    held = {}
+    for gt, ten in enumerate(graph.tensors):
+        t = tensor_index[gt]
+        if (gt in inputs and not model.count_inputs) or \
+                (t in outputs and not model.count_outputs):
+            continue
+        held[t] = ten.nbytes
+    return held
 
 
 def _reassembly(sm: SpatialModel, split, model: MemoryModel) -> int:
