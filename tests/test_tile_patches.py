@@ -18,6 +18,7 @@ from tvm import relax
 import memsched
 from memsched.generators.relax_cnn import mobilenet_v2, random_input, small_mobilenet
 from memsched.transform.tile_patches import TilePatches, describe_block
+from memsched.patches import Budget, PatchOptions
 
 FLOAT_TOL = 1e-5
 
@@ -49,7 +50,9 @@ def test_small_mobilenet_patched_equal_and_smaller(layout, integer):
     # stem conv s2, inverted residual with its residual add, a stride-2 depthwise, a
     # max-pool/conv branch pair joined by a channel concat, global pool + classifier
     mod = small_mobilenet(layout=layout, integer=integer)
-    tiled = TilePatches(time_limit=3)(relax.transform.FoldConstant()(mod))
+    # a small work budget: the same program on every run, a fraction of the default's search
+    small = PatchOptions(budget=Budget(priced=30, extend_priced=10, total_priced=150, steps=60))
+    tiled = TilePatches(options=small)(relax.transform.FoldConstant()(mod))
     a = _attrs(tiled)
     assert "memsched.patches_skipped" not in a, a
     from memsched.patches.search import DEFAULT_GRIDS
@@ -69,11 +72,11 @@ def test_small_mobilenet_patched_equal_and_smaller(layout, integer):
     ref = _run(mod, x)
     _check_equal(ref, _run(tiled, x), integer)
     # composed: TilePatches + MemoryAwareSchedule + PlanArena in one pipeline
-    _check_equal(ref, _run(mod, x, memsched.pipeline(tile_patches=True, time_limit=2)),
-                 integer)
+    _check_equal(ref, _run(mod, x, memsched.pipeline(tile_patches=dict(options=small),
+                                                     time_limit=2)), integer)
     plain = memsched.planned_bytes(mod, schedule=False, plan_arena=False)
     mas = memsched.planned_bytes(mod, time_limit=2)
-    patched = memsched.planned_bytes(mod, tile_patches=dict(time_limit=2), time_limit=2)
+    patched = memsched.planned_bytes(mod, tile_patches=dict(options=small), time_limit=2)
     # measured: float NCHW 74,752 / 73,728 -> 32,768 B; int8 NHWC 79,872 / 67,584 -> 32,768 B
     assert patched * 2 <= mas <= plain
 
