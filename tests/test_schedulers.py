@@ -69,28 +69,15 @@ def test_unknown_algorithm_is_a_clear_error():
 def _greedy_by_masks(p: Problem, key) -> list[int]:
     """The greedy baselines as first written: every footprint by `Problem.step` on the set of
     executed ops (the reference the counting version must match)."""
-    succs = [[] for _ in range(p.n)]
-    for v, ps in enumerate(p.preds):
-        for u in dict.fromkeys(ps):
-            succs[u].append(v)
-    indeg = [len(set(ps)) for ps in p.preds]
-    ready = {v for v in range(p.n) if indeg[v] == 0}
-    mask, live, order = 0, p.initial_live(), []
-    while ready:
-        best = None
-        for v in ready:
-            foot, after = p.step(mask, live, v)
-            k = (key(foot, after, live), v)
-            if best is None or k < best[0]:
-                best = (k, v, after)
-        _, v, live = best
-        ready.remove(v)
+    done, mask, live, order = set(), 0, p.initial_live(), []
+    while len(order) < p.n:
+        ready = [v for v in range(p.n) if v not in done and all(u in done for u in p.preds[v])]
+        (_, v), after = min((((key(*p.step(mask, live, v), live), v), p.step(mask, live, v)[1])
+                             for v in ready))
+        done.add(v)
         mask |= 1 << v
+        live = after
         order.append(v)
-        for s in succs[v]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                ready.add(s)
     return order
 
 
