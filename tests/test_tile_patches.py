@@ -21,6 +21,9 @@ from memsched.transform.tile_patches import TilePatches, describe_block
 from memsched.patches import Budget, PatchOptions
 
 FLOAT_TOL = 1e-5
+# a small work budget: the same program on every run, a fraction of the default search (the
+# cases that check a patched build, not the search's choice)
+SMALL = PatchOptions(budget=Budget(priced=30, extend_priced=10, total_priced=150, steps=60))
 
 
 def _run(mod, x, pipe=None):
@@ -50,9 +53,7 @@ def test_small_mobilenet_patched_equal_and_smaller(layout, integer):
     # stem conv s2, inverted residual with its residual add, a stride-2 depthwise, a
     # max-pool/conv branch pair joined by a channel concat, global pool + classifier
     mod = small_mobilenet(layout=layout, integer=integer)
-    # a small work budget: the same program on every run, a fraction of the default's search
-    small = PatchOptions(budget=Budget(priced=30, extend_priced=10, total_priced=150, steps=60))
-    tiled = TilePatches(options=small)(relax.transform.FoldConstant()(mod))
+    tiled = TilePatches(options=SMALL)(relax.transform.FoldConstant()(mod))
     a = _attrs(tiled)
     assert "memsched.patches_skipped" not in a, a
     from memsched.patches.search import DEFAULT_GRIDS
@@ -70,13 +71,13 @@ def test_small_mobilenet_patched_equal_and_smaller(layout, integer):
     relax.analysis.well_formed(tiled)
     x = random_input(mod, 3)
     ref = _run(mod, x)
-    _check_equal(ref, _run(tiled, x), integer)
-    # composed: TilePatches + MemoryAwareSchedule + PlanArena in one pipeline
-    _check_equal(ref, _run(mod, x, memsched.pipeline(tile_patches=dict(options=small),
+    # composed: TilePatches + MemoryAwareSchedule + PlanArena in one pipeline (a patched
+    # module takes TVM ~30 s to build and load: this one is built and run, ``tiled`` checked)
+    _check_equal(ref, _run(mod, x, memsched.pipeline(tile_patches=dict(options=SMALL),
                                                      time_limit=2)), integer)
     plain = memsched.planned_bytes(mod, schedule=False, plan_arena=False)
     mas = memsched.planned_bytes(mod, time_limit=2)
-    patched = memsched.planned_bytes(mod, tile_patches=dict(options=small), time_limit=2)
+    patched = memsched.planned_bytes(mod, tile_patches=dict(options=SMALL), time_limit=2)
     # measured: float NCHW 74,752 / 73,728 -> 32,768 B; int8 NHWC 79,872 / 67,584 -> 32,768 B
     assert patched * 2 <= mas <= plain
 
@@ -339,7 +340,7 @@ def test_int8_tflite_through_tvm_frontend(tmp_path):
     path = tmp_path / "m.tflite"
     path.write_bytes(mobilenet_like(True, blocks=4, width=8, size=32))
     mod = relax.transform.FoldConstant()(load_relax(str(path), None))
-    tiled = TilePatches()(mod)
+    tiled = TilePatches(options=SMALL)(mod)
     a = _attrs(tiled)
     assert "memsched.patches_grid" in a, a
     x = random_input(mod, 2)
