@@ -63,9 +63,10 @@ def test_small_mobilenet_patched_equal_and_smaller(layout, integer):
              for r in regions]
     assert grids[0] == a["memsched.patches_grid"]
     assert all(tuple(int(g) for g in grid.split("x")) in DEFAULT_GRIDS for grid in grids)
-    # each region starts where the one before ends
+    # each region starts where the one before ends (the first where `region_starts` allows:
+    # the model input or after a cheap leading operator)
     spans = [tuple(int(x) for x in r.split(":")[0].split("-")) for r in regions]
-    assert spans[0][0] == 0 and all(b[0] == a_[1] + 1 for a_, b in zip(spans, spans[1:]))
+    assert spans[0][0] >= 0 and all(b[0] == a_[1] + 1 for a_, b in zip(spans, spans[1:]))
     assert int(a["memsched.patches_peak_after"]) < int(a["memsched.patches_peak_before"])
     assert float(a["memsched.patches_mac_overhead"]) <= 0.3
     relax.analysis.well_formed(tiled)
