@@ -102,8 +102,8 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     candidate whose lower bound cannot beat it is skipped); ``extend``: a next region may
     follow a candidate, so the operators after it do not bound it (skipping stays exact for
     the sequences); ``cache``: what depends on a region alone (its MAC sums, its margin
-    windows, its plans and their heuristic parts from ``begin``), shared by the searches of one
-    sequence search.
+    windows, its plans and their heuristic parts from ``begin``; the bytes each input holds),
+    shared by the searches of one sequence search.
     """
     from ..schedulers import best_heuristic, schedule
 
@@ -245,7 +245,9 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
     # counts bounds the part from below (MobileNetV2's planned float input under Cortex-M:
     # 602,112 B, where the other floors said 380,928 and its regions' deferred candidates took
     # the sequence search's steps)
-    held = _held_inputs(graph, tensor_index, model, set(sm.outputs))
+    if "held" not in cache:
+        cache["held"] = _held_inputs(graph, tensor_index, model, set(sm.outputs))
+    held = cache["held"]
 
     def floors(r: Region, keep: bool) -> tuple[int, int]:
         """Lower bounds on the peak: with the operators after the region, and (for the
@@ -289,11 +291,17 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         priced += 1
         # the patched part from ``begin`` depends on the plan and ``begin`` alone: sequences
         # ending at the same operator price it once (``cache``)
+        built: list = []  # (patched part, its Problem), built at most once here
+
+        def part_graph() -> tuple:
+            if not built:
+                pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True, begin=begin)
+                built.append((pg, Problem.from_graph(pg, model)))
+            return built[0]
+
         hit = part_cache.get((pkey, begin))
-        pg = None
         if hit is None:
-            pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True, begin=begin)
-            pp = Problem.from_graph(pg, model)
+            pg, pp = part_graph()
             part, order = heuristic_order(pg, plan, pp, baselines=False)
             hit = part_cache[(pkey, begin)] = [part, node_order(pg, order), None]
         part, nodes = hit[0], hit[1]
@@ -301,10 +309,7 @@ def search_patches(sm: SpatialModel, graph: OpGraph, tensor_index: list[int],
         if limit is None or peak + persist <= REFINE_WINDOW * limit:
             # close to the best: the scheduler package's heuristics may do better
             if hit[2] is None:
-                if pg is None:
-                    pg = patched_graph(sm, graph, tensor_index, plan, prefix_only=True,
-                                       begin=begin)
-                    pp = Problem.from_graph(pg, model)
+                pg, pp = part_graph()
                 h_order, h_peak, _ = best_heuristic(pp)
                 hit[2] = (h_peak, node_order(pg, h_order))
             if hit[2][0] < part:
