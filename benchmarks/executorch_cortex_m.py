@@ -14,8 +14,11 @@ default plan against ``backend_config(tile_patches=True)``, with the input plann
 (``alloc_graph_input``), exported for the scalar C path; both programs run in
 ``executorch.runtime`` with the backend's own kernels (built from ../shared by
 `memsched.executorch.host_kernels`), bit for bit; arena and method-allocator bytes read from the
-written programs; ``--mve`` adds the M55/MVE export's planned bytes (not run here)
-(docs/executorch_patches.md, "The Cortex-M int8 flow").
+written programs; ``--mve`` adds the M55's default (MVE) export, run on the emulated
+Cortex-M55 (`memsched.board`: ExecuTorch's runtime with CMSIS-NN's MVE kernels in QEMU): the
+board's RAM (planned + method allocator + temp allocator), instructions per inference, the
+patched outputs bit-equal to the default's there and the board's default equal to the host
+oracle (docs/executorch_patches.md, "The Cortex-M int8 flow").
 
 Models: the Cortex-M backend's test models (``executorch/backends/cortex_m/test/models``):
 MobileNetV2 (224x224) and MobileNetV3-small (232x232) rebuilt here in plain ``torch.nn`` with
@@ -46,6 +49,7 @@ import sys
 import time
 import traceback
 import warnings
+from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
@@ -388,7 +392,7 @@ def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
 
     host_kernels.load()
     model, shape = build(name)
-    rows = []
+    rows, host_out = [], {}
     targets = [("scalar", host_kernels.target_config())] + ([("mve", None)] if mve else [])
     for isa, target in targets:
         with warnings.catch_warnings():
@@ -419,18 +423,73 @@ def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
             if isa == "scalar":
                 a = host_kernels.run(base.buffer, [x])
                 b = host_kernels.run(ours.buffer, [x])
+                host_out[planned] = a
                 row["run"] = "bit-equal" if len(a) == len(b) and all(
                     torch.equal(u, v) for u, v in zip(a, b)) else "DIFFER"
                 row["latency"] = _latency(ours.buffer, x, repeat) / \
                     _latency(base.buffer, x, repeat)
             else:
-                row["run"], row["latency"] = "not run here (MVE kernels)", None
+                row["latency"] = None
+                row.update(_on_board(base.buffer, ours.buffer, x, host_out.get(planned),
+                                     f"{name}-{isa}-{int(planned)}"))
             rows.append(row)
             print(f"{name} {isa} alloc_graph_input={planned}: {row['default']:,} -> "
                   f"{row['memsched']:,} B ({row['ratio']:.2f}x; with method allocator "
                   f"{row['ratio_total']:.2f}x), {row['run']}, {p.summary()}",
                   file=sys.stderr, flush=True)
     return rows
+
+
+def _on_board(base: bytes, ours: bytes, x, host_default, tag: str) -> dict:
+    """The MVE programs on the emulated Cortex-M55 (`memsched.board`): the board's RAM (planned
+    + method allocator + temp allocator) of each, the instructions inside one execute, the
+    patched outputs against the default's on the board and the board's default against the
+    host oracle's (the scalar program of the same model)."""
+    import tempfile
+
+    from memsched import board
+
+    try:
+        board.firmware("executorch")
+    except board.BoardUnavailable as e:
+        return {"run": f"not run (the board: {e})"}
+    work = Path(tempfile.mkdtemp(prefix=f"m55-{tag}-"))
+    (ra, a), (rb, b) = (board.run_pte(buf, [x], work / k)
+                        for k, buf in (("default", base), ("memsched", ours)))
+    if ra["status"] or rb["status"]:
+        bad = ra if ra["status"] else rb
+        return {"run": f"FAILS on the M55: {bad.get('error')} {bad.get('et_log', '')}"}
+    ram = lambda r: sum(r["planned_buffers"]) + r["method_allocator_bytes"] + \
+        r["temp_allocator_bytes"]  # noqa: E731
+    run = "bit-equal on the M55" if a == b else "DIFFER on the M55"
+    if host_default is not None:
+        want = [o.permute(*d["dim_order"]).contiguous().numpy().tobytes()
+                for o, d in zip(host_default, ra["outputs"])]
+        run += ", default = host oracle" if want == a else ", default != host oracle"
+    return {"run": run, "board_default": ram(ra), "board_memsched": ram(rb),
+            "board_default_method": ra["method_allocator_bytes"],
+            "board_memsched_method": rb["method_allocator_bytes"],
+            "board_temp": (ra["temp_allocator_bytes"], rb["temp_allocator_bytes"]),
+            "instructions": (ra["execute_instructions"], rb["execute_instructions"])}
+
+
+def board_table(rows) -> str:
+    """The MVE rows as the emulated Cortex-M55 runs them."""
+    out = ["| model (int8, M55 MVE export) | input planned | ExecuTorch default arena (B) | "
+           "memsched arena (B) | arena ratio | board RAM default (B) | board RAM memsched (B) | "
+           "RAM ratio | MACs | instructions / inference (memsched / default) | on the board |",
+           "|---|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        if r["isa"] != "mve" or "board_default" not in r:
+            continue
+        over = r["macs"] / max(r["macs_before"], 1)
+        ia, ib = r["instructions"]
+        out.append(f"| {r['model']} | {'yes' if r['alloc_graph_input'] else 'no'} | "
+                   f"{r['default']:,} | {r['memsched']:,} | {r['ratio']:.2f}x | "
+                   f"{r['board_default']:,} | {r['board_memsched']:,} | "
+                   f"{r['board_default'] / max(r['board_memsched'], 1):.2f}x | {over:.2f}x | "
+                   f"{ib:,} / {ia:,} ({ib / max(ia, 1):.2f}x) | {r['run']} |")
+    return "\n".join(out)
 
 
 def patch_table(rows) -> str:
@@ -490,7 +549,8 @@ def main(argv=None) -> int:
                          "True), input planned and not, both run with the backend's kernels "
                          "(default models: mobilenet_v2,mobilenet_v1_025)")
     ap.add_argument("--mve", action="store_true",
-                    help="--patches: also the default M55 (MVE) export, planned bytes only")
+                    help="--patches: also the default M55 (MVE) export, run on the emulated "
+                         "Cortex-M55 (board RAM, instructions, bit-equal)")
     ap.add_argument("--repeat", type=int, default=5, help="--patches: latency runs")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
@@ -500,6 +560,9 @@ def main(argv=None) -> int:
                 for r in measure_patches(name, args.time_limit, args.calibration, args.mve,
                                          args.repeat)]
         print(patch_table(rows))
+        if args.mve:
+            print()
+            print(board_table(rows))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(rows, f, indent=1, default=str)

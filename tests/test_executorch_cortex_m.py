@@ -25,6 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 from torch import nn  # noqa: E402
 
 import memsched.executorch as mx  # noqa: E402
+from memsched import board  # noqa: E402
 from memsched.executorch import host_kernels, pte  # noqa: E402
 from memsched.executorch import patch_cortex_m as cm  # noqa: E402
 from memsched.executorch.patch_describe import describe_graph  # noqa: E402
@@ -40,12 +41,15 @@ def kernels():
         pytest.skip(str(e))
 
 
-def _edge(model, shape, seed=0):
-    """The Cortex-M harness (``backends/cortex_m/test/tester.py``) for the scalar kernels:
-    (edge program manager after ``CortexMPassManager``, channels-last float input)."""
+def _edge(model, shape, seed=0, isa="scalar"):
+    """The Cortex-M harness (``backends/cortex_m/test/tester.py``): (edge program manager
+    after ``CortexMPassManager``, channels-last float input). ``isa``: ``scalar`` (the host
+    kernels' C path), ``mve`` (the M55's default export, which the board runs) or ``both``
+    (one quantized graph lowered twice: ((scalar edge, mve edge), input))."""
     from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
     from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
     from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+    from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig
     from executorch.exir import to_edge
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
@@ -57,6 +61,7 @@ def _edge(model, shape, seed=0):
 
     model = model.eval()
     x = sample()
+    targets = {"scalar": host_kernels.target_config(), "mve": CortexMTargetConfig(cpu=CortexM.M55)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         captured = torch.export.export(model, (x,), strict=True).module(check_guards=False)
@@ -66,37 +71,85 @@ def _edge(model, shape, seed=0):
         converted = convert_pt2e(prepared, fold_quantize=True)
         edge = to_edge(torch.export.export(converted, (x,), strict=True),
                        compile_config=cortex_m_edge_compile_config())
-        pm = CortexMPassManager(edge.exported_program(), CortexMPassManager.pass_list,
-                                target_config=host_kernels.target_config())
-        edge._edge_programs["forward"] = pm.transform()
-        return edge, x
+        lowered = {}
+        for isa_name in (("scalar", "mve") if isa == "both" else (isa,)):
+            e = copy.deepcopy(edge)
+            pm = CortexMPassManager(e.exported_program(), CortexMPassManager.pass_list,
+                                    target_config=targets[isa_name])
+            e._edge_programs["forward"] = pm.transform()
+            lowered[isa_name] = e
+        if isa == "both":
+            return (lowered["scalar"], lowered["mve"]), x
+        return lowered[isa], x
 
 
-def _runs_bit_equal(model, shape, whole=False, planned=True, edge=None, **kw):
-    """Lower ``model``'s Cortex-M program with ExecuTorch's default and with patches
-    (``whole``: the region is the backbone up to the global pool), run both with the
-    backend's kernels: (the patch report, patched bytes, default bytes). Patches must apply
-    and outputs be bit-equal."""
+@pytest.fixture(scope="module")
+def m55():
+    """The emulated Cortex-M55's ExecuTorch firmware (MVE kernels), or the reason it is not
+    here (a str): host checks still run, the board's part is skipped with that reason."""
+    try:
+        return board.firmware("executorch")
+    except board.BoardUnavailable as e:
+        return str(e)
+
+
+def _on_board(m55, base, ours, x, tmp):
+    """The MVE programs of one quantized graph on the emulated M55: the patched program's
+    outputs bit-equal to ExecuTorch's default program on the board; returns the board's
+    results (default, patched) and the default's output bytes."""
+    if isinstance(m55, str):
+        pytest.skip(f"host checks passed; the board: {m55}")
+    ra, a = board.run_pte(base, [x], tmp / "default")
+    rb, b = board.run_pte(ours, [x], tmp / "patched")
+    assert ra["status"] == 0, (ra.get("error"), ra.get("et_log"))
+    assert rb["status"] == 0, (rb.get("error"), rb.get("et_log"))
+    assert a == b
+    return ra, rb, a
+
+
+def _memory_bytes(outs, results) -> list[bytes]:
+    """Host outputs as the board writes them (each in its dim order's memory order)."""
+    return [o.permute(*d["dim_order"]).contiguous().numpy().tobytes()
+            for o, d in zip(outs, results["outputs"])]
+
+
+def _runs_bit_equal(model, shape, whole=False, planned=True, edge=None, m55=None, tmp=None,
+                    **kw):
+    """Lower ``model``'s Cortex-M program (one quantized graph, both ISAs) with ExecuTorch's
+    default and with patches (``whole``: the region is the backbone up to the global pool):
+    the scalar programs run with the backend's kernels on the host, bit-equal; with ``m55``
+    (the `m55` fixture) and ``tmp``, the MVE programs run on the emulated M55, the patched one
+    bit-equal to the default there, the board's default equal to the host oracle. Returns
+    (the scalar patch report, patched bytes, default bytes). Patches must apply."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
-    edge, x = edge or _edge(model, shape)
+    (scalar, mve), x = edge or _edge(model, shape, isa="both")
     if whole:
-        kw["split"] = _before_pool(edge.exported_program().graph_module)
+        kw["split"] = _before_pool(scalar.exported_program().graph_module)
     kw.setdefault("max_overhead", 10.0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        base = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(
-            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned)))
-        config = mx.backend_config(tile_patches=True, time_limit=3.0,
-                                   alloc_graph_input=planned, **kw)
-        ours = copy.deepcopy(edge).to_executorch(config)
-    rep = list(mx.report(config).values())[0]
-    assert rep.patches.grid, rep.patches.skipped
+
+    def lower(e):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            base = copy.deepcopy(e).to_executorch(ExecutorchBackendConfig(
+                memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned)))
+            config = mx.backend_config(tile_patches=True, time_limit=3.0,
+                                       alloc_graph_input=planned, **kw)
+            ours = copy.deepcopy(e).to_executorch(config)
+        rep = list(mx.report(config).values())[0]
+        assert rep.patches.grid, rep.patches.skipped
+        return base, ours, rep
+
+    base, ours, rep = lower(scalar)
     a = host_kernels.run(base.buffer, [x])
     b = host_kernels.run(ours.buffer, [x])
     assert len(a) == len(b) and all(torch.equal(u, v) for u, v in zip(a, b))
     sizes = lambda buf: sum(pte.planned_sizes(buf)["forward"][1:])  # noqa: E731
+    if m55 is not None:
+        mbase, mours, _ = lower(mve)
+        ra, _, got = _on_board(m55, mbase.buffer, mours.buffer, x, tmp)
+        assert got == _memory_bytes(a, ra)  # the board's default = the host oracle
     return rep, ours.buffer, sizes(ours.buffer), sizes(base.buffer)
 
 
@@ -159,17 +212,17 @@ def test_cortex_m_ops_described_by_what_they_compute():
     assert [p.planned_inputs for p in config.passes] == [False]
 
 
-def test_small_model_runs_bit_equal_with_zero_point_borders(kernels):
+def test_small_model_runs_bit_equal_with_zero_point_borders(kernels, m55, tmp_path):
     """Convolution, depthwise, residual add, zero-point border pads, slices and
     reassembly: the patched program runs with the backend's kernels, bit-equal."""
     torch.manual_seed(0)
-    edge = _edge(_small(), (1, 3, 48, 48))
+    edge = _edge(_small(), (1, 3, 48, 48), isa="both")
     rep, *_ = _runs_bit_equal(None, None, grid=(2, 2), split="cortex_m_quantized_add_default",
-                              edge=copy.deepcopy(edge))
+                              edge=copy.deepcopy(edge), m55=m55, tmp=tmp_path)
     assert rep.patches.grid == "2x2" and rep.patches.region_ops >= 6
     # the same rewrite on the edge graph: border pads on the NHWC form, with the zero point
     # of the convolution that reads them (through the views back to channels-last)
-    edge = edge[0]
+    edge = edge[0][0]
     new, _ = mx.tile_graph_module(edge.exported_program().graph_module, grid=(2, 2),
                                   split="cortex_m_quantized_add_default", max_overhead=10.0)
     pads = [n for n in new.graph.nodes if "constant_pad_nd" in str(n.target)]
@@ -188,12 +241,13 @@ def test_small_model_runs_bit_equal_with_zero_point_borders(kernels):
 
 
 @pytest.mark.heavy  # the random stacks cover max pools and residuals in the default run
-def test_max_pool_and_residual_run_bit_equal(kernels):
+def test_max_pool_and_residual_run_bit_equal(kernels, m55, tmp_path):
     torch.manual_seed(1)
     model = nn.Sequential(_cba(3, 8, 3, 1), nn.MaxPool2d(3, 2, 1), Block(8, 8, 1),
                           _cba(8, 8, 3, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                           nn.Linear(8, 2))
-    rep, *_ = _runs_bit_equal(model, (1, 3, 24, 24), whole=True, grid=(3, 2))
+    rep, *_ = _runs_bit_equal(model, (1, 3, 24, 24), whole=True, grid=(3, 2), m55=m55,
+                              tmp=tmp_path)
     assert rep.patches.region_ops >= 8
 
 
@@ -204,7 +258,7 @@ LAYERS = ["conv3", "conv3s2", "dw3", "conv1", "block", "maxpool", "avgpool", "ha
           suppress_health_check=list(HealthCheck))
 @given(st.lists(st.sampled_from(LAYERS), min_size=1, max_size=4),
        st.sampled_from([(2, 2), (2, 3), (3, 1)]), st.booleans())
-def test_random_cortex_m_stacks_run_bit_equal(kernels, layers, grid, planned):
+def test_random_cortex_m_stacks_run_bit_equal(kernels, m55, tmp_path, layers, grid, planned):
     torch.manual_seed(len(layers))
     c, mods = 8, [_cba(3, 8, 3, 1)]
     for name in layers:
@@ -227,7 +281,7 @@ def test_random_cortex_m_stacks_run_bit_equal(kernels, layers, grid, planned):
             mods.append(_cba(c, c, 3, act=nn.Hardswish))
     mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 3)]
     rep, *_ = _runs_bit_equal(nn.Sequential(*mods), (1, 3, 24, 24), whole=True, grid=grid,
-                              planned=planned)
+                              planned=planned, m55=m55, tmp=tmp_path)
     assert rep.patches.region_ops >= 2 + len(layers)  # every random layer patched
 
 
@@ -251,17 +305,23 @@ def test_checker_accepts_exactly_the_quantize_alias():
             check_intervals(items, 1000, shared=shared)
 
 
-def test_in_place_quantize_runs_bit_equal(kernels):
+def test_in_place_quantize_runs_bit_equal(kernels, m55, tmp_path):
     """With the model's input planned, the float input's quantize writes over it: fewer
-    planned bytes than ExecuTorch's default, reported = written, outputs bit-equal."""
+    planned bytes than ExecuTorch's default, reported = written, outputs bit-equal (host
+    kernels, and the MVE programs on the emulated M55, where the plan is never larger: the
+    board's RAM is planned + method + temp allocator)."""
     torch.manual_seed(2)
-    edge, x = _edge(_small(), (1, 3, 32, 32))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        base = copy.deepcopy(edge).to_executorch()
-        config = mx.backend_config(time_limit=3.0)
-        ours = copy.deepcopy(edge).to_executorch(config)
-    rep = list(mx.report(config).values())[0]
+    (scalar, mve), x = _edge(_small(), (1, 3, 32, 32), isa="both")
+
+    def lower(edge):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            base = copy.deepcopy(edge).to_executorch()
+            config = mx.backend_config(time_limit=3.0)
+            ours = copy.deepcopy(edge).to_executorch(config)
+        return base, ours, list(mx.report(config).values())[0]
+
+    base, ours, rep = lower(scalar)
     planned = sum(pte.planned_sizes(ours.buffer)["forward"][1:])
     default = sum(pte.planned_sizes(base.buffer)["forward"][1:])
     assert planned == rep.planned_bytes < default
@@ -269,6 +329,14 @@ def test_in_place_quantize_runs_bit_equal(kernels):
     assert default - planned >= 32 * 32 * 3
     a, b = host_kernels.run(base.buffer, [x]), host_kernels.run(ours.buffer, [x])
     assert all(torch.equal(u, v) for u, v in zip(a, b))
+    mbase, mours, mrep = lower(mve)
+    ra, rb, got = _on_board(m55, mbase.buffer, mours.buffer, x, tmp_path)
+    assert got == _memory_bytes(a, ra)
+    # MVE's larger scratch buffers may set the peak elsewhere: never larger on the board
+    assert sum(rb["planned_buffers"]) == mrep.planned_bytes <= sum(ra["planned_buffers"])
+    ram = lambda r: sum(r["planned_buffers"]) + r["method_allocator_bytes"] + \
+        r["temp_allocator_bytes"]  # noqa: E731
+    assert ram(rb) <= ram(ra)
 
 
 def test_in_place_packing_keeps_the_kernels_rule():

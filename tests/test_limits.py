@@ -120,7 +120,9 @@ def test_same_input_same_order_whatever_the_time_limit():
     """A graph whose searches cannot finish: the order comes from the work-bounded stages
     (fusion, baselines, HMCOS), so it is the same for any time limit, run after run."""
     g = random_dag(200, seed=7, window=30)
-    opts = dict(hmcos_work=3000, segment_hmcos_work=1000)
+    # the exact search is capped by states, not seconds: on a fast machine it would otherwise
+    # finish within the limit and the runs would differ by the machine's speed
+    opts = dict(hmcos_work=3000, segment_hmcos_work=1000, max_states=2000)
     # limits well above what HMCOS needs for its work budget (0.04 s idle), so a loaded machine
     # (CI with two workers) still stops it by work
     runs = [memsched.schedule(g, "auto", "paper", time_limit=t, **opts) for t in (3.0, 3.0, 6.0)]

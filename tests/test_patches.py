@@ -5,6 +5,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from board_checks import assert_tflite_equal_on_board  # noqa: E402
+
 from memsched.patches.errors import Refused
 from memsched.patches.geometry import Win, bbox, read_cells
 from memsched.patches.plans import plan_patches
@@ -266,6 +268,8 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     cmp = compare_outputs(str(src), str(dst), count=1, tflm=tflm.available())
     assert cmp["litert_equal"]
     assert cmp["tflm_equal"] in (True, None)
+    # a forced grid on a tiny model may cost more than it saves: outputs only
+    assert_tflite_equal_on_board(src, dst, tmp_path, never_larger=False)
 
 
 def test_rewrite_applies_regions_in_sequence(tmp_path):
@@ -293,6 +297,7 @@ def test_rewrite_applies_regions_in_sequence(tmp_path):
         (second.start - first.length)
     cmp = compare_outputs(str(src), str(dst), count=1, tflm=tflm.available())
     assert cmp["litert_equal"] and cmp["tflm_equal"] in (True, None)
+    assert_tflite_equal_on_board(src, dst, tmp_path, never_larger=False)  # no offline plan
 
 
 def _float_input_model(size: int = 48) -> bytes:
@@ -350,6 +355,7 @@ def test_tile_float_input_region_after_quantize(tmp_path, kw):
     cmp = compare_outputs(str(src), str(dst), count=2, tflm=tflm.available())
     assert cmp["litert_equal"]
     assert cmp["tflm_equal"] in (True, None)
+    assert_tflite_equal_on_board(src, dst, tmp_path, never_larger=False)  # forced grids
 
 
 def test_inplace_quantize_offline_plan(tmp_path):
@@ -386,6 +392,7 @@ def test_inplace_quantize_offline_plan(tmp_path):
     bad[y] = offsets[x] + 16
     set_offline_plan(model, bad)
     assert not check_model(model).ok
+    assert_tflite_equal_on_board(src, dst, tmp_path, count=2, never_larger=False)  # forced
 
 
 def test_tile_tflite_errors(tmp_path):

@@ -14,6 +14,8 @@ from memsched.generators.tflite_synth import residual_concat_model
 from memsched.memory import Problem
 from memsched.tflite import tflm
 
+from board_checks import assert_tflite_equal_on_board
+
 needs_tflm = pytest.mark.skipif(not tflm.available(), reason="tflite-micro not installed")
 
 
@@ -36,6 +38,7 @@ def test_reorder_is_topological_lower_and_bit_equal(randwire, tmp_path):
     cmp = tflm.compare_models(randwire, out, count=2, tflm=tflm.available())
     assert cmp["litert_equal"] and cmp["tensors_compared"] > res.ops
     assert cmp["tflm_equal"] in (True, None)
+    assert_tflite_equal_on_board(randwire, out, tmp_path)
 
 
 def test_compare_models_detects_a_changed_weight(tmp_path):
@@ -57,6 +60,7 @@ def test_tflm_head_matches_offline_plan_and_never_grows(randwire, tmp_path):
     # equals the certified liveness optimum on these graphs
     assert head[off] == r2.offline_arena == r2.peak
     assert tflm.compare_models(randwire, off, count=1)["tflm_equal"]
+    assert_tflite_equal_on_board(randwire, off, tmp_path)  # the offline plan on the board
 
 
 def test_lifetimes_follow_tflm_rules():

@@ -13,6 +13,8 @@ from memsched.partition import PartitionProblem, evaluate, solve
 from memsched.tflite.litert import (SegmentError, check_segments, make_interpreter,
                                        pipeline_runner, random_inputs, run_model)
 
+from board_checks import assert_segments_equal_on_board
+
 
 @pytest.fixture(scope="module", params=[False, True], ids=["float", "int8"])
 def model(request, tmp_path_factory):
@@ -76,6 +78,8 @@ def test_segments_chain_to_equal_tensors(model, k, method, tmp_path):
     report = check_segments(model, paths, inputs[:2])
     assert report.equal and not report.skipped
     assert report.tensors_compared == 2 * len(tg.graph.tensors) - 2  # every op output, twice
+    if method == "exact":
+        assert_segments_equal_on_board(model, paths, tmp_path)
 
 
 def test_broken_segment_is_detected(model, tmp_path):
@@ -132,6 +136,7 @@ def test_cli_partition_and_run(model, tmp_path, capsys):
     run = json.loads(capsys.readouterr().out)
     assert run["outputs_equal"] is True and run["tensors_compared"] > 0
     assert len(run["stage_latency_s"]) == 3 and run["throughput_per_s"] > 0
+    assert_segments_equal_on_board(model, res["files"], tmp_path)
 
 
 def test_cli_errors(tmp_path, capsys):

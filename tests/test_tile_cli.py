@@ -11,6 +11,8 @@ from memsched.generators.tflite_synth import mobilenet_like
 from memsched.tflite.check import check_tflite
 from memsched.tflite import tflm
 
+from board_checks import assert_tflite_equal_on_board
+
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
@@ -33,6 +35,7 @@ def test_tile_json_measured_and_written(model, tmp_path, capsys):
     assert m["tflm_arena_patched"] < m["tflm_arena_original"]
     assert check_tflite(out).ok and os.path.getsize(tmp_path / "c.svg") > 0
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o666 & ~_umask()
+    assert_tflite_equal_on_board(model, out, tmp_path)  # `memsched tile`'s file on the M55
 
 
 def _umask() -> int:

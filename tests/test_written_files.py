@@ -18,6 +18,8 @@ from memsched.tflite.segments import write_segments
 from memsched.tflite.write import (pack_model, read_offline_plan, set_offline_plan)
 from memsched.tflite import tflm
 
+from board_checks import assert_tflite_equal_on_board
+
 needs_tflm = pytest.mark.skipif(not tflm.available(), reason="tflite-micro not installed")
 
 
@@ -75,6 +77,7 @@ def test_replanned_file_runs_equal_in_tflm(planned, tmp_path):
     reorder_tflite(planned, out)
     cmp = tflm.compare_models(planned, out, count=1)
     assert cmp["litert_equal"] and cmp["tflm_equal"] is True and cmp["equal"]
+    assert_tflite_equal_on_board(planned, out, tmp_path)  # a stale plan replanned
 
 
 def test_valid_plan_of_an_unchanged_order_is_kept(int8_randwire, tmp_path):
@@ -100,6 +103,7 @@ def test_planned_twice_keeps_buffers_and_runs_equal(int8_randwire, tmp_path):
     assert r2.offline_plan_action == "written" and check_tflite(twice).ok
     cmp = tflm.compare_models(int8_randwire, twice, count=1)
     assert cmp["equal"] and cmp["tflm_equal"] is True
+    assert_tflite_equal_on_board(int8_randwire, twice, tmp_path)
 
 
 def test_written_files_honour_the_umask(int8_randwire, tmp_path):

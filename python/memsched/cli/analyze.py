@@ -124,7 +124,7 @@ def _analyze_relax(args):
     if "PartitionPipeline" in names:
         raise CLIError("analyze does not take --pass PartitionPipeline (use memsched partition)")
     others = [_resolve_pass(n) for n in names if n not in ("MemoryAwareSchedule", "PlanArena")]
-    target = _target(args.target)
+    target = _target(args.target or "llvm")
     config = _parse_pass_config(args.pass_config)
     mod = _load(load_relax, args)
     why = _unschedulable(mod, args.model)
@@ -258,7 +258,10 @@ def register(sub) -> None:
                         "e.g. RewriteConcatConv; MemoryAwareSchedule and PlanArena always run")
     a.add_argument("--pass-config", action="append", metavar="KEY=VALUE",
                    help="relax view: PassContext option (repeatable), as in compile")
-    a.add_argument("--target", default="llvm", help="relax view: TVM target (default: llvm)")
+    a.add_argument("--target", default=None,
+                   help="relax view: TVM target (default: llvm); .pte / .tflite files: the "
+                        "device whose RAM is reported, cortex-m (default: a 32-bit Cortex-M, "
+                        "CMSIS-NN kernels) or host (this machine's 64-bit runtime)")
     a.add_argument("--plot", metavar="OUT.png|OUT.svg",
                    help="plot live memory over time (input order, TVM's, ours; needs matplotlib)")
     a.add_argument("--report", metavar="OUT.html",

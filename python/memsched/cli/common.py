@@ -257,6 +257,20 @@ def run(prog: str, parser: argparse.ArgumentParser, argv=None) -> int:
         return 1
 
 
+DEVICE_TARGETS = ("cortex-m", "host")
+
+
+def device_target(args) -> str:
+    """``--target`` of a .pte / .tflite file: the device whose RAM is reported, ``cortex-m``
+    (default: a 32-bit Cortex-M with the CMSIS-NN kernels) or ``host`` (the 64-bit runtime of
+    this machine)."""
+    target = getattr(args, "target", None) or "cortex-m"
+    if target not in DEVICE_TARGETS:
+        raise CLIError(f"--target {target!r}: a .pte or .tflite file runs on "
+                       f"{' or '.join(DEVICE_TARGETS)}")
+    return target
+
+
 def positive_seconds(text) -> float:
     """``--time-limit`` of the commands that rewrite a file (``reorder``, ``export``): a
     positive, finite number of seconds, else a one-line `ValueError`."""
