@@ -25,6 +25,8 @@ import time
 
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+sys.path.insert(0, os.path.dirname(__file__))
+from board_columns import board_measure, board_text  # noqa: E402
 
 
 def _divisible(v: float, d: int = 8) -> int:
@@ -185,6 +187,7 @@ def run(name: str, max_overhead: float, offline_plan: bool, measure: bool = True
                "ops_patched": res.ops_after, "seconds": round(secs, 2), "result": res.as_dict()}
         if measure:
             row["measured"] = measure_tile(src, dst, count=1)
+            row["measured"].update(board_measure(src, dst))
             if tflm.available():  # the best without patches: memsched reorder --offline-plan
                 reorder_tflite(src, ref, offline_plan=True)
                 row["measured"]["tflm_arena_reordered"] = tflm.min_arena_bytes(ref)
@@ -225,7 +228,7 @@ def main(argv=None) -> int:
               f"MACs +{100 * (c['mac_overhead'] if c else 0):.1f} %  "
               f"estimated {row['result']['search']['original']['total_bytes']:,} -> "
               f"{c and c['total_bytes']:,}  LiteRT equal {m['litert_equal']} "
-              f"TFLM equal {m['tflm_equal']}  {row['seconds']} s", flush=True)
+              f"TFLM equal {m['tflm_equal']}  {board_text(m)}  {row['seconds']} s", flush=True)
     if a.json:
         print(json.dumps(rows, indent=1))
     return 0

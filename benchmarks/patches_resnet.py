@@ -22,6 +22,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+sys.path.insert(0, os.path.dirname(__file__))
+from board_columns import board_measure, board_text  # noqa: E402
 
 
 def resnet(blocks: int = 1, size: int = 32, name: str = "resnet8") -> bytes:
@@ -110,6 +112,7 @@ def main() -> int:
                 f.write(resnet(blocks, name=name))
             _, res = tile_tflite(src, dst, offline_plan=True)
             m = measure_tile(src, dst, count=1)
+            m.update(board_measure(src, dst))
             c = res.choice
             regions = [f"{r['region_start']}-{r['region_ops'] - 1} {r['grid']}"
                        f"{' margins' if r.get('padding') == 'margins' else ''}"
@@ -120,7 +123,8 @@ def main() -> int:
                   f"regions {' + '.join(regions) or 'none'}, estimate "
                   f"{c.total if c else 0:,} B (peak {c.peak if c else 0:,} + persistent "
                   f"{c.persistent if c else 0:,}), floor {b['floor']:,} B by {b['bound_by']}, "
-                  f"equal LiteRT {m['litert_equal']} TFLM {m['tflm_equal']}", flush=True)
+                  f"equal LiteRT {m['litert_equal']} TFLM {m['tflm_equal']}; {board_text(m)}",
+                  flush=True)
     return 0
 
 
