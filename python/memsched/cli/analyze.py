@@ -182,7 +182,7 @@ def _analyze_relax(args):
         "lower_bound": lower,
         "optimal": bool(int(attrs["memsched.optimal"])),
         "algorithm": algorithm,
-        "seconds": round(float(attrs["memsched.seconds"]), 4),
+        "seconds": round(_timings().seconds("MemoryAwareSchedule", "main") or 0.0, 4),
         "order": order_names,
         "methods": methods,
         "planned_bytes": sum(storage_sizes(planned, "main")),
@@ -268,3 +268,10 @@ def register(sub) -> None:
                    help="one self-contained HTML page: methods table, plot, per-op schedule")
     _add_verbose(a)
     a.set_defaults(func=cmd_analyze)
+
+
+def _timings():
+    """The passes' seconds (`memsched.transform.timings`), imported with TVM only."""
+    from ..transform import timings
+
+    return timings

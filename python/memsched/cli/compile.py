@@ -341,7 +341,8 @@ def _compile(args, out, names, schedule, arena, others, target, config):
         "optimal": bool(int(attrs["memsched.optimal"])) if sched else None,
         "planned_bytes": planned_bytes,
         "tvm_planned_bytes": plain,
-        "schedule_seconds": round(float(attrs["memsched.seconds"]), 4) if sched else None,
+        "schedule_seconds": round(_timings().seconds("MemoryAwareSchedule", "main") or 0.0, 4)
+        if sched else None,
         "seconds": round(time.perf_counter() - t_start, 4),
     }
     if attrs is not None and "memsched.patches_grid" in attrs:  # TilePatches' choice
@@ -391,3 +392,10 @@ def register(sub) -> None:
     c = sub.add_parser("compile", help="compile with the named passes")
     _add_compile_args(c)
     c.set_defaults(func=cmd_compile)
+
+
+def _timings():
+    """The passes' seconds (`memsched.transform.timings`), imported with TVM only."""
+    from ..transform import timings
+
+    return timings

@@ -12,7 +12,7 @@ unknown binding kinds) are left exactly as they were; the reason is recorded and
 
 Results are attached to each function as attributes (all integers are bytes):
 ``memsched.peak_before``, ``memsched.peak_after``, ``memsched.lower_bound``,
-``memsched.optimal`` (1/0), ``memsched.algorithm``, ``memsched.seconds``,
+``memsched.optimal`` (1/0), ``memsched.algorithm``,
 ``memsched.blocks_reordered``, and ``memsched.skipped`` (reasons) when a block was skipped.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tvm import relax
 from ..importers.relax import UnsupportedModelError, block_graph, reorder_block
 from ..memory import MemoryModel, Problem
 from ..schedulers import schedule
-from . import config
+from . import config, timings
 from .common import (check_scheduler_options, map_relax_functions, scheduler_options,
                      with_blocks)
 
@@ -128,9 +128,9 @@ class MemoryAwareSchedule:
             "memsched.optimal": int(optimal and not skipped),
             "memsched.algorithm": algorithm,
             "memsched.memory_model": model.name,
-            "memsched.seconds": float(round(time.perf_counter() - t0, 6)),
             "memsched.blocks_reordered": int(reordered),
         }
+        timings.record("MemoryAwareSchedule", name, time.perf_counter() - t0)  # not in attrs
         if skipped:
             attrs["memsched.skipped"] = "; ".join(skipped)
         if reordered:

@@ -70,6 +70,7 @@ from tvm import relax
 from ..importers.relax import UnsupportedModelError, block_graph
 from ..memory import MemoryModel, Problem
 from ..schedulers import schedule
+from . import timings
 from .common import (check_scheduler_options, map_relax_functions, scheduler_options,
                      with_blocks)
 # matching and rewriting live in their own modules; their public names are importable here
@@ -317,8 +318,8 @@ class RewriteConcatConv:
             "memsched.rewrite_sites": int(rewritten),
             "memsched.rewrite_candidates": int(candidates),
             "memsched.rewrite_memory_model": self._model.name,
-            "memsched.rewrite_seconds": float(round(time.perf_counter() - t0, 6)),
         }
+        timings.record("RewriteConcatConv", name, time.perf_counter() - t0)  # not in attrs
         if measured:
             attrs.update({"memsched.rewrite_peak_before": int(before),
                           "memsched.rewrite_peak_after": int(after),

@@ -44,7 +44,7 @@ peaks under the ``tvm`` model, unpatched and patched), ``memsched.patches_mac_ov
 ``memsched.patches_macs``, ``memsched.patches_certified``, ``memsched.patches_se``
 (``recompute`` / ``keep`` through SE blocks, else ""), ``memsched.patches_frontier``
 (``grid@split:peak:overhead`` entries, ``RxC+keep`` for kept pieces),
-``memsched.patches_seconds``; and
+(the seconds: `memsched.transform.timings`, never in the module); and
 ``memsched.patches_skipped`` (the reason) when a function is left unchanged.
 
 Use it before MemoryAwareSchedule + PlanArena, so those allocate the patched optimum::
@@ -61,6 +61,7 @@ from tvm import relax
 
 from ..patches import (Described, PatchOptions, PatchOptionsError, Refused, Runtime,
                        RuntimeMemory, SearchResult, search_model)
+from . import timings
 from .common import map_relax_functions, with_blocks
 from .tile_patches_describe import BlockModel, TVM_MODEL, describe_block
 from .tile_patches_rewrite import rewrite_block
@@ -186,7 +187,7 @@ class TilePatches:
             if refused:
                 msg += f" (refused: {refused[0]})"
             attrs["memsched.patches_skipped"] = msg
-            attrs["memsched.patches_seconds"] = float(round(time.perf_counter() - t0, 4))
+            timings.record("TilePatches", name, time.perf_counter() - t0)
             return func.with_attrs(attrs)
         try:
             plans = res.plans_of(choice)
@@ -210,6 +211,6 @@ class TilePatches:
             "memsched.patches_mac_overhead": float(round(choice.overhead, 6)),
             "memsched.patches_certified": int(choice.certified),
             "memsched.patches_se": plans[0].se_mode,
-            "memsched.patches_seconds": float(round(time.perf_counter() - t0, 4)),
         })
+        timings.record("TilePatches", name, time.perf_counter() - t0)  # not in attrs: no clock
         return new.with_attrs(attrs)
