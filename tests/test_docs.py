@@ -186,7 +186,8 @@ def test_readme_quick_start_is_kept():
     """CI runs the first two quick-start commands literally; the third is the main job."""
     lines = [line for line, _ in readme_commands()]
     assert lines[:3] == ['python3 -m venv .venv && .venv/bin/pip install -e ".[test]" && '
-                         '.venv/bin/pip install --no-deps tosa-tools==2026.8.0',
+                         '.venv/bin/pip install --no-deps tosa-tools==2026.8.0 && '
+                         '.venv/bin/python -m memsched.board build',
                          ".venv/bin/python -m pytest -q",
                          ".venv/bin/memsched analyze example:randwire"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import (CLIError, _quiet_native_stderr, _status, bad_input, not_written,
-                     positive_seconds, print_written, rewrite_output)
+from .common import (CLIError, _quiet_native_stderr, _status, bad_input, device_target,
+                     not_written, positive_seconds, print_written, rewrite_output)
 
 
 def _needs_executorch(what: str = "this") -> None:
@@ -34,7 +34,10 @@ def _needs_executorch(what: str = "this") -> None:
 
 def analyze_pte(args) -> int:
     """``memsched analyze model.pte``: per method, planned bytes as written, the liveness peak
-    of the file's order, the certified optimum and its lower bound, the written plan's check."""
+    of the file's order, the certified optimum and its lower bound, the written plan's check,
+    and the RAM the method needs on ``--target`` (`memsched.executorch.ram`: planned buffers,
+    method and temp allocator bytes, their sum)."""
+    target = device_target(args)
     if args.passes or args.pass_config or (args.view not in (None, "file")):
         raise CLIError("--pass/--pass-config/--view relax apply to models TVM builds, not to "
                        "an ExecuTorch program")
@@ -52,6 +55,10 @@ def analyze_pte(args) -> int:
             _quiet_native_stderr(getattr(args, "verbose", False)):
         methods = pte.analyze(args.model, time_limit=args.time_limit, keep=keep,
                               progress=lambda t: show(f"{args.model}: {t}"))
+    from ..executorch.ram import program_ram
+
+    for name, row in program_ram(args.model, target).items():
+        methods[name].update(row)
     result = {"model": args.model, "format": "pte", "methods": methods}
     if args.plot or args.report:
         from ..executorch.model import EXECUTORCH_MODEL
@@ -77,6 +84,8 @@ def analyze_pte(args) -> int:
         print(f"  planned bytes as written: {row['planned_bytes']:,} B"
               + (f" in {len(sizes)} arenas {', '.join(f'{s:,}' for s in sizes)}"
                  if len(sizes) > 1 else ""))
+        for line in ram_lines(row):
+            print(line)
         if "error" in row:
             print(f"  not modelled: {row['error']}")
             continue
@@ -86,6 +95,26 @@ def analyze_pte(args) -> int:
               f"{row['schedule_seconds']} s")
         print(f"  written plan check: {row['plan_check']}")
     return 0
+
+
+def ram_lines(row: dict) -> list[str]:
+    """The RAM of one method as text (a `memsched.executorch.ram` row): one line with the sum
+    and its parts, a second when the temp allocator's pool must be larger than its peak, a
+    third for a delegate's own memory."""
+    planned = sum(row["planned_buffers"])
+    lines = [f"  RAM on {row['target']}: {row['ram_bytes']:,} B = planned {planned:,} + "
+             f"method allocator {row['method_allocator_bytes']:,} + temp allocator "
+             f"{row['temp_allocator_bytes']:,}"
+             + (f" (+ {row['unplanned_io_bytes']:,} B of inputs/outputs the caller provides)"
+                if row["unplanned_io_bytes"] else "")]
+    if row["temp_pool_bytes"] > row["temp_allocator_bytes"]:
+        lines.append(f"    a temp allocator pool under {row['temp_pool_bytes']:,} B moves "
+                     "operator lookups into the method allocator (at "
+                     f"{row['temp_allocator_bytes']:,} B: method allocator "
+                     f"{row['method_allocator_bytes_at_temp_peak']:,} B)")
+    if row.get("note"):
+        lines.append(f"    not counted: {row['note']}")
+    return lines
 
 
 def reorder_pte(args) -> int:

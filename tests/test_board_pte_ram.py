@@ -1,0 +1,466 @@
+"""`memsched.executorch.ram`: the RAM a ``.pte`` needs, computed from the file, equal to the
+byte to what the runtime takes:
+
+* ``cortex-m``: the emulated Cortex-M55's firmware (`memsched.board`, ExecuTorch's runtime with
+  the ``cortex_m`` kernels on CMSIS-NN for MVE) runs the program and reports its planned
+  buffers and the bytes its method and temp allocators used;
+* ``host``: a small harness (below) loads the program with the executorch wheel's x86-64
+  ``libexecutorch`` and allocators that count, as ``benchmarks/executorch_method_bytes.py``
+  does (operators registered as no-op kernels: loading only).
+
+Programs: a small int8 network lowered by ExecuTorch's default and with memsched's patches,
+the input in the arena and not; an MLPerf Tiny model; random int8 stacks; fp32 programs of
+portable operators. Where the board cannot run here, the host checks still run and the
+board's part is skipped with the reason.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("executorch")
+pytest.importorskip("tosa_serializer", reason="the Cortex-M quantizer imports tosa-tools")
+
+import torch  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from torch import nn  # noqa: E402
+
+import memsched.executorch as mx  # noqa: E402
+from memsched import board  # noqa: E402
+from memsched.cli import main  # noqa: E402
+from memsched.executorch.errors import PteFileError  # noqa: E402
+from memsched.executorch.pte import read_program  # noqa: E402
+from memsched.executorch.ram import program_ram  # noqa: E402
+
+# Loads PROGRAM's METHOD with the wheel's libexecutorch: planned buffers at MethodMeta's
+# sizes, a method allocator and a temp allocator of TEMP_POOL bytes that remember their
+# peaks, the listed operators as no-op kernels. Prints "METHOD_BYTES TEMP_PEAK".
+HARNESS = r"""
+#include <executorch/extension/data_loader/file_data_loader.h>
+#include <executorch/runtime/core/hierarchical_allocator.h>
+#include <executorch/runtime/core/memory_allocator.h>
+#include <executorch/runtime/executor/memory_manager.h>
+#include <executorch/runtime/executor/method.h>
+#include <executorch/runtime/executor/program.h>
+#include <executorch/runtime/kernel/operator_registry.h>
+#include <executorch/runtime/platform/runtime.h>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+using namespace executorch::runtime;
+using executorch::extension::FileDataLoader;
+namespace {
+class PeakAllocator : public MemoryAllocator {
+ public:
+  PeakAllocator(uint32_t size, uint8_t* base) : MemoryAllocator(size, base) {}
+  void* allocate(size_t size, size_t alignment = kDefaultAlignment) override {
+    void* p = MemoryAllocator::allocate(size, alignment);
+    if (p != nullptr && used_size() > peak) peak = used_size();
+    return p;
+  }
+  size_t peak = 0;
+};
+void noop(KernelRuntimeContext&, Span<EValue*>) {}
+}  // namespace
+int main(int argc, char** argv) {  // PROGRAM METHOD TEMP_POOL OPERATOR...
+  if (argc < 4) return 2;
+  runtime_init();
+  std::vector<Kernel> kernels;
+  for (int i = 4; i < argc; ++i) kernels.emplace_back(argv[i], noop);
+  if (!kernels.empty() && register_kernels({kernels.data(), kernels.size()}) != Error::Ok)
+    return 1;
+  auto loader = FileDataLoader::from(argv[1]);
+  if (!loader.ok()) return 1;
+  auto program = Program::load(&loader.get());
+  if (!program.ok()) return 1;
+  auto meta = program->method_meta(argv[2]);
+  if (!meta.ok()) return 1;
+  std::vector<std::vector<uint8_t>> buffers;
+  std::vector<Span<uint8_t>> spans;
+  for (size_t i = 0; i < meta->num_memory_planned_buffers(); ++i) {
+    buffers.emplace_back(static_cast<size_t>(meta->memory_planned_buffer_size(i).get()));
+    spans.emplace_back(buffers.back().data(), buffers.back().size());
+  }
+  HierarchicalAllocator planned({spans.data(), spans.size()});
+  const uint32_t kPool = 64u << 20;
+  uint32_t temp_size = static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 10));
+  std::vector<uint8_t> pool(kPool), temp(temp_size + 16);
+  PeakAllocator method_alloc(kPool, pool.data());
+  PeakAllocator temp_alloc(temp_size, temp_size ? temp.data() : nullptr);
+  MemoryManager memory(&method_alloc, &planned, &temp_alloc);
+  auto method = program->load_method(argv[2], &memory);
+  if (!method.ok()) {
+    std::fprintf(stderr, "load_method failed: 0x%x\n", (unsigned)method.error());
+    return 1;
+  }
+  std::printf("%zu %zu\n", method_alloc.used_size(), temp_alloc.peak);
+  return 0;
+}
+"""
+BOARD_TEMP_POOL = 16 << 20  # the firmware's temp pool: every operator lookup fits
+
+
+@pytest.fixture(scope="module")
+def m55():
+    """The emulated Cortex-M55's ExecuTorch firmware, or why it cannot run here (a str)."""
+    try:
+        return board.firmware("executorch")
+    except board.BoardUnavailable as e:
+        return str(e)
+
+
+@pytest.fixture(scope="module")
+def harness():
+    """The host harness, compiled once per source and wheel (skipped without g++)."""
+    import executorch
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ for the host harness")
+    root = Path(list(executorch.__path__)[0])
+    key = hashlib.sha256(HARNESS.encode() + str(root).encode()).hexdigest()[:12]
+    exe = Path(tempfile.gettempdir()) / f"memsched-pte-ram-{key}"
+    if not exe.exists():
+        src = exe.with_suffix(f".{os.getpid()}.cpp")
+        src.write_text(HARNESS)
+        r = subprocess.run(["g++", "-std=c++17", "-O1", "-DC10_USING_CUSTOM_GENERATED_MACROS",
+                            f"-I{root / 'include'}",
+                            f"-I{root / 'include/executorch/runtime/core/portable_type/c10'}",
+                            str(src), f"-L{root / 'lib'}", "-lexecutorch",
+                            f"-Wl,-rpath,{root / 'lib'}", "-o", f"{src}.exe"],
+                           capture_output=True, text=True)
+        src.unlink()
+        if r.returncode:
+            pytest.skip(f"the host harness does not build: {r.stderr.strip()[-200:]}")
+        os.replace(f"{src}.exe", exe)
+    return exe
+
+
+def host_measure(exe, program: bytes, tmp: Path, temp_pool: int = BOARD_TEMP_POOL,
+                 method: str = "forward") -> tuple[int, int]:
+    """(method allocator bytes, temp allocator peak) of loading ``method`` on the host."""
+    plan = next(p for p in read_program(program).program.execution_plan if p.name == method)
+    ops = [f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators]
+    ops = [o for o in ops if not o.startswith("executorch_prim::")]  # libexecutorch has them
+    tmp.mkdir(parents=True, exist_ok=True)
+    path = tmp / "program.pte"
+    path.write_bytes(program)
+    r = subprocess.run([str(exe), str(path), method, str(temp_pool), *ops],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    method_bytes, temp_peak = map(int, r.stdout.split())
+    return method_bytes, temp_peak
+
+
+def check(m55, harness, program: bytes, inputs, tmp: Path) -> dict:
+    """`program_ram` equal to the host harness (x86-64) and to the board (Cortex-M55), byte
+    for byte; returns the cortex-m row. The board's part is skipped where it cannot run."""
+    host = program_ram(program, "host")["forward"]
+    assert host_measure(harness, program, tmp / "host") == \
+        (host["method_allocator_bytes"], host["temp_allocator_bytes"])
+    row = program_ram(program, "cortex-m")["forward"]
+    for r in (host, row):
+        assert r["ram_bytes"] == sum(r["planned_buffers"]) + r["method_allocator_bytes"] + \
+            r["temp_allocator_bytes"]
+    assert host["planned_buffers"] == row["planned_buffers"]
+    assert row["method_allocator_bytes"] < host["method_allocator_bytes"]  # 4-byte pointers
+    if isinstance(m55, str):
+        pytest.skip(f"host checks passed; the board: {m55}")
+    res, _ = board.run_pte(program, inputs, tmp / "board")
+    assert res["status"] == 0, (res.get("error"), res.get("et_log"))
+    assert (res["planned_buffers"], res["method_allocator_bytes"],
+            res["temp_allocator_bytes"]) == (row["planned_buffers"],
+                                             row["method_allocator_bytes"],
+                                             row["temp_allocator_bytes"])
+    return row
+
+
+def _int8_edge(model, shape, seed=0):
+    """The Cortex-M flow for the M55's default (MVE) export (``backends/cortex_m/test/
+    tester.py``): (edge program manager after ``CortexMPassManager``, channels-last input)."""
+    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
+    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
+    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
+    from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig
+    from executorch.exir import to_edge
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    g = torch.Generator().manual_seed(seed)
+
+    def sample():
+        return (torch.rand(*shape, generator=g) * 2 - 1).to(memory_format=torch.channels_last)
+
+    x = sample()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        captured = torch.export.export(model.eval(), (x,), strict=True).module(
+            check_guards=False)
+        prepared = prepare_pt2e(captured, CortexMQuantizer())
+        for _ in range(2):
+            prepared(sample())
+        converted = convert_pt2e(prepared, fold_quantize=True)
+        edge = to_edge(torch.export.export(converted, (x,), strict=True),
+                       compile_config=cortex_m_edge_compile_config())
+        pm = CortexMPassManager(edge.exported_program(), CortexMPassManager.pass_list,
+                                target_config=CortexMTargetConfig(cpu=CortexM.M55))
+        edge._edge_programs["forward"] = pm.transform()
+    return edge, x
+
+
+def _lower(edge, planned_input=True, patched=False) -> bytes:
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if patched:
+            config = mx.backend_config(tile_patches=True, grid=(2, 2), time_limit=2.0,
+                                       max_overhead=10.0, alloc_graph_input=planned_input)
+        else:
+            config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(
+                alloc_graph_input=planned_input))
+        buffer = copy.deepcopy(edge).to_executorch(config).buffer
+    if patched:
+        (rep,) = mx.report(config).values()
+        assert rep.patches.grid == "2x2", rep.patches.skipped
+    return buffer
+
+
+def _cba(cin, cout, k=3, s=1, g=1, act=nn.ReLU6):
+    layers = [nn.Conv2d(cin, cout, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(cout)]
+    return nn.Sequential(*layers, *([act()] if act else []))
+
+
+class Block(nn.Module):
+    """An inverted residual (expand, depthwise, project, add)."""
+
+    def __init__(self, c, expand=2):
+        super().__init__()
+        self.body = nn.Sequential(_cba(c, c * expand, 1), _cba(c * expand, c * expand, 3, 1,
+                                                                 c * expand),
+                                  _cba(c * expand, c, 1, act=None))
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+def test_small_int8_default_and_patched(m55, harness, tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(_cba(3, 8, 3, 2), Block(8), _cba(8, 16, 3, 2), Block(16),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
+    edge, x = _int8_edge(model, (1, 3, 48, 48))
+    rows = {}
+    for patched in (False, True):
+        for planned_input in (True, False):
+            program = _lower(edge, planned_input, patched)
+            key = (patched, planned_input)
+            rows[key] = check(m55, harness, program, [x], tmp_path / str(key))
+    # patches add values and instructions: more method-allocator records, smaller arenas
+    for planned_input in (True, False):
+        default, ours = rows[False, planned_input], rows[True, planned_input]
+        assert ours["method_allocator_bytes"] > default["method_allocator_bytes"]
+        assert sum(ours["planned_buffers"]) < sum(default["planned_buffers"])
+    assert rows[False, False]["unplanned_io_bytes"] == x.numel() * 4  # the caller's input
+
+
+def test_mlperf_tiny_resnet8(m55, harness, tmp_path):
+    from executorch.examples.models.mlperf_tiny import ResNet8
+
+    torch.manual_seed(0)
+    edge, x = _int8_edge(ResNet8(), (1, 3, 32, 32))
+    row = check(m55, harness, _lower(edge), [x], tmp_path)
+    assert row["temp_pool_bytes"] >= row["temp_allocator_bytes"] > 0
+
+
+LAYERS = ["conv3", "conv3s2", "dw3", "conv1", "block", "maxpool", "avgpool", "hardswish"]
+
+
+@settings(max_examples=2, derandomize=True, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(st.lists(st.sampled_from(LAYERS), min_size=1, max_size=4), st.booleans())
+def test_random_int8_stacks(m55, harness, tmp_path_factory, layers, planned_input):
+    torch.manual_seed(len(layers))
+    c, mods = 8, [_cba(3, 8, 3, 1)]
+    for name in layers:
+        if name == "conv3":
+            mods.append(_cba(c, c, 3))
+        elif name == "conv3s2":
+            mods.append(_cba(c, c, 3, 2))
+        elif name == "dw3":
+            mods.append(_cba(c, c, 3, 1, c))
+        elif name == "conv1":
+            mods.append(_cba(c, 2 * c, 1))
+            c *= 2
+        elif name == "block":
+            mods.append(Block(c))
+        elif name == "maxpool":
+            mods.append(nn.MaxPool2d(2, 2))
+        elif name == "avgpool":
+            mods.append(nn.AvgPool2d(2, 2))
+        else:
+            mods.append(_cba(c, c, 3, act=nn.Hardswish))
+    mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 3)]
+    edge, x = _int8_edge(nn.Sequential(*mods), (1, 3, 16, 16))
+    check(m55, harness, _lower(edge, planned_input), [x], tmp_path_factory.mktemp("stack"))
+
+
+class Portable(nn.Module):
+    """fp32 operators the firmware registers (portable kernels): cat (a tensor list), pad and
+    mean (int lists), slices, permute, scalars, two inputs and two outputs."""
+
+    def forward(self, a, b):
+        c = torch.cat([a, b], 1)
+        d = torch.nn.functional.pad(c, (1, 1, 1, 1))
+        e = d[:, :, 1:-1, :].permute(0, 2, 3, 1)
+        return torch.relu(e * 2.0 - 1.0).mean(dim=(1, 2)), (a + b[:, :2]).clamp(-1, 1)
+
+
+def _portable(planned_input=True):
+    from executorch.exir import ExecutorchBackendConfig, to_edge
+    from executorch.exir.passes import MemoryPlanningPass
+
+    a, b = torch.randn(1, 2, 5, 6), torch.randn(1, 3, 5, 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p = to_edge(torch.export.export(Portable(), (a, b))).to_executorch(
+            ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(
+                alloc_graph_input=planned_input)))
+    return p.buffer, [a, b]
+
+
+def test_fp32_portable_programs(m55, harness, tmp_path):
+    torch.manual_seed(0)
+    for planned_input in (True, False):
+        program, inputs = _portable(planned_input)
+        check(m55, harness, program, inputs, tmp_path / str(planned_input))
+
+
+class Lists(nn.Module):
+    """An optional-tensor list (``index.Tensor``), ``topk`` (the one portable kernel that
+    takes temp memory while it runs), tensor and int lists."""
+
+    def forward(self, x, idx):
+        v, i = torch.topk(x, 2, dim=-1)
+        return x[idx] * 2.0, v, i, torch.cat([x, x], 0).sum(dim=[0])
+
+
+def test_lists_and_dynamic_shapes_on_host(harness, tmp_path):
+    """Values the int8 programs do not have (optional-tensor lists, tensors of bounded
+    dynamic shape, whose sizes and dim order the runtime copies): host only (the firmware
+    does not register these portable kernels)."""
+    from executorch.exir import to_edge
+
+    x, idx = torch.randn(6, 5), torch.tensor([0, 2, 4])
+    dynamic = {"x": {0: torch.export.Dim("n", min=2, max=8)}, "idx": None}
+    kinds = set()
+    for shapes in (None, dynamic):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            program = to_edge(torch.export.export(Lists(), (x, idx), dynamic_shapes=shapes)) \
+                .to_executorch().buffer
+        plan = read_program(program).program.execution_plan[0]
+        kinds |= {(type(v.val).__name__, getattr(v.val, "shape_dynamism", 0))
+                  for v in plan.values}
+        row = program_ram(program, "host")["forward"]
+        assert host_measure(harness, program, tmp_path) == (row["method_allocator_bytes"],
+                                                            row["temp_allocator_bytes"])
+    assert {("OptionalTensorList", 0), ("TensorList", 0), ("Tensor", 1)} <= kinds
+
+
+def test_small_temp_pool_moves_lookups_into_the_method_allocator(harness, tmp_path):
+    """A temp pool under ``temp_pool_bytes`` (here: the temp peak itself, and none at all):
+    the runtime looks operators up in the method allocator instead, where the bytes stay."""
+    torch.manual_seed(0)
+    program, _ = _portable()
+    row = program_ram(program, "host")["forward"]
+    assert row["temp_pool_bytes"] > row["temp_allocator_bytes"]
+    for pool in (row["temp_allocator_bytes"], 0):
+        small = program_ram(program, "host", temp_pool=pool)["forward"]
+        assert small["method_allocator_bytes"] > row["method_allocator_bytes"]
+        assert host_measure(harness, program, tmp_path, temp_pool=pool) == \
+            (small["method_allocator_bytes"], small["temp_allocator_bytes"])
+    assert row["method_allocator_bytes_at_temp_peak"] == program_ram(
+        program, "host", temp_pool=row["temp_allocator_bytes"])["forward"][
+        "method_allocator_bytes"]
+    # a pool of temp_pool_bytes keeps every lookup in the temp allocator
+    exact = program_ram(program, "host", temp_pool=row["temp_pool_bytes"])["forward"]
+    assert exact["method_allocator_bytes"] == row["method_allocator_bytes"]
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(st.data())
+def test_malformed_files_are_one_error(data):
+    """Untrusted bytes: a result or `PteFileError` (a ValueError), nothing else."""
+    program = _portable_bytes()
+    cut = data.draw(st.integers(0, len(program)))
+    flips = data.draw(st.lists(st.tuples(st.integers(0, len(program) - 1),
+                                         st.integers(1, 255)), max_size=4))
+    bad = bytearray(program[:cut] if data.draw(st.booleans()) else program)
+    for pos, x in flips:
+        if pos < len(bad):
+            bad[pos] ^= x
+    try:
+        rows = program_ram(bytes(bad), "cortex-m")
+    except PteFileError:
+        return
+    for row in rows.values():
+        assert row["ram_bytes"] >= 0
+
+
+_CACHE: dict = {}
+
+
+def _portable_bytes() -> bytes:
+    if "portable" not in _CACHE:
+        torch.manual_seed(0)
+        _CACHE["portable"] = _portable()[0]
+    return _CACHE["portable"]
+
+
+def test_not_a_program_and_bad_target():
+    with pytest.raises(PteFileError):
+        program_ram(b"\0" * 64)
+    with pytest.raises(PteFileError):
+        program_ram(_portable_bytes()[:200])
+    with pytest.raises(ValueError):
+        program_ram(_portable_bytes(), "riscv")
+
+
+def test_cli_analyze_reports_ram(tmp_path, capsys):
+    path = tmp_path / "portable.pte"
+    path.write_bytes(_portable_bytes())
+    assert main(["analyze", str(path), "--json", "--time-limit", "1"]) == 0
+    (method,) = json.loads(capsys.readouterr().out)["methods"].values()
+    want = program_ram(str(path))["forward"]
+    for key in ("planned_buffers", "method_allocator_bytes", "temp_allocator_bytes",
+                "ram_bytes", "target"):
+        assert method[key] == want[key], key
+    assert method["target"] == "cortex-m" and "planned_bytes" in method  # old fields kept
+    assert main(["analyze", str(path), "--json", "--time-limit", "1", "--target",
+                 "host"]) == 0
+    (method,) = json.loads(capsys.readouterr().out)["methods"].values()
+    assert method["target"] == "host"
+    assert method["ram_bytes"] == program_ram(str(path), "host")["forward"]["ram_bytes"]
+    assert main(["analyze", str(path), "--time-limit", "1"]) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if "RAM on cortex-m" in x]
+    assert lines == [f"  RAM on cortex-m: {want['ram_bytes']:,} B = planned "
+                     f"{sum(want['planned_buffers']):,} + method allocator "
+                     f"{want['method_allocator_bytes']:,} + temp allocator "
+                     f"{want['temp_allocator_bytes']:,}"]
+
+
+def test_cli_bad_target_is_one_line(tmp_path, capsys):
+    path = tmp_path / "portable.pte"
+    path.write_bytes(_portable_bytes())
+    assert main(["analyze", str(path), "--target", "bogus"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "bogus" in err[0]
