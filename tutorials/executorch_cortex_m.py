@@ -83,11 +83,21 @@ prepared = prepare_pt2e(torch.export.export(model, (x,), strict=True).module(che
 for i in range(4):
     prepared(sample(100 + i))  # calibration
 converted = convert_pt2e(prepared, fold_quantize=True)
-edge = to_edge(torch.export.export(converted, (x,), strict=True),
-               compile_config=cortex_m_edge_compile_config())
-edge._edge_programs["forward"] = CortexMPassManager(
-    edge.exported_program(), CortexMPassManager.pass_list,
-    target_config=host_kernels.target_config()).transform()
+quantized = to_edge(torch.export.export(converted, (x,), strict=True),
+                    compile_config=cortex_m_edge_compile_config())
+
+
+def lower_for(target_config):
+    """The quantized graph after the backend's passes for one target: the host kernels' scalar
+    C path (to check here) or the M55's default, MVE (what users flash)."""
+    e = copy.deepcopy(quantized)
+    e._edge_programs["forward"] = CortexMPassManager(
+        e.exported_program(), CortexMPassManager.pass_list,
+        target_config=target_config).transform()
+    return e
+
+
+edge = lower_for(host_kernels.target_config())
 
 # 2. ExecuTorch's default plan and memsched's patched plan, input in the arena (ExecuTorch's
 #    default) and not (alloc_graph_input=False: the caller's buffer, common on MCUs).
@@ -119,3 +129,47 @@ for planned in (True, False):
         where = "reference kernels"
     assert all(torch.equal(a, b) for a, b in zip(want, got))
     print(f"  patched program, {where}: bit-equal")
+
+# 4. Will it fit? Users flash the M55's default export (MVE). `memsched analyze model.pte`
+#    prints the RAM the program needs on a 32-bit Cortex-M -- planned buffers, method allocator,
+#    temp allocator -- computed from the file (`memsched.executorch.ram`), no board needed.
+#    Where the emulated Cortex-M55 is built (`python -m memsched.board build`, a test oracle
+#    from ../shared), the same programs run there: the number is the board's, outputs bit-equal.
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig  # noqa: E402
+
+from memsched import board  # noqa: E402
+from memsched.executorch.ram import program_ram  # noqa: E402
+
+mve = lower_for(CortexMTargetConfig(cpu=CortexM.M55))
+default = copy.deepcopy(mve).to_executorch(ExecutorchBackendConfig(
+    memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
+ours = copy.deepcopy(mve).to_executorch(
+    mx.backend_config(tile_patches=True, alloc_graph_input=False, time_limit=5.0))
+try:
+    board.firmware("executorch")
+    on_board = True
+except board.BoardUnavailable as e:
+    print(f"not running on the emulated Cortex-M55 ({e})")
+    on_board = False
+work = Path(tempfile.mkdtemp(prefix="memsched-m55-"))
+outs = []
+for name, program in (("default", default.buffer), ("memsched", ours.buffer)):
+    ram = program_ram(program)["forward"]  # what `memsched analyze model.pte --json` reports
+    print(f"M55 program, {name}: RAM on cortex-m {ram['ram_bytes']:,} B = planned "
+          f"{sum(ram['planned_buffers']):,} + method allocator "
+          f"{ram['method_allocator_bytes']:,} + temp allocator {ram['temp_allocator_bytes']:,}")
+    if on_board:
+        res, out = board.run_pte(program, [x], work / name)
+        assert res["status"] == 0, (res["error"], res["et_log"])
+        measured = sum(res["planned_buffers"]) + res["method_allocator_bytes"] + \
+            res["temp_allocator_bytes"]
+        assert measured == ram["ram_bytes"]  # computed = the board's, to the byte
+        print(f"  on the emulated Cortex-M55: {measured:,} B, "
+              f"{res['execute_instructions']:,} instructions per inference")
+        outs.append(out)
+if on_board:
+    assert outs[0] == outs[1]
+    print("  patched program on the M55 (CMSIS-NN MVE kernels): bit-equal")
