@@ -10,7 +10,7 @@ from board_checks import assert_tflite_equal_on_board  # noqa: E402
 from memsched.patches.errors import Refused
 from memsched.patches.geometry import Win, bbox, read_cells
 from memsched.patches.plans import plan_patches
-from memsched.patches.reference import random_weights, run_plan, run_whole, stack_model
+from patch_reference import random_weights, run_plan, run_whole, stack_model
 from memsched.patches.regions import regions
 from memsched.patches.windows import grid_macs, windows
 

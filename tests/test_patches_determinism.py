@@ -8,7 +8,7 @@ import time
 
 from memsched.memory import MemoryModel
 from memsched.patches.budget import Budget
-from memsched.patches.reference import stack_model
+from patch_reference import stack_model
 from memsched.patches.search import RuntimeMemory
 from memsched.patches.sequence import search_regions
 from test_patches_se import _graph_of

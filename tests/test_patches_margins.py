@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from memsched.patches.errors import Refused
 from memsched.patches.margins import margin_macs, plan_margins
 from memsched.patches.plans import plan_patches
-from memsched.patches.reference import random_weights, run_plan, run_whole, stack_model
+from patch_reference import random_weights, run_plan, run_whole, stack_model
 from memsched.patches.regions import regions
 
 from test_patches import KINDS, stacks

@@ -11,7 +11,7 @@ from memsched.memory import MemoryModel
 from memsched.patches import search as search_mod
 from memsched.patches.errors import Refused
 from memsched.patches.plans import plan_patches
-from memsched.patches.reference import stack_model
+from patch_reference import stack_model
 from memsched.patches.regions import regions
 from memsched.patches.search import RuntimeMemory, search_patches
 from memsched.patches.sequence import price_sequence, search_regions

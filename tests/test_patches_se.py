@@ -9,7 +9,7 @@ import pytest
 
 from memsched.patches.errors import Refused
 from memsched.patches.plans import plan_patches
-from memsched.patches.reference import random_weights, run_plan, run_whole, stack_model
+from patch_reference import random_weights, run_plan, run_whole, stack_model
 from memsched.patches.regions import is_se, pass_targets, regions
 from memsched.patches.windows import grid_macs
 

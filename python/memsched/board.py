@@ -25,13 +25,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .executorch.host_kernels import shared_dir
 
 FIRMWARES = {  # kind -> (build tool, run tool, the ELF the build leaves)
     "executorch": ("build-cortex-m55-firmware", "run-on-cortex-m55", "cortex-m55-runner.elf"),
     "tflm": ("build-tflm-m55-firmware", "run-tflm-on-cortex-m55", "tflm-m55-runner.elf"),
 }
 _READY: dict[str, Path] = {}
+
+
+def shared_dir() -> Path | None:
+    """The ``shared`` directory holding the oracles' build tools and third-party sources (the
+    one next to this project on the development machines and in CI; ``MEMSCHED_SHARED``
+    overrides), or None."""
+    env = os.environ.get("MEMSCHED_SHARED")
+    here = Path(__file__).resolve().parents[2]  # the project root (python/memsched)
+    for cand in ([Path(env)] if env else []) + [here.parent / "shared"]:
+        if (cand / "tools" / "build-cortex-m-host-kernels").is_file():
+            return cand
+    return None
 
 
 class BoardUnavailable(RuntimeError):

@@ -21,22 +21,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..board import shared_dir  # noqa: F401 - the oracles' shared directory (re-exported)
+
 _LOADED: dict[str, object] = {}
 LIB_NAME = "libcortex_m_host_kernels.so"
 
 
 class KernelsUnavailable(RuntimeError):
     """The Cortex-M kernels cannot be built or loaded here (the message says why)."""
-
-
-def shared_dir() -> Path | None:
-    """The ``shared`` directory holding the build script and the third-party sources, or None."""
-    env = os.environ.get("MEMSCHED_SHARED")
-    here = Path(__file__).resolve().parents[3]  # the project root (python/memsched/executorch)
-    for cand in ([Path(env)] if env else []) + [here.parent / "shared"]:
-        if (cand / "tools" / "build-cortex-m-host-kernels").is_file():
-            return cand
-    return None
 
 
 def build(out_dir: str | os.PathLike | None = None, python: str | None = None) -> Path:

@@ -123,8 +123,8 @@ def classify(k, n, ins, out, pos, tensors) -> SOp:
             pre, post = [pre[0], pre[2], pre[3], pre[1]], [post[0], post[2], post[3], post[1]]
         if pre[0] or post[0] or pre[3] or post[3] or min(pre + post) < 0:
             return _other(k, kind, ins, out, "cortex_m.pad that pads batch or channels")
-        return SOp(k, "PAD", "window", ins, out, (1, 1), (1, 1), (1, 1), (pre[1], pre[2]),
-                   (post[1], post[2]), PAD_ZERO, 0, o.channels, workspace=ws)
+        return SOp(k, kind, "window", ins, out, (1, 1), (1, 1), (1, 1), (pre[1], pre[2]),
+                   (post[1], post[2]), PAD_ZERO, 0, o.channels, workspace=ws, is_pad=True)
     if name in WINDOW:
         if pos != [(0,)]:
             return _other(k, kind, ins, out, f"{kind} with an activation weight")
@@ -194,7 +194,7 @@ def rebuild(call, graph, first, orig, op: SOp, nd, ins, act_pos):
     args = list(orig.args)
     for p, x in zip(act_pos, ins):
         args[p[0]] = x
-    if op.kind == "PAD":
+    if op.is_pad:
         args[1], args[2] = _physical(args[0], nd.pads)
         return call(orig.target, args, orig)
     if name not in WINDOW:  # element-wise: a scratch buffer (none today) of its own size

@@ -324,8 +324,8 @@ def _classify(k, n, name, ins, out, pos, tensors, first_only) -> SOp:
         if any(pads[4:]) or min(pads) < 0 or value != 0.0:
             return _other(k, ins, out, "constant_pad_nd that pads batch or channels, crops, or "
                           "pads with a non-zero value", kind)
-        return SOp(k, "PAD", "window", ins, out, (1, 1), (1, 1), (1, 1), (top, left),
-                   (bottom, right), PAD_ZERO, 0, o.channels)
+        return SOp(k, "constant_pad_nd", "window", ins, out, (1, 1), (1, 1), (1, 1),
+                   (top, left), (bottom, right), PAD_ZERO, 0, o.channels, is_pad=True)
     if name == BATCH_NORM:
         if not first_only or pos != [(0,)]:
             return _other(k, ins, out, "batch norm whose statistics are read", kind)
@@ -461,7 +461,7 @@ def _macs(n, name, tensors, op: SOp) -> int:
         val = val[0]
     cells = int(val.numel()) if _is_tensor(val) else 1
     if op.cls != "other":
-        return 0 if op.kind == "PAD" else cells * op.macs_per_out
+        return 0 if op.is_pad else cells * op.macs_per_out
     if name in ("addmm.default", "mm.default", "bmm.default", "linear.default"):
         a = _val(n.args[1] if name == "addmm.default" else n.args[0])
         return cells * (int(a.shape[-1]) if _is_tensor(a) else 1)

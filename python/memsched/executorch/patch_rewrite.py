@@ -161,7 +161,7 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
             args = list(orig.args)
             if _cm.is_cortex_m(orig.target):
                 node = _cm.rebuild(call, graph, first, orig, op, nd, ins, em.act_pos[nd.op])
-            elif op.kind == "PAD":
+            elif op.is_pad:
                 top, bottom, left, right = nd.pads
                 node = call(orig.target, [ins[0], [left, right, top, bottom]] + args[2:3],
                             orig)

@@ -182,6 +182,10 @@ class SOp:
     # each copy of the op in a patch is priced with the whole op's (scratch does not grow
     # with the window)
     workspace: int = 0
+    # a "window" operator that only pads its input (TFLite PAD / PADV2, ExecuTorch's
+    # constant_pad_nd, Relax nn.pad): it keeps its own amounts on border patches and is the
+    # identity inside, so plans never pad before it and count no MACs for it
+    is_pad: bool = False
 
     def in_window(self, out: Win) -> Win:
         """Input window (unclipped) that output window ``out`` reads (window ops), or ``out``

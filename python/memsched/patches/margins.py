@@ -46,7 +46,7 @@ def pad_rule(op: SOp, size: int, axis: int, rule: str) -> str:
     runtime's ``rule`` (`runtime.Runtime.padding_rule`): ``same`` (its padding is TFLite's SAME
     rule for that size), ``valid`` (none), ``fixed`` (its own amounts on both sides, whatever
     the size: torch), ``explicit`` (a PAD operator), or "" (no margin plan)."""
-    if op.kind in ("PAD", "PADV2"):
+    if op.is_pad:
         return "explicit"
     if rule in ("fixed", "declared"):
         return rule
@@ -179,7 +179,7 @@ def margin_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
     total = 0
     for k in region.ops:
         op = sm.ops[k]
-        if op.kind in ("PAD", "PADV2"):
+        if op.is_pad:
             continue
         t = op.output
         sh = sum(w[t][1] - w[t][0] for w, _ in rows)
@@ -223,7 +223,7 @@ def plan_margins(sm: SpatialModel, region: Region, grid: tuple[int, int],
             node_of[op.output] = add(PNode("op", op.output, win[op.output],
                                            tuple(node_of[t] for t in op.inputs), op=k,
                                            pads=pads, patch=p, implicit=True))
-            if op.kind not in ("PAD", "PADV2"):
+            if not op.is_pad:
                 plan.macs += sm.op_macs(op, win[op.output])
         for t in region.split:
             nd = node_of[t]

@@ -202,14 +202,14 @@ def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int],
                             raise Refused(f"operator {op.index} ({op.kind}) with SAME padding "
                                           "on a border patch: explicit padding would change "
                                           "what it averages over")
-                        if op.kind in ("PAD", "PADV2"):
+                        if op.is_pad:
                             ins.append(src)  # the op itself pads (with the border amounts)
                             continue
                         src = add(PNode("pad", t, full, (src,), pads=full.pads(clipped),
                                         patch=p, pad_value=op.pad_value, phase=phase))
                     ins.append(src)
                 out = held[op.output]
-                if op.kind in ("PAD", "PADV2"):
+                if op.is_pad:
                     full, clipped = reads[(k, 0)]
                     if full == clipped:  # an interior patch: the PAD is the identity here
                         node_of[op.output] = ins[0]

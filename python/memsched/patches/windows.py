@@ -168,7 +168,7 @@ def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
         for k in region.ops:
             op = sm.ops[k]
             t = op.output
-            if op.kind in ("PAD", "PADV2") or op.cls in VECTOR or t not in sh:
+            if op.is_pad or op.cls in VECTOR or t not in sh:
                 continue
             total += sh[t] * sw[t] * sm.tensors[t].channels * op.macs_per_out
     return total

@@ -114,7 +114,7 @@ def _classify(v, kind, op, ins, a_ins, outs, sg, ten, const) -> SOp:
             return other(f"{kind} that pads batch or channels")
         return SOp(v, kind, "window", a_ins, outs[0], (1, 1), (1, 1), (1, 1),
                    (int(pads[1, 0]), int(pads[2, 0])), (int(pads[1, 1]), int(pads[2, 1])),
-                   PAD_ZERO, 0, o.channels)
+                   PAD_ZERO, 0, o.channels, is_pad=True)
     if kind in ELEMENTWISE:
         if any(ten(t).shape != o.shape for t in a_ins) or \
                 any(t not in a_ins and not _small_const(sg, t, o.channels) for t in ins):

@@ -361,9 +361,9 @@ def _classify(k, value, ins, out, paths, tensors, layout, acts) -> SOp:
                 pw[0] or pw[1] or pw[2 * ac] or pw[2 * ac + 1] or paths != [(0,)]:
             return _other(k, ins, out, "nn.pad that pads batch or channels (or not constant)",
                           kind)
-        return SOp(k, "PAD", "window", ins, out, (1, 1), (1, 1), (1, 1),
+        return SOp(k, "nn.pad", "window", ins, out, (1, 1), (1, 1), (1, 1),
                    (pw[2 * ah], pw[2 * aw]), (pw[2 * ah + 1], pw[2 * aw + 1]), PAD_ZERO, 0,
-                   o.channels)
+                   o.channels, is_pad=True)
     if name in ELEMENTWISE or _is_bn(value):
         if _is_bn(value) and (int(value.attrs.axis) % 4 != LAYOUTS[layout][2] or
                               paths != [(0,)]):
@@ -397,7 +397,7 @@ def _macs(value, out: STensor, op: SOp) -> int:
     for d in out.shape:
         cells *= max(int(d), 1)
     if op.cls != "other":
-        return cells * op.macs_per_out if op.cls != "window" or op.kind != "PAD" else 0
+        return 0 if op.is_pad else cells * op.macs_per_out
     if isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op) and \
             value.op.name in ("relax.matmul", "relax.nn.dense", "relax.linear"):
         a = _shape(value.args[0].ty)

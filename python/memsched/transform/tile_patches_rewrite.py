@@ -101,7 +101,7 @@ def _patched_bindings(bm: BlockModel, plan, tag: str = "") -> list:
             value = bm.bindings[nd.op].value
             op = sm.ops[nd.op]
             name = value.op.name if isinstance(value, tvm.ir.Call) else ""
-            if op.kind == "PAD":
+            if op.is_pad:
                 top, bottom, left, right = nd.pads
                 width = [0] * 8
                 width[2 * ah], width[2 * ah + 1], width[2 * aw], width[2 * aw + 1] = \

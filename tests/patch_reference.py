@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .geometry import PAD_MIN, SOp, SpatialModel
-from .plans import PatchPlan
+from memsched.patches.geometry import PAD_MIN, SOp, SpatialModel
+from memsched.patches.plans import PatchPlan
 
 MIN_VALUE = -(1 << 40)
 
@@ -33,7 +33,7 @@ def window_op(op: SOp, x: np.ndarray, weights, out_hw: tuple[int, int],
               pads=(0, 0, 0, 0)) -> np.ndarray:
     """Apply window op ``op`` to HWC ``x`` padded by ``pads`` (top, bottom, left, right),
     VALID, giving ``out_hw`` cells."""
-    if op.kind in ("PAD", "PADV2"):
+    if op.is_pad:
         return np.pad(x, ((pads[0], pads[1]), (pads[2], pads[3]), (0, 0)))
     valid = np.pad(np.ones(x.shape[:2], np.int64), ((pads[0], pads[1]), (pads[2], pads[3])))
     if any(pads):
@@ -185,7 +185,7 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
     SE blocks' MEAN declares (`SOp.acc_dtype`; integers: of int32 values, as the reference's
     int64 arithmetic sums them).
     Raises ValueError when a spec leaves no output cell."""
-    from .geometry import (PAD_NONE, PAD_ZERO, STensor, same_padding, valid_size)
+    from memsched.patches.geometry import (PAD_NONE, PAD_ZERO, STensor, same_padding, valid_size)
 
     tensors = {0: STensor(0, "x", (1, h, w, c), 1)}
     ops = []
@@ -200,7 +200,7 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
         if kind == "PAD":
             oh, ow, pb, pa = H + 2 * k, W + 2 * k, k, k
             op = dict(kernel=(1, 1), stride=(1, 1), dilation=(1, 1), pad=(pb, pb),
-                      pad_after=(pa, pa), pad_value=PAD_ZERO, macs_per_out=0)
+                      pad_after=(pa, pa), pad_value=PAD_ZERO, macs_per_out=0, is_pad=True)
             cout = cin
         else:
             if padding == "SAME":
@@ -245,7 +245,7 @@ def stack_model(specs, h: int, w: int, c: int, residual: bool = False,
 
 def _se_block(ops: list, tensors: dict, x: int, mid: int, acc: str = "int64") -> int:
     """Append a squeeze-and-excitation block on tensor ``x``; return the scaled tensor."""
-    from .geometry import STensor
+    from memsched.patches.geometry import STensor
 
     (H, W), c = tensors[x].hw, tensors[x].channels
 
