@@ -18,7 +18,7 @@ from tvm import relax
 import memsched
 from memsched.generators.relax_cnn import mobilenet_v2, random_input, small_mobilenet
 from memsched.transform.tile_patches import TilePatches, describe_block
-from memsched.patches import Budget, PatchOptions
+from memsched.patches import Budget, PatchOptions, PatchOptionsError
 
 FLOAT_TOL = 1e-5
 # a small work budget: the same program on every run, a fraction of the default search (the
@@ -245,7 +245,11 @@ def _property(size, c, layers, grid, seed, tail):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        tiled = TilePatches(grid=grid)(mod)
+        try:
+            tiled = TilePatches(grid=grid)(mod)
+        except PatchOptionsError as e:  # the forced grid cannot apply: the error says why
+            assert "cannot tile with grid" in str(e)
+            return None
     a = _attrs(tiled)
     x = np.random.default_rng(seed).standard_normal((1, c, size, size)).astype("float32")
     try:

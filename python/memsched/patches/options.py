@@ -128,7 +128,8 @@ class PatchOptions:
                           DeprecationWarning, stacklevel=3)
             if given.get("max_regions") is None:
                 given["max_regions"] = MAX_REGIONS if second_region else 1
-        return replace(base, **_known({k: v for k, v in given.items() if v is not None}))
+        extra = _known({k: v for k, v in given.items() if v is not None})
+        return replace(base, **extra) if extra else base  # checked once: no re-validation
 
 
 def _known(d: dict) -> dict:
@@ -164,3 +165,15 @@ def parse_grid(grid) -> tuple[int, int] | None:
     if len(g) != 2 or min(g) < 1:
         raise PatchOptionsError(f"grid {grid!r} is not two positive numbers ROWSxCOLS")
     return g
+
+
+def unmet_grid(options: PatchOptions, result) -> str | None:
+    """Why a grid the caller forced could not be applied (a `SearchResult` with no candidate at
+    that grid), or None. Every adapter raises its own error with this reason: a grid asked for
+    is never silently dropped."""
+    g = options.grid
+    if g is None or result.frontier:
+        return None
+    why = "; ".join(result.refused[:1]) or (
+        f"no spatial region fits it (the spatial prefix ends at {result.prefix_end})")
+    return f"grid {g[0]}x{g[1]}: {why}"

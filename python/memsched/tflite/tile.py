@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..patches import (PAD_MIN, Candidate, Clock, Described, PatchOptions, PatchOptionsError,
-                       PatchPlan, Refused, SearchResult, SpatialModel, search_model)
+                       PatchPlan, Refused, SearchResult, SpatialModel, search_model,
+                       unmet_grid)
 from .read import TFLiteModelError, graph_of, read_tflite, schema
 from .spatial import spatial_model
 from .tflm_memory import TFLM_MODEL, TFLMMemory, tflm_runtime
@@ -120,7 +121,6 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     from .reorder import reorder_model
 
     t0 = time.perf_counter()
-    g = opts.grid
     tg = read_tflite(src)
     label = src if isinstance(src, str) else "model.tflite"
     # TFLM's CONV_2D / DEPTHWISE_CONV_2D allocate the per-channel multiplier and shift arrays
@@ -135,10 +135,9 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     out = TileResult(res, choice, len(sm.ops), len(sm.ops))
     if res.stopped:  # the safety net, not the work budgets: another machine may differ
         out.notes.append(Clock.note_of(res.stopped))
-    if g and not res.frontier:
-        why = "; ".join(res.refused[:1]) or (
-            f"no spatial region fits it (the spatial prefix ends at {res.prefix_end})")
-        raise TileError(f"cannot tile {label!r} with grid {g[0]}x{g[1]}: {why}")
+    unmet = unmet_grid(opts, res)
+    if unmet:
+        raise TileError(f"cannot tile {label!r} with {unmet}")
     original_curve = _curve(tg.graph)
     if choice is None:
         out.notes.append("no patch grid lowers TFLite Micro's total arena within the MAC budget; "
@@ -166,7 +165,8 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                              inplace_quantize=offline_plan,
                              schedule_options=work.final_options(),
                              arena_time_limit=None if native_available() else
-                             max(0.5, (time_limit or 10.0) / 4), arena_nodes=work.arena_nodes)
+                             max(0.5, (opts.time_limit or 10.0) / 4),
+                             arena_nodes=work.arena_nodes)
     out.ops_after = rr.ops
     out.peak, out.lower_bound, out.optimal = rr.peak, rr.lower_bound, rr.optimal
     out.offline_arena = rr.offline_arena

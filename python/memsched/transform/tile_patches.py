@@ -57,14 +57,20 @@ import time
 import warnings
 
 import tvm
+import tvm_ffi
 from tvm import relax
 
 from ..patches import (Described, PatchOptions, PatchOptionsError, Refused, Runtime,
-                       RuntimeMemory, SearchResult, search_model)
+                       RuntimeMemory, SearchResult, search_model, unmet_grid)
 from . import timings
 from .common import map_relax_functions, with_blocks
 from .tile_patches_describe import BlockModel, TVM_MODEL, describe_block
 from .tile_patches_rewrite import rewrite_block
+
+# a PatchOptionsError raised inside the pass crosses TVM's FFI: registered, it comes back to
+# the caller as itself (a ValueError), not as a RuntimeError
+tvm_ffi.register_error("PatchOptionsError", PatchOptionsError)
+
 
 # ---------------------------------------------------------------------------- search
 TVM_MEMORY = RuntimeMemory("tvm", TVM_MODEL)  # planned storage: activations only
@@ -125,7 +131,8 @@ class TilePatches:
         borders; ``"margins"``: convolutions and pools keep their own padding on windows as
         wide as the halo (no ``nn.pad``, fewer crops, more MACs; `memsched.patches.margins`).
 
-    Bad options raise ``ValueError`` (`memsched.patches.PatchOptionsError`).
+    Bad options raise ``ValueError`` (`memsched.patches.PatchOptionsError`), and so does a
+    forced ``grid`` a function cannot take (the reason; as in every runtime's adapter).
     """
 
     def __init__(self, max_overhead: float | None = None, grid=None, split: str | None = None,
@@ -164,11 +171,18 @@ class TilePatches:
                 raise Refused("the block has no operator on the inputs")
             res = search(bm, self.options)
         except Refused as e:
+            if self.options.grid is not None:  # a grid asked for is never silently dropped
+                g = self.options.grid
+                raise PatchOptionsError(f"TilePatches: {name}: cannot tile with grid "
+                                        f"{g[0]}x{g[1]}: {e}") from None
             return self._skip(func, name, str(e))
         except (KeyboardInterrupt, MemoryError):
             raise
         except Exception as e:  # noqa: BLE001 - an unexpected binding: leave it as it was
             return self._skip(func, name, f"cannot model the block: {type(e).__name__}: {e}")
+        unmet = unmet_grid(self.options, res)
+        if unmet:
+            raise PatchOptionsError(f"TilePatches: {name}: cannot tile with {unmet}")
         choice, refused = res.choice, res.refused
         attrs = {
             "memsched.patches_peak_before": int(res.reordered.peak),
