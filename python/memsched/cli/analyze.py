@@ -103,7 +103,27 @@ def _analyze_file(args):
         "methods": methods,
         "stats": best.stats,
     }
+    if str(args.model).lower().endswith(".tflite"):
+        result.update(_tflite_arena(args))
     return result, graph, model, best.order
+
+
+def _tflite_arena(args) -> dict:
+    """TFLite Micro's minimal arena for the file on ``--target`` (`memsched.tflite.tflm_arena`:
+    computed from the file); ``arena_bytes`` None with ``arena_unpriced`` (why) when an
+    operator is not priced."""
+    from ..tflite.tflm_arena import UnpricedModelError, arena
+    from .common import device_target
+
+    target = device_target(args)
+    try:
+        r = arena(args.model, target)
+    except UnpricedModelError as e:
+        return {"target": target, "arena_bytes": None, "arena_unpriced": str(e)}
+    return {"target": target, "arena_bytes": r.arena_bytes, "arena_head_bytes": r.head_bytes,
+            "arena_tail_bytes": r.tail_bytes, "arena_scratch_bytes": r.scratch_bytes,
+            "arena_transient_bytes": r.transient_bytes, "arena_plan_bytes": r.plan_bytes,
+            "arena_kernels": r.kernels}
 
 
 def _analyze_relax(args):
@@ -234,6 +254,29 @@ def _print_analysis(result: dict) -> None:
     else:
         console.print("(file view: TVM's build schedules its own Relax bindings; drop "
                       "--view file for the numbers `memsched compile` prints)", soft_wrap=True)
+    if "target" in result and "arena_bytes" in result:
+        console.print(_arena_line(result), soft_wrap=True, markup=False)
+
+
+def _arena_line(result: dict) -> str:
+    """The text line of `_tflite_arena`'s fields."""
+    target = result["target"]
+    if result["arena_bytes"] is None:
+        return f"TFLite Micro arena on {target}: not computed ({result['arena_unpriced']})"
+    kernels = "CMSIS-NN" if result["arena_kernels"] == "cmsis-nn" else "reference kernels"
+    line = (f"TFLite Micro arena on {target} ({kernels}): {result['arena_bytes']:,} B = planned "
+            f"{result['arena_head_bytes']:,} + persistent {result['arena_tail_bytes']:,}")
+    if result["arena_transient_bytes"]:
+        line += f" + {result['arena_transient_bytes']:,} needed only while allocating"
+    if result["arena_bytes"] != result["arena_head_bytes"] + result["arena_tail_bytes"]:
+        line += " (rounded up to 16 B)"
+    if result["arena_scratch_bytes"]:
+        line += (f"; the kernels' scratch buffers add {result['arena_scratch_bytes']:,} B to the "
+                 "planned part")
+        plan = result["arena_plan_bytes"]
+        if plan is not None and result["arena_head_bytes"] > plan:
+            line += f" (above the offline plan's {plan:,} B)"
+    return line
 
 
 

@@ -19,5 +19,6 @@ bytes per operator), and what is built on it:
 * `segments`: Edge TPU pipeline segments (``memsched partition``).
 
 Running and measuring: `litert` (LiteRT interpreters, the segment pipeline), `tflm` (TFLite
-Micro's minimal arena by bisection, its outputs).
+Micro's minimal arena by bisection, its outputs); `tflm_arena` computes that minimal arena from
+the file (a 32-bit Cortex-M with CMSIS-NN, or the host package), no interpreter.
 """
