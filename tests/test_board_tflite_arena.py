@@ -74,8 +74,12 @@ def files(tmp_path_factory):
         out["person_detect"] = str(pd)
         out["person_detect_reorder"] = str(d / "pd_reorder.tflite")
         reorder_tflite(str(pd), out["person_detect_reorder"], offline_plan=True)
+        # planned for tensors only (target=None): the plan is tight, the scratch goes above
         out["person_detect_tile"] = str(d / "pd_tile.tflite")
-        tile_tflite(str(pd), out["person_detect_tile"], offline_plan=True)
+        tile_tflite(str(pd), out["person_detect_tile"], offline_plan=True, target=None)
+        # planned for the Cortex-M (the default): the plan leaves the scratch buffers room
+        out["person_detect_tile_m"] = str(d / "pd_tile_m.tflite")
+        tile_tflite(str(pd), out["person_detect_tile_m"], offline_plan=True)
     mbl = d / "mobilenet_like.tflite"  # int8, no offline plan
     mbl.write_bytes(mobilenet_like(blocks=6))
     out["mobilenet_like"] = str(mbl)
@@ -94,8 +98,8 @@ def _inputs(path) -> list:
             .astype(NUMPY_DTYPES[int(sg.tensors[t].type)]) for t in sg.inputs]
 
 
-BISECTED = ["person_detect", "person_detect_reorder", "person_detect_tile", "mobilenet_like",
-            "mobilenet_like_tile"]
+BISECTED = ["person_detect", "person_detect_reorder", "person_detect_tile",
+            "person_detect_tile_m", "mobilenet_like", "mobilenet_like_tile"]
 
 
 @pytest.mark.parametrize("name", BISECTED)
@@ -112,6 +116,9 @@ def test_computed_arena_equals_the_boards(name, files, fw, tmp_path):
     if name == "person_detect_tile":  # CMSIS-NN's scratch buffers above the tight plan
         assert r.plan_bytes is not None and r.head_bytes == r.plan_bytes + r.scratch_bytes > \
             r.plan_bytes
+    if name == "person_detect_tile_m":  # planned for the target: room left, a smaller arena
+        assert r.head_bytes == r.plan_bytes and r.scratch_bytes == 0
+        assert r.arena_bytes < arena(files["person_detect_tile"]).arena_bytes
 
 
 @pytest.mark.skipif(not tflm.available(), reason="tflite-micro not installed")

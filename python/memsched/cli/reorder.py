@@ -42,7 +42,7 @@ def cmd_reorder(args) -> int:
         limit = positive_seconds(args.time_limit)
         out = tflite_output(args.model, args.output, "reorder", ".memsched.tflite")
         data, res = reorder_tflite(args.model, None, offline_plan=args.offline_plan,
-                                   time_limit=limit)
+                                   time_limit=limit, target=args.target)
         report = {"model": args.model, "output": out, "offline_plan": args.offline_plan,
                   **res.as_dict()}
         if args.measure:  # measured before the file exists: a differing model is not written
@@ -127,5 +127,9 @@ def register(sub) -> None:
                    help="measure TFLM's minimal arena before/after and compare outputs")
     p.add_argument("--time-limit", default="60",
                    help="scheduling time limit in seconds (default 60)")
+    p.add_argument("--target", choices=("cortex-m", "host"), default="cortex-m",
+                   help=".tflite: the device the file is planned for, cortex-m (default: "
+                        "CMSIS-NN's scratch buffers priced and given room in the offline plan) "
+                        "or host (the tflite-micro package's reference kernels)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=cmd_reorder)

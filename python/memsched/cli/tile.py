@@ -61,7 +61,8 @@ def _tile(args) -> int:
     data, res = tile_tflite(args.model, None, grid=args.grid, split=args.split,
                             max_overhead=args.max_overhead, offline_plan=args.offline_plan,
                             time_limit=args.time_limit, max_regions=args.max_regions,
-                            padding=None if args.padding == "auto" else args.padding)
+                            padding=None if args.padding == "auto" else args.padding,
+                            target=args.target)
     report = {"model": args.model, "output": out, **res.as_dict(curves=bool(args.plot))}
     if args.measure:  # before the file exists: a model that computes something else is not
         with tempfile.TemporaryDirectory(prefix="memsched-tile-") as d:
@@ -196,6 +197,12 @@ def register(sub) -> None:
                    help="also write the arena offsets (OfflineMemoryAllocation metadata)")
     p.add_argument("--measure", action="store_true",
                    help="TFLM minimal arena before/after and outputs compared, before writing")
+    p.add_argument("--target", choices=("cortex-m", "host"), default="cortex-m",
+                   help="the device the file is planned for: cortex-m (default: a 32-bit "
+                        "Cortex-M with the CMSIS-NN kernels, whose scratch buffers the search "
+                        "prices and the offline plan makes room for) or host (the tflite-micro "
+                        "package's reference kernels); the report's arena_bytes is TFLite "
+                        "Micro's minimal arena there")
     p.add_argument("--max-regions", type=int, default=None,
                    help="regions in sequence, each with its own grid (default 4; 1: one)")
     p.add_argument("--time-limit", type=seconds, default=None,

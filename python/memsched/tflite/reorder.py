@@ -26,10 +26,10 @@ from .. import arena as _arena
 from ..memory import Problem
 from .check import check_model
 from .read import TFLiteGraph, TFLiteModelError, read_tflite
-from .tflm_memory import TFLM_ALIGNMENT, TFLM_MODEL, lifetimes
+from .tflm_memory import TFLM_ALIGNMENT, TFLM_MODEL, lifetimes, with_scratch
 from .write import OFFLINE_METADATA  # noqa: F401 - the metadata name, re-exported
-from .write import (drop_orphan_buffers, finish_model, inline_buffers, read_offline_plan,
-                           remove_offline_plan, set_offline_plan, write_model)
+from .write import (drop_orphan_buffers, finish_model, inline_buffers, pack_model,
+                    read_offline_plan, remove_offline_plan, set_offline_plan, write_model)
 
 @dataclass
 class ReorderResult:
@@ -46,6 +46,10 @@ class ReorderResult:
     offline_arena: int | None = None  # bytes of the offline plan (head section), if written
     offline_optimal: bool | None = None
     offline_plan_action: str | None = None  # written | replanned | kept | removed | None
+    # TFLite Micro's minimal total arena of the written file on ``target``, computed from it
+    # (`tflm_arena.arena`; None: no target, or an operator it does not price)
+    target: str | None = None
+    arena_bytes: int | None = None
     notes: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
 
@@ -55,13 +59,15 @@ class ReorderResult:
                 "optimal": self.optimal, "algorithm": self.algorithm,
                 "seconds": round(self.seconds, 4), "offline_arena_bytes": self.offline_arena,
                 "offline_arena_optimal": self.offline_optimal,
-                "offline_plan_action": self.offline_plan_action, "notes": self.notes,
+                "offline_plan_action": self.offline_plan_action, "target": self.target,
+                "arena_bytes": self.arena_bytes, "notes": self.notes,
                 "order": self.order}
 
 
 def offline_offsets(tg: TFLiteGraph, order, time_limit: float | None = 10.0,
                     alignment: int = TFLM_ALIGNMENT, inplace_quantize: bool = False,
-                    max_nodes: int | None = None) -> tuple[list[int], _arena.ArenaPlan]:
+                    max_nodes: int | None = None, scratch: dict | None = None
+                    ) -> tuple[list[int], _arena.ArenaPlan]:
     """One offset per tensor of subgraph 0 (``-1`` for what TFLM plans itself) and the plan.
     ``inplace_quantize``: a `quantize_aliases` operator that runs first and whose float input
     is live at that step only (a leading QUANTIZE of a float model input) writes its output
@@ -69,7 +75,10 @@ def offline_offsets(tg: TFLiteGraph, order, time_limit: float | None = 10.0,
     as its own rectangle at step 0; the packing or its mirror image, whichever leaves room
     above the output). Kept when its arena is below the plain packing's. ``time_limit`` /
     ``max_nodes``: the exact packer's limits (`memsched.arena.plan_exact`; ``time_limit=None``
-    and a ``max_nodes``: offsets that depend on the input alone)."""
+    and a ``max_nodes``: offsets that depend on the input alone). ``scratch`` (file operator
+    index -> bytes of each scratch buffer its kernel requests, `tflm_arena.scratch_requests`):
+    packed as buffers live during their operator but not written, so the plan leaves a gap
+    where TFLite Micro's planner puts them (first fit) instead of above the plan."""
     lts = lifetimes(tg, order)
     alias: dict[int, int] = {}  # input -> output
     if inplace_quantize:
@@ -89,6 +98,10 @@ def offline_offsets(tg: TFLiteGraph, order, time_limit: float | None = 10.0,
         # the rest of the input: live at step 0 only, with the output (nothing else is, but
         # other model inputs): packed as its own rectangle, so the arena holds the input then
         items.append(_arena.Lifetime(max(dict(lts)[x].size - sy, 0), 0, 0))
+    n_written = len(packed)
+    for step, v in enumerate(order):  # reserved, not written: TFLM places them itself
+        for size in (scratch or {}).get(tg.graph.ops[v].source, ()):
+            items.append(_arena.Lifetime(size, step, step))
     plan = _arena.plan(items, "auto", alignment, time_limit, max_nodes=max_nodes)
     _arena.verify(items, plan.offsets, alignment, plan.arena)
     offsets = [-1] * len(tg.subgraph.tensors or [])
@@ -108,14 +121,14 @@ def offline_offsets(tg: TFLiteGraph, order, time_limit: float | None = 10.0,
             arena = max(plan.arena, _arena.align_up(hi, alignment))
             if best is None or arena < best[0]:
                 best = (arena, offs)
-        plain = offline_offsets(tg, order, time_limit, alignment, False, max_nodes)
+        plain = offline_offsets(tg, order, time_limit, alignment, False, max_nodes, scratch)
         if best is None or best[0] >= plain[1].arena:
             return plain  # no gain: the input planned as any tensor
         arena, offs = best
         for (ti, _), off in zip(packed, offs):
             offsets[ti] = int(off)
         offsets[x] = offsets[y]
-        plan = _arena.ArenaPlan(arena, list(offs[:-1]), plan.lower_bound,
+        plan = _arena.ArenaPlan(arena, list(offs[:n_written]), plan.lower_bound,
                                 plan.optimal and arena == plan.arena, plan.method + "+inplace",
                                 alignment, plan.live_peak, plan.seconds, dict(plan.stats))
     return offsets, plan
@@ -123,7 +136,8 @@ def offline_offsets(tg: TFLiteGraph, order, time_limit: float | None = 10.0,
 
 def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = False,
                    algorithm: str = "auto", time_limit: float | None = 60.0,
-                   arena_time_limit: float = 10.0) -> tuple[bytes, ReorderResult]:
+                   arena_time_limit: float = 10.0, target: str | None = "cortex-m"
+                   ) -> tuple[bytes, ReorderResult]:
     """Schedule subgraph 0 of ``src`` (path or bytes) for minimum peak and write the reordered
     model.
 
@@ -135,13 +149,18 @@ def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = Fal
     written order (``offline_plan_action`` says which; a control-flow model's plan, which this
     writer cannot re-plan, is removed). The written bytes pass the independent checker
     (`memsched.tflite.check`) before they are returned.
+
+    ``target``: the device the file is planned for (`tflm_arena.TARGETS`): ``cortex-m`` (a
+    32-bit Cortex-M with the CMSIS-NN kernels, whose scratch buffers the order and the
+    offline plan make room for), ``host`` (the ``tflite-micro`` package's reference kernels)
+    or None (tensors only); ``arena_bytes`` is then TFLite Micro's minimal arena there.
     """
     t0 = time.perf_counter()
     tg = read_tflite(src)
     label = src if isinstance(src, str) else "model.tflite"
     data, res = reorder_model(tg, label, out_label=dst, offline_plan=offline_plan,
                               algorithm=algorithm, time_limit=time_limit,
-                              arena_time_limit=arena_time_limit)
+                              arena_time_limit=arena_time_limit, target=target)
     res.seconds = time.perf_counter() - t0
     if dst is not None:
         write_model(dst, data)
@@ -152,15 +171,16 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
                   offline_plan: bool = False, algorithm: str = "auto",
                   time_limit: float | None = 60.0, arena_time_limit: float | None = 10.0,
                   inplace_quantize: bool = False, schedule_options: dict | None = None,
-                  arena_nodes: int | None = None) -> tuple[bytes, ReorderResult]:
+                  arena_nodes: int | None = None, target: str | None = None
+                  ) -> tuple[bytes, ReorderResult]:
     """`reorder_tflite` of a model already in memory (``tg``: a parsed file, or a rewrite's
     model through `memsched.tflite.read.graph_of`); ``tg.model`` is reordered in place.
     ``inplace_quantize``: the offline plan runs float-to-int8 QUANTIZE operators in place
     (`offline_offsets`). ``schedule_options``: the scheduler's options instead of
     ``time_limit`` (`memsched.patches.budget.Budget.final_options`: bounded by work, so the
     order depends on the model alone); ``arena_nodes``: the offline packer's node budget
-    (with ``arena_time_limit=None``: offsets that depend on the model alone). Returns (checked
-    file bytes, result)."""
+    (with ``arena_time_limit=None``: offsets that depend on the model alone). ``target``: as
+    in `reorder_tflite` (None here: tensors only). Returns (checked file bytes, result)."""
     from ..schedulers import schedule
 
     t0 = time.perf_counter()
@@ -182,6 +202,8 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
         from .tflm_memory import TFLM_INPLACE, inplace_quantize_graph
 
         g, mm = inplace_quantize_graph(tg), TFLM_INPLACE
+    scratch = _scratch(tg, target)
+    g = with_scratch(g, scratch)  # the kernels' scratch buffers: priced in the order
     problem = Problem.from_graph(g, mm)
     base = list(range(len(g)))
     input_peak = problem.evaluate(base).peak
@@ -215,12 +237,46 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
                              "re-planned the file's offline plan: it was not valid for its "
                              "own operator order")
     if action in ("written", "replanned"):
-        offsets, plan = offline_offsets(tg, order, arena_time_limit, max_nodes=arena_nodes,
-                                        inplace_quantize=inplace_quantize)
+        # with the scratch buffers reserved (gaps where TFLM's first fit puts them) and
+        # without: the smaller minimal arena on the target wins (computed, `tflm_arena`)
+        best = None
+        for reserve in ([scratch, None] if scratch else [None]):
+            offsets, plan = offline_offsets(tg, order, arena_time_limit, max_nodes=arena_nodes,
+                                            inplace_quantize=inplace_quantize, scratch=reserve)
+            set_offline_plan(model, offsets)
+            total = _target_arena(pack_model(model), target) if scratch else None
+            if best is None or (total is not None and total < best[2]):
+                best = (offsets, plan, total)
+        offsets, plan, _ = best
         set_offline_plan(model, offsets)
         res.offline_arena, res.offline_optimal = plan.arena, bool(plan.optimal)
     res.offline_plan_action = action
     # packed and checked once; the checker also counts the written operators
     data = finish_model(model, label=out_label or label, operators=len(g))
+    if target is not None:
+        res.target, res.arena_bytes = target, _target_arena(data, target)
     res.seconds = time.perf_counter() - t0
     return data, res
+
+
+def _scratch(tg: TFLiteGraph, target: str | None) -> dict:
+    """The scratch buffers of each operator on ``target`` ({} for None or a model the arena
+    model does not price)."""
+    if target is None:
+        return {}
+    from .tflm_arena import UnpricedModelError, scratch_requests
+
+    try:
+        return scratch_requests(tg, target)
+    except UnpricedModelError:
+        return {}
+
+
+def _target_arena(data: bytes, target: str) -> int | None:
+    """TFLite Micro's minimal arena of the file ``data`` on ``target``, or None (unpriced)."""
+    from .tflm_arena import UnpricedModelError, arena
+
+    try:
+        return arena(data, target).arena_bytes
+    except UnpricedModelError:
+        return None

@@ -891,5 +891,36 @@ def arena(model_or_path, target: str = "cortex-m") -> ArenaReport:
         tail_parts={k: v for k, v in parts.items() if v})
 
 
+def scratch_requests(tg: TFLiteGraph, target: str = "cortex-m") -> dict[int, list[int]]:
+    """The scratch buffers each operator's kernel requests on ``target`` (file operator index
+    -> bytes of each, rounded up to 16 as TFLM plans them; operators without any are left
+    out): what the memory plan must hold during that operator besides its tensors. Raises as
+    `arena` does."""
+    if target not in _ABIS:
+        raise ValueError(f"target {target!r}: choose one of {', '.join(TARGETS)}")
+    out: dict[int, list[int]] = {}
+    for v, _, size in _trace(tg, _ABIS[target], tg.name).scratch:
+        out.setdefault(int(v), []).append(int(size))
+    return out
+
+
+def persistent_price(target: str = "cortex-m"):
+    """What the patch search charges per node and tensor on ``target``
+    (`tflm_memory.TFLMPersistent`): the node struct, the eval tensor, and per operator kind its
+    builtin options plus its kernel's op data (16-byte aligned), from the same tables `arena`
+    replays."""
+    from .tflm_memory import TFLMPersistent
+
+    abi = _ABIS[target]
+    data = {}
+    for kind in set(abi.op_data) | set(abi.builtin):
+        b = abi.builtin.get(kind, (0, 1))[0]
+        d = abi.op_data.get(kind)
+        data[kind] = _up(b, abi.word) + (_up(d, ALIGN) if d else 0)
+    return TFLMPersistent(node=abi.node_and_registration[0], eval_tensor=abi.eval_tensor[0],
+                          op_data=tuple(sorted(data.items())), default_op_data=48,
+                          per_channel=8)
+
+
 __all__ = ["ArenaReport", "TARGETS", "UnpricedModelError", "arena", "greedy_plan",
-           "priced_operators"]
+           "persistent_price", "priced_operators", "scratch_requests"]

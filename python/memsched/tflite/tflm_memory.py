@@ -79,6 +79,21 @@ def quantize_aliases(model) -> list[tuple[int, int, int]]:
     return found
 
 
+def with_scratch(graph, scratch: dict[int, list[int]]):
+    """``graph`` (an `OpGraph` of a TFLite subgraph) with each operator's workspace = the
+    scratch buffers its kernel requests (`tflm_arena.scratch_requests`: file operator index ->
+    bytes): TFLite Micro plans them beside the tensors during that operator, so the order and
+    the peak see them too."""
+    from dataclasses import replace
+
+    from ..graph import OpGraph
+
+    if not scratch:
+        return graph
+    ops = [replace(op, workspace=sum(scratch.get(op.source, ()))) for op in graph.ops]
+    return OpGraph(ops, graph.tensors, graph.name)
+
+
 def inplace_quantize_graph(tg: TFLiteGraph):
     """``tg.graph`` with ``Op.inplace`` = the input of each `quantize_aliases` operator and
     nothing else (for `TFLM_INPLACE`: LiteRT's in-place ops do not run in place in TFLM)."""

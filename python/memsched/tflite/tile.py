@@ -40,6 +40,8 @@ from ..patches import (PAD_MIN, Candidate, Clock, Described, PatchOptions, Patch
                        PatchPlan, Refused, SearchResult, SpatialModel, search_model,
                        unmet_grid)
 from .read import TFLiteModelError, graph_of, read_tflite, schema
+from .reorder import _scratch, _target_arena
+from .tflm_memory import with_scratch
 from .spatial import spatial_model
 from .tflm_memory import TFLM_MODEL, TFLMMemory, tflm_runtime
 
@@ -58,6 +60,11 @@ class TileResult:
     lower_bound: int | None = None
     optimal: bool | None = None
     offline_arena: int | None = None
+    # TFLite Micro's minimal total arena on ``target``, computed from the files
+    # (`tflm_arena.arena`): the written one and the original (None: not priced)
+    target: str | None = None
+    arena_bytes: int | None = None
+    original_arena_bytes: int | None = None
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     measured: dict = field(default_factory=dict)
@@ -77,6 +84,8 @@ class TileResult:
              "ops_before": self.ops_before, "ops_after": self.ops_after,
              "peak_bytes": self.peak, "lower_bound": self.lower_bound,
              "optimal": self.optimal, "offline_arena_bytes": self.offline_arena,
+             "target": self.target, "arena_bytes": self.arena_bytes,
+             "original_arena_bytes": self.original_arena_bytes,
              "seconds": round(self.seconds, 3), "notes": self.notes, "bound": self.bound,
              "search": self.search.as_dict(),
              # the regions after the first (the choice's ``regions`` lists them all)
@@ -93,8 +102,8 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                 max_overhead: float | None = None, offline_plan: bool = False,
                 time_limit: float | None = None, region_start: int | None = None,
                 second_region: bool | None = None, padding: str | None = None, *,
-                max_regions: int | None = None, options: PatchOptions | None = None
-                ) -> tuple[bytes, TileResult]:
+                max_regions: int | None = None, options: PatchOptions | None = None,
+                target: str | None = "cortex-m") -> tuple[bytes, TileResult]:
     """Search and write a patch-based version of the .tflite model ``src`` (path or bytes).
 
     The search's options (`memsched.patches.PatchOptions`, given whole as ``options`` or by
@@ -108,9 +117,16 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     ``"explicit"`` (PADs at patch borders, exact windows) or ``"margins"`` (operators keep
     their SAME padding on wider windows: no PADs, fewer crops; more MACs); default: the
     search prices both; ``time_limit``: the search's wall-clock safety net in seconds (the
-    work budgets decide; a note says when it stopped the search). Returns (file bytes,
-    `TileResult`); writes ``dst`` atomically when given. When no candidate lowers the total
-    arena within the budget, the model is only reordered."""
+    work budgets decide; a note says when it stopped the search). ``target``: the device the
+    file is planned for (`tflm_arena.TARGETS`): ``cortex-m`` (default: a 32-bit Cortex-M with
+    the CMSIS-NN kernels: the search prices TFLM's persistent bytes at 32-bit sizes and each
+    copied kernel's scratch buffers, and the offline plan leaves room for them), ``host`` (the
+    ``tflite-micro`` package's reference kernels) or None (tensors only, 64-bit prices).
+    Returns (file bytes, `TileResult`: ``arena_bytes`` is TFLite Micro's minimal arena of the
+    written file on ``target``, computed from it); writes ``dst`` atomically when given. When
+    no candidate lowers the total arena within the budget, the model is only reordered; a
+    file that would need more than the original on ``target`` is never written: the original
+    is (with a note)."""
     try:
         opts = PatchOptions.of(options, grid=grid, split=split, max_overhead=max_overhead,
                                time_limit=time_limit, region_start=region_start,
@@ -125,8 +141,9 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     label = src if isinstance(src, str) else "model.tflite"
     # TFLM's CONV_2D / DEPTHWISE_CONV_2D allocate the per-channel multiplier and shift arrays
     # for float models too (measured: same persistent bytes for the float and int8 model)
-    memory, graph = _memory(tg, offline_plan)
-    sm = spatial_model(tg)
+    scratch = _scratch(tg, target)
+    memory, graph = _memory(tg, offline_plan, target, scratch)
+    sm = _with_workspace(spatial_model(tg), scratch)
     try:
         res = search_model(Described(sm, graph, tg.tensor_index), tflm_runtime(memory), opts)
     except Refused as e:
@@ -138,7 +155,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     unmet = unmet_grid(opts, res)
     if unmet:
         raise TileError(f"cannot tile {label!r} with {unmet}")
-    original_curve = _curve(tg.graph)
+    original_curve = _curve(with_scratch(tg.graph, scratch))
     if choice is None:
         out.notes.append("no patch grid lowers TFLite Micro's total arena within the MAC budget; "
                          "the model is only reordered")
@@ -166,7 +183,28 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                              schedule_options=work.final_options(),
                              arena_time_limit=None if native_available() else
                              max(0.5, (opts.time_limit or 10.0) / 4),
-                             arena_nodes=work.arena_nodes)
+                             arena_nodes=work.arena_nodes, target=target)
+    if target is not None:
+        out.target, out.arena_bytes = target, rr.arena_bytes
+        out.original_arena_bytes = _target_arena(_original_bytes(src), target)
+        larger = None not in (out.arena_bytes, out.original_arena_bytes) and \
+            out.arena_bytes > out.original_arena_bytes
+        if larger and opts.forced:  # the caller's grid, split or start: written, with a note
+            out.notes.append(f"the rewrite needs {out.arena_bytes:,} B on {target}, more than "
+                             f"the original's {out.original_arena_bytes:,} B")
+        elif larger:
+            # never larger than the original on the target: the original is written
+            out.notes.append(f"the rewrite needs {out.arena_bytes:,} B on {target}, the "
+                             f"original {out.original_arena_bytes:,} B: the original is "
+                             "written unchanged")
+            data, out.arena_bytes, out.choice = _original_bytes(src), \
+                out.original_arena_bytes, None
+            if dst is not None:
+                from ..fileio import write_atomic
+
+                write_atomic(dst, data)
+            out.seconds = time.perf_counter() - t0
+            return data, out
     out.ops_after = rr.ops
     out.peak, out.lower_bound, out.optimal = rr.peak, rr.lower_bound, rr.optimal
     out.offline_arena = rr.offline_arena
@@ -175,7 +213,9 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
         out.notes.append("TFLite Micro's own planner may place the patched tensors in more than "
                          "the certified peak; offline_plan=True writes offsets that reach it")
     out.bound = res.bound(choice)
-    out.curves = {"original": original_curve, "patched": _curve(written.graph, rr.order)}
+    out.curves = {"original": original_curve,  # the kernels' scratch included, as priced
+                  "patched": _curve(with_scratch(written.graph, _scratch(written, target)),
+                                    rr.order)}
     out.seconds = time.perf_counter() - t0
     if dst is not None:
         from ..fileio import write_atomic
@@ -184,17 +224,42 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     return data, out
 
 
-def _memory(tg, inplace: bool):
+def _memory(tg, inplace: bool, target: str | None = None, scratch: dict | None = None):
     """TFLite Micro's memory model for the search and the graph it prices: with ``inplace``
     (an offline plan will be written) float-to-int8 QUANTIZE operators run in place
-    (`tflm_memory.quantize_aliases`)."""
-    from .tflm_memory import TFLM_INPLACE, inplace_quantize_graph
+    (`tflm_memory.quantize_aliases`); persistent bytes at ``target``'s sizes
+    (`tflm_arena.persistent_price`; None: the measured 64-bit host prices) and each
+    operator's ``scratch`` buffers as its workspace."""
+    from .tflm_memory import PERSISTENT, TFLM_INPLACE, inplace_quantize_graph, with_scratch
 
     n = len(tg.subgraph.tensors)
+    price = PERSISTENT
+    if target is not None:
+        from .tflm_arena import persistent_price
+
+        price = persistent_price(target)
     if inplace:
-        return (TFLMMemory(activations=TFLM_INPLACE, n_tensors=n, quantized=True),
-                inplace_quantize_graph(tg))
-    return TFLMMemory(n_tensors=n, quantized=True), tg.graph
+        return (TFLMMemory(activations=TFLM_INPLACE, n_tensors=n, quantized=True,
+                           price=price), with_scratch(inplace_quantize_graph(tg), scratch))
+    return TFLMMemory(n_tensors=n, quantized=True, price=price), with_scratch(tg.graph, scratch)
+
+
+def _with_workspace(sm: SpatialModel, scratch: dict | None) -> SpatialModel:
+    """``sm`` with each operator's scratch buffers as its workspace (each patch copy of a
+    kernel requests its own: CMSIS-NN's sizes do not shrink with the window)."""
+    if not scratch:
+        return sm
+    from dataclasses import replace
+
+    ops = [replace(op, workspace=sum(scratch.get(op.index, ()))) for op in sm.ops]
+    return SpatialModel(ops, sm.tensors, sm.inputs, sm.outputs, sm.macs, sm.name)
+
+
+def _original_bytes(src) -> bytes:
+    if isinstance(src, (bytes, bytearray)):
+        return bytes(src)
+    with open(src, "rb") as f:
+        return f.read()
 
 
 # ---------------------------------------------------------------------------- rewrite
