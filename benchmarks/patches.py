@@ -228,7 +228,9 @@ def main(argv=None) -> int:
               f"MACs +{100 * (c['mac_overhead'] if c else 0):.1f} %  "
               f"estimated {row['result']['search']['original']['total_bytes']:,} -> "
               f"{c and c['total_bytes']:,}  LiteRT equal {m['litert_equal']} "
-              f"TFLM equal {m['tflm_equal']}  {board_text(m)}  {row['seconds']} s", flush=True)
+              f"TFLM equal {m['tflm_equal']}  {board_text(m)} (computed "
+              f"{row['result'].get('original_arena_bytes') or 0:,} -> "
+              f"{row['result'].get('arena_bytes') or 0:,})  {row['seconds']} s", flush=True)
     if a.json:
         print(json.dumps(rows, indent=1))
     return 0
