@@ -163,7 +163,7 @@ def strip_softmax(data: bytes) -> bytes:
 
 
 def run(name: str, max_overhead: float, offline_plan: bool, measure: bool = True,
-        logits: bool = False) -> dict:
+        logits: bool = False, target: str | None = "cortex-m") -> dict:
     from memsched.tflite.tile import measure_tile, tile_tflite
     from memsched.tflite.reorder import reorder_tflite
     from memsched.tflite import tflm
@@ -181,7 +181,8 @@ def run(name: str, max_overhead: float, offline_plan: bool, measure: bool = True
         with open(src, "wb") as f:
             f.write(data)
         t0 = time.perf_counter()
-        _, res = tile_tflite(src, dst, max_overhead=max_overhead, offline_plan=offline_plan)
+        _, res = tile_tflite(src, dst, max_overhead=max_overhead, offline_plan=offline_plan,
+                             target=target)
         secs = time.perf_counter() - t0
         row = {"model": os.path.basename(name), "ops": res.ops_before,
                "ops_patched": res.ops_after, "seconds": round(secs, 2), "result": res.as_dict()}
@@ -209,12 +210,14 @@ def main(argv=None) -> int:
     ap.add_argument("--max-overhead", type=float, default=0.3)
     ap.add_argument("--no-offline-plan", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--target", choices=("cortex-m", "host"), default="cortex-m",
+                    help="the device memsched tile plans for (default cortex-m)")
     ap.add_argument("--logits", action="store_true",
                     help="measure up to the logits (drop a final SOFTMAX)")
     a = ap.parse_args(argv)
     rows = []
     for name in a.models:
-        row = run(name, a.max_overhead, not a.no_offline_plan, logits=a.logits)
+        row = run(name, a.max_overhead, not a.no_offline_plan, logits=a.logits, target=a.target)
         rows.append(row)
         if a.json:
             continue

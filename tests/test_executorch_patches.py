@@ -605,5 +605,6 @@ def test_batch_norm_model_patched_and_records_measured():
     assert _planned(et.buffer) < _planned(base.buffer)
     measured = method_allocator_bytes(et.buffer)["bytes"] - \
         method_allocator_bytes(base.buffer)["bytes"]
-    assert rep.records_added > 0
-    assert abs(rep.records_added - measured) <= 0.03 * measured, (rep.records_added, measured)
+    assert rep.records_added > 0 and rep.records_target == "host"  # a portable graph
+    # the records priced at the host's ABI (`memsched.executorch.ram.ABIS`): to the byte
+    assert rep.records_added == measured, (rep.records_added, measured)

@@ -15,7 +15,7 @@ from ..patches import (PAD_MIN, PAD_NONE, PAD_ZERO, Refused, RuntimeMemory, SOp,
 from . import patch_cortex_m as _cm
 from .inplace import input_it_may_overwrite
 from .model import EXECUTORCH_MODEL
-from .records import node_call_bytes
+from .records import check_target, default_target, node_call_bytes
 
 EXECUTORCH_MEMORY = RuntimeMemory("executorch", EXECUTORCH_MODEL)  # activations only
 
@@ -114,18 +114,26 @@ class EdgeModel:
     act_pos: list  # per op: positions (i,) or (i, j) of activation args
     dtype_of: dict
     # per op index: the method allocator's records of its call (`records.node_call_bytes`)
+    # at ``target``'s ABI
     op_bytes: dict = field(default_factory=dict)
     # feature maps stored channels-last (the Cortex-M flow, fp32 exported channels-last):
     # the rewrite cuts and reassembles on their NHWC form (`patch_layout`)
     channels_last: bool = False
+    # the ABI the method allocator's records are priced at (`ram.ABIS`: "cortex-m", "host")
+    target: str = "host"
+    planned_inputs: bool = True  # the user inputs are in the planned arena
 
 
-def describe_graph(gm, planned_inputs: bool = True) -> EdgeModel:
+def describe_graph(gm, planned_inputs: bool = True, target: str | None = None) -> EdgeModel:
     """The `EdgeModel` of an edge-dialect graph module (raises `Refused` when it has no
     convolution or pooling on a 1-batch NCHW feature map). ``planned_inputs``: the user
     inputs are in the planned arena (``MemoryPlanningPass(alloc_graph_input=True)``, the
-    default); False: the caller owns their buffers, they count 0 bytes."""
+    default); False: the caller owns their buffers, they count 0 bytes. ``target``: the ABI
+    its calls' method-allocator records are priced at (`records.Prices`); None:
+    `records.default_target` (``cortex-m`` for a graph with ``cortex_m::`` operators, else
+    ``host``)."""
     graph = gm.graph
+    target = check_target(target) or default_target(graph.nodes)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     described = any(n.meta.get("desc") is not None for n in placeholders)
     inputs = [n for n in placeholders if _is_user_input(n, described)]
@@ -224,9 +232,9 @@ def describe_graph(gm, planned_inputs: bool = True) -> EdgeModel:
     cl = _channels_last(acts)
     sm = SpatialModel(ops, tensors, [index[n] for n in inputs], list(dict.fromkeys(outputs)),
                       macs=macs, name="edge")
-    op_bytes = {k: node_call_bytes(n) for k, n in enumerate(nodes)}
+    op_bytes = {k: node_call_bytes(n, target) for k, n in enumerate(nodes)}
     return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of, op_bytes,
-                     cl)
+                     cl, target, planned_inputs)
 
 
 def _channels_last(acts) -> bool:

@@ -19,9 +19,9 @@ So the cutting and reassembling nodes (slices, border pads, concatenations) run 
 each change of form as an ``aten.permute_copy`` whose input and output have the same bytes in
 the same order -- exact under any kernel, eager ones included -- and
 `lower_layout_views` turns those into ``memory.view`` at planning time: no instruction, no
-planned bytes, one tensor record each (`VIEW_RECORD`). `conversions` says which views a plan
-needs; the search prices them (`records.ExecutorchRecords`) and the rewrite writes exactly
-those.
+planned bytes, one tensor record each (`records.Prices.view`). `conversions` says which
+views a plan needs; the search prices them (`records.ExecutorchRecords`) and the rewrite
+writes exactly those.
 """
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ def lower_layout_views(graph_module) -> int:
 
     Not for graph outputs (the runtime may repoint them), constants or inputs without a spec.
     Returns how many; the emitter elides planned static views (no instruction, one tensor
-    record each)."""
+    record each); a view of a user input outside the plan (``alloc_graph_input=False``) is
+    an ``et_view`` call (`records.Prices.view`)."""
     from executorch.exir import memory
     from executorch.exir.passes.replace_view_copy_with_view_pass import _ViewSpec
 

@@ -61,17 +61,27 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from ..patches import (Clock, Described, PatchOptions, PatchOptionsError, Refused, Runtime,
-                       SearchResult, search_model)
+                       SearchResult, search_model, unmet_grid)
 from .errors import ExecutorchError
 from .model import EXECUTORCH_MODEL
 from .patch_describe import EXECUTORCH_MEMORY, EdgeModel, describe_graph
 from .patch_layout import CHANNELS_LAST
 from .patch_rewrite import _copy_module, rewrite
-from .records import ExecutorchRecords
+from .records import ExecutorchRecords, check_target
 
 class TilePatchesError(ExecutorchError):
     """Bad options of the patch pass (a grid that is not ``(rows, cols)``, a negative
-    overhead)."""
+    overhead), or a grid asked for that the graph cannot take (the reason): the same in
+    every runtime's adapter."""
+
+
+def records_target(target) -> str | None:
+    """``target`` checked: "cortex-m", "host" or None (per graph:
+    `records.default_target`); anything else raises `TilePatchesError`."""
+    try:
+        return check_target(target)
+    except ValueError as e:
+        raise TilePatchesError(str(e)) from None
 
 
 @dataclass
@@ -107,9 +117,11 @@ class TileReport:
     # empty: the work budgets alone decided, and any machine writes the same program
     stopped_by_time_limit: str = ""
     # the method allocator's records of the described calls (`memsched.executorch.records`),
-    # modelled: before, and what the patches add (priced in the choice with price_records)
+    # modelled at records_target's ABI ("cortex-m", "host"; "" when not priced): before, and
+    # what the patches add (priced in the choice with price_records)
     records_before: int = 0
     records_added: int = 0
+    records_target: str = ""
     seconds: float = 0.0
     skipped: str = ""
 
@@ -133,18 +145,21 @@ class TileReport:
                 f" modelled peak {self.peak_before:,} B -> {self.peak_after:,} B "
                 f"({'certified' if self.certified else 'not proven'}), "
                 f"+{self.values_added} values / +{self.instructions_added} instructions "
-                f"(+{self.records_added:,} B of method-allocator records), "
+                f"(+{self.records_added:,} B of method-allocator records"
+                f"{' at ' + self.records_target if self.records_target else ''}), "
                 f"{self.seconds:.2f} s")
 
 
 # ---------------------------------------------------------------------------- search
 def memory_of(em: EdgeModel, price_records: bool = True):
     """The patch search's memory model for ``em``: the planned arena plus the method
-    allocator's records of every call (``price_records``), or the arena alone."""
+    allocator's records of every call at ``em.target``'s ABI (``price_records``), or the
+    arena alone."""
     if not price_records:
         return EXECUTORCH_MEMORY
     return ExecutorchRecords(EXECUTORCH_MODEL, em.op_bytes,
-                             CHANNELS_LAST if em.channels_last else None)
+                             CHANNELS_LAST if em.channels_last else None, em.target,
+                             () if em.planned_inputs else em.sm.inputs)
 
 
 def executorch_runtime(em: EdgeModel, price_records: bool = True) -> Runtime:
@@ -170,7 +185,7 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
                       grid=None, split=None, time_limit=None, se_patches=None,
                       second_region=None, price_records: bool = True,
                       planned_inputs: bool = True, exact_reductions=None, padding=None,
-                      max_regions=None):
+                      max_regions=None, target: str | None = None):
     """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed.
 
     ``options``: the search's `memsched.patches.PatchOptions` (the keywords of the same names
@@ -181,9 +196,12 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
     ``"margins"``: convolutions and pools keep their own padding on wider windows; default:
     both priced), ``time_limit`` (the search's wall-clock safety net)). ``price_records``: the
     objective is the planned arena plus the method allocator's records
-    (`memsched.executorch.records`), else the arena alone. ``planned_inputs``: False when the
-    planning pass leaves the user inputs out of the arena (``alloc_graph_input=False``). Bad
-    options raise `TilePatchesError`."""
+    (`memsched.executorch.records`), else the arena alone; ``target``: the ABI those records
+    are priced at, "cortex-m" (32-bit Arm) or "host" (x86-64); None: "cortex-m" for a graph
+    with ``cortex_m::`` operators, else "host" (`records.default_target`).
+    ``planned_inputs``: False when the planning pass leaves the user inputs out of the arena
+    (``alloc_graph_input=False``). Bad options raise `TilePatchesError`."""
+    target = records_target(target)
     try:
         opts = PatchOptions.of(options, max_overhead=max_overhead, grid=grid, split=split,
                                time_limit=time_limit, se_patches=se_patches,
@@ -194,9 +212,13 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
     t0 = time.perf_counter()
     rep = TileReport()
     try:
-        em = describe_graph(gm, planned_inputs)
+        em = describe_graph(gm, planned_inputs, target)
+        rep.records_target = em.target if price_records else ""
         res = search(em, opts, price_records=price_records)
     except Refused as e:
+        if opts.grid is not None:  # a grid asked for is never silently dropped
+            raise TilePatchesError(f"cannot tile the graph with grid {opts.grid[0]}x"
+                                   f"{opts.grid[1]}: {e}") from None
         rep.skipped, rep.seconds = str(e), time.perf_counter() - t0
         return None, rep
     except (KeyboardInterrupt, MemoryError):
@@ -205,6 +227,9 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
         rep.skipped = f"cannot model the graph: {type(e).__name__}: {e}"
         rep.seconds = time.perf_counter() - t0
         return None, rep
+    unmet = unmet_grid(opts, res)
+    if unmet:
+        raise TilePatchesError(f"cannot tile the graph with {unmet}")
     rep.peak_before = int(res.reordered.peak)
     if res.stopped:
         rep.stopped_by_time_limit = res.stopped
@@ -283,7 +308,8 @@ class TilePatchesPass:
                  split: str | None = None, time_limit=None, se_patches: str | None = None,
                  second_region=None, price_records: bool = True,
                  planned_inputs: bool = True, exact_reductions=None,
-                 padding: str | None = None, max_regions=None):
+                 padding: str | None = None, max_regions=None, target: str | None = None):
+        self.target = records_target(target)
         try:  # checked once, here: the pass raises on bad options, never on a graph
             self.options = PatchOptions.of(
                 options, max_overhead=max_overhead, grid=grid, split=split,
@@ -300,7 +326,7 @@ class TilePatchesPass:
 
         new, rep = tile_graph_module(graph_module, self.options,
                                      price_records=self.price_records,
-                                     planned_inputs=self.planned_inputs)
+                                     planned_inputs=self.planned_inputs, target=self.target)
         self.report.append(rep)
         if new is None:
             return PassResult(graph_module, False)

@@ -177,7 +177,7 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
                    second_region: bool | None = None, price_records: bool = True,
                    exact_reductions: bool | None = None, padding: str | None = None,
                    max_regions: int | None = None, patch_options=None,
-                   **executorch_config_options):
+                   target: str | None = None, **executorch_config_options):
     """An ``ExecutorchBackendConfig`` whose memory planning is memsched's.
 
     ``time_limit``: seconds for the scheduler and for each arena's packer. ``tile_patches``:
@@ -196,9 +196,14 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     net is ``PatchOptions.time_limit`` (default 60 s), not ``time_limit``. ``price_records``:
     choose on the planned arena plus the method allocator's records the patches add
     (`memsched.executorch.records`: what a microcontroller provisions), or (False) on the
-    planned arena alone. Bad patch options raise `TilePatchesError`. Options named like
-    `MemoryPlanningPass`'s (``alloc_graph_input``,
-    ``alignment``, ...) go to the planning pass, the rest to ``ExecutorchBackendConfig``. The
+    planned arena alone. ``target``: the device whose ABI those records are priced at,
+    ``"cortex-m"`` (32-bit Arm: a TensorImpl of 32 B, 4-byte pointers) or ``"host"`` (x86-64:
+    64 B, 8 bytes); None (the default): ``"cortex-m"`` for the Cortex-M backend's graphs
+    (``cortex_m::`` operators), ``"host"`` for the rest (portable kernels); what
+    ``memsched analyze --target`` and `memsched.executorch.ram` compute for the written
+    program. Bad patch options, an unknown ``target`` included, raise `TilePatchesError`.
+    Options named like `MemoryPlanningPass`'s (``alloc_graph_input``, ``alignment``, ...) go
+    to the planning pass, the rest to ``ExecutorchBackendConfig``. The
     report: ``report(config)`` after ``to_executorch(config)``. Computations on constants
     (an ``nn.Linear``'s weight transpose) are folded before the passes, so that the search
     and the plan see no arena tensor the report leaves out (`fold_constants`;
@@ -206,6 +211,9 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     """
     from executorch.exir import ExecutorchBackendConfig
 
+    from .patch_pass import records_target
+
+    target = records_target(target)  # checked once, patches or not
     fold_constants(executorch_config_options)
 
     if tile_patches:
@@ -214,7 +222,7 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
         tp = TilePatchesPass(patch_options, max_overhead=max_overhead, grid=grid,
                              split=split, se_patches=se_patches, second_region=second_region,
                              price_records=price_records, exact_reductions=exact_reductions,
-                             padding=padding, max_regions=max_regions,
+                             padding=padding, max_regions=max_regions, target=target,
                              planned_inputs=executorch_config_options.get(
                                  "alloc_graph_input", True))
         executorch_config_options["passes"] = \

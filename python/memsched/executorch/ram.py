@@ -124,6 +124,32 @@ def _check_target(target: str) -> Abi:
     return ABIS[target]
 
 
+_LISTS = ("IntList", "TensorList", "OptionalTensorList")
+# the value kinds of a program (`pte_format`'s KernelTypes) parse_values knows
+VALUE_KINDS = ("Null", "Int", "Bool", "Double", "Tensor", "IntList", "TensorList",
+               "OptionalTensorList", "BoolList", "DoubleList", "String")
+
+
+def value_records(abi: Abi, kind: str, n: int = 0, static: bool = True) -> list[tuple]:
+    """The ``(record, count)`` allocations ``parse_values`` makes in the method allocator
+    for one value besides its `EValue` (the one statement of them: `_simulate` replays them
+    and `memsched.executorch.records` prices calls with them). ``kind``: a `VALUE_KINDS`
+    name; ``n``: a tensor's rank or a list's length; ``static``: a tensor of static shape
+    (else its sizes and dim order are copied out first)."""
+    if kind == "Tensor":
+        head = [(abi.int32, n), (abi.byte, n)] if not static else []  # sizes, dim order
+        return head + [(abi.int32, n), (abi.tensor_impl, 1)]  # strides, then the TensorImpl
+    if kind == "IntList":  # EValue*, int64 per item
+        return [(abi.pointer, n), (abi.int64, n), (abi.boxed_list, 1)]
+    if kind == "TensorList":  # Tensor, EValue* per item
+        return [(abi.pointer, n), (abi.pointer, n), (abi.boxed_list, 1)]
+    if kind == "OptionalTensorList":  # EValue*, optional<Tensor> per item
+        return [(abi.pointer, n), (abi.optional_tensor, n), (abi.boxed_list, 1)]
+    if kind in ("BoolList", "DoubleList", "String"):
+        return [(abi.array_ref, 1)]
+    return []  # None, ints, doubles and bools live in their EValue
+
+
 def _simulate(plan, abi: Abi, temp_pool: int | None) -> tuple[int, int, int]:
     """(method allocator bytes, temp allocator peak, the temp capacity every operator lookup
     needs) of ``Method::init`` and ``execute`` for one method, the temp allocator of capacity
@@ -138,30 +164,15 @@ def _simulate(plan, abi: Abi, temp_pool: int | None) -> tuple[int, int, int]:
     for i, ev in enumerate(values):
         v = ev.val
         kind = type(v).__name__
-        if kind == "Tensor":
-            rank = len(v.sizes)
-            dims[i] = rank
-            if v.shape_dynamism != 0:  # not static: sizes and dim order copied out
-                m.alloc(abi.int32, rank)
-                m.alloc(abi.byte, rank)
-            m.alloc(abi.int32, rank)  # strides
-            m.alloc(abi.tensor_impl)
-        elif kind == "IntList":
-            m.alloc(abi.pointer, len(v.items))  # EValue*
-            m.alloc(abi.int64, len(v.items))
-            m.alloc(abi.boxed_list)
-        elif kind == "TensorList":
-            m.alloc(abi.pointer, len(v.items))  # Tensor
-            m.alloc(abi.pointer, len(v.items))  # EValue*
-            m.alloc(abi.boxed_list)
-        elif kind == "OptionalTensorList":
-            m.alloc(abi.pointer, len(v.items))  # EValue*
-            m.alloc(abi.optional_tensor, len(v.items))
-            m.alloc(abi.boxed_list)
-        elif kind in ("BoolList", "DoubleList", "String"):
-            m.alloc(abi.array_ref)
-        elif kind not in ("Null", "Int", "Bool", "Double"):
+        if kind not in VALUE_KINDS:
             raise UnsupportedProgramError(f"method {plan.name!r} value {i}: a {kind}")
+        if kind == "Tensor":
+            n = dims[i] = len(v.sizes)
+        else:
+            n = len(v.items) if kind in _LISTS else 0
+        for rec, count in value_records(abi, kind, n,
+                                        kind != "Tensor" or v.shape_dynamism == 0):
+            m.alloc(rec, count)
     # 2. delegates (what each backend's init takes is not in the file)
     m.alloc(abi.backend_delegate, len(plan.delegates))
     for d in plan.delegates:
@@ -258,4 +269,4 @@ def program_ram(data, target: str = "cortex-m", temp_pool: int | None = None) ->
             for plan in pte.program.execution_plan}
 
 
-__all__ = ["ABIS", "TARGETS", "method_ram", "program_ram"]
+__all__ = ["ABIS", "TARGETS", "Abi", "method_ram", "program_ram", "value_records"]

@@ -1,57 +1,197 @@
-"""The method allocator's records of an ExecuTorch call: what one more instruction costs a
-loaded program besides its planned arenas.
+"""The method allocator's records of an ExecuTorch call, at a target's ABI: what one more
+instruction costs a loaded program besides its planned arenas.
 
-At ``Program::load_method`` the runtime takes, from the method allocator, one `EValue` per
-value of the plan, a `TensorImpl` with its sizes, dim order and strides per tensor value, a
-boxed and an unboxed array per list value, and one `EValue*` per argument of each instruction.
-The emitter makes a new value for every scalar and list argument of every call, and an
-out-variant call names its outputs twice (as ``out`` arguments and as its return). So one
-call costs:
+At ``Program::load_method`` the runtime takes from the method allocator one `EValue` per value
+of the plan, the records ``parse_values`` makes for it (a tensor's strides and `TensorImpl`,
+a list's boxed and unboxed arrays: `ram.value_records`), and per instruction an
+``OpFunction``, an ``InstructionArgs`` and one ``EValue*`` per argument. The emitter makes a
+new value for every scalar, ``None`` and list argument of every call (an int list's items
+are values too), and an out-variant call names its outputs twice: as ``out`` arguments, each
+a new tensor value, and as its return (one more slot each, or for an operator returning a
+tuple, a batch norm or a max pool with indices, one slot and a tensor list of them). A
+Cortex-M call's CMSIS-NN scratch buffers are new tensor values too (a ``memory.alloc``
+each). Tensors a call only reads (activations, weights) are values already: a slot each. A
+layout view (`patch_layout`) of a planned tensor is a tensor value and no instruction; of a
+user input outside the plan, an ``et_view`` call.
 
-    136 B per tensor it writes (the tensor value 120 B, two argument slots)
-    + 8 B per tensor argument (the slot; the value exists already)
-    + 24 B per scalar argument, ``None`` included (a value and a slot)
-    + 48 B + 32 B per element per int list (its value, the boxed list, each element's value)
-    + 48 B + 16 B per element per tensor list
+The sizes and alignments are `ram.ABIS`' (stated once, there): a call is priced by replaying
+its values' allocations (`ram.value_records`) from where an int list leaves the bump pointer
+(the emitter's commonest state), so a call costs (4-D tensors; ``host``: x86-64,
+``cortex-m``: 32-bit Arm)::
 
-Measured on the x86-64 ``libexecutorch`` of the executorch 1.5.1 wheel by loading programs
-with 1 and 5 copies of a call in `benchmarks/executorch_method_bytes.py`'s harness
-(``relu`` 144 B, ``slice_copy`` 240 B, ``constant_pad_nd`` 344 B, ``cat`` of two 240 B,
-``convolution`` 656 B, batch norm 504 B; the formula gives each to within 8 B). A 32-bit
-build takes less (4-byte pointers); the counts are the same.
+                                                   host        cortex-m
+    instruction (OpFunction + InstructionArgs)       24            12
+    argument slot (EValue*)                           8             4
+    output tensor (value + 2 slots)             96 + 16        64 + 8
+    scalar / None (value + slot)                16 + 8         16 + 4
+    int list of n (values + slot)          40 + 32n + 8   28 + 28n + 4 (+ 4 padding)
+    tensor list of n (value + slot)        40 + 16n + 8    28 + 8n + 4
+
+``relu`` costs 144 B on the host and 88 B on a Cortex-M; a Cortex-M convolution (13
+arguments: three int pairs, four ints, a scratch buffer) 704 B and 512 B. The figures are
+`ram.program_ram`'s, which equals the wheel's x86-64 runtime and the emulated Cortex-M55
+(`memsched.board`) to the byte: what a patch search prices as added equals the difference of
+`ram.program_ram` between the patched and the unpatched program exactly on the host ABI, and
+to within 4 B per call on the 32-bit one, where an int list's ``int64`` items are 8-aligned
+after 4-byte pointers and the padding depends on the values before it
+(tests/test_records_abi.py).
+
+Which ABI prices a graph (`default_target`): ``cortex-m`` for the Cortex-M backend's graphs
+(any ``cortex_m::`` operator: they ship to a 32-bit Cortex-M), ``host`` for the rest (portable
+fp32 programs); ``backend_config(target=...)`` chooses.
 """
 from __future__ import annotations
 
 from ..patches import Layout, RuntimeMemory
+from .ram import ABIS, TARGETS, Abi, _Bump, value_records
 
-TENSOR_OUT = 136
-TENSOR_ARG = 8
-SCALAR_ARG = 24
-LIST = 48
-INT_ELEMENT = 32
-TENSOR_ELEMENT = 16
+CORTEX_M, HOST = "cortex-m", "host"
 
-
-def call_bytes(n_outputs: int, tensor_args: int = 0, scalar_args: int = 0,
-               int_lists: tuple = (), tensor_lists: tuple = ()) -> int:
-    """The method allocator's bytes of one call (lists given by their lengths)."""
-    return (TENSOR_OUT * n_outputs + TENSOR_ARG * tensor_args + SCALAR_ARG * scalar_args +
-            sum(LIST + INT_ELEMENT * n for n in int_lists) +
-            sum(LIST + TENSOR_ELEMENT * n for n in tensor_lists))
+# an argument of a call: a tensor value it only reads (one slot), or a value the call brings
+# (kind, n) as `ram.value_records` names it: ("Tensor", rank) for a new tensor (a scratch
+# buffer), ("Int", 0) for a scalar, ("IntList", n), ("TensorList", n), ("Null", 0), ...
+READ = ("read", 0)
+INT = ("Int", 0)
 
 
-def node_call_bytes(node) -> int:
-    """`call_bytes` of an edge-dialect FX call node, its arguments read against the operator's
-    schema (defaults included: the emitter writes every argument); 0 for a node that is no
-    instruction (``getitem``, a placeholder)."""
+def check_target(target) -> str | None:
+    """``target`` if it names an ABI of `ram.ABIS` (or is None: chosen per graph by
+    `default_target`); else ValueError."""
+    if target is None or target in TARGETS:
+        return target
+    raise ValueError(f"records target {target!r}: one of {', '.join(TARGETS)} or None "
+                     "(cortex-m for graphs with cortex_m:: operators, else host)")
+
+
+def default_target(nodes) -> str:
+    """The ABI a graph is priced at: ``cortex-m`` when any of its FX ``nodes`` calls a
+    ``cortex_m::`` operator (the Cortex-M backend's graphs run on a 32-bit Cortex-M), else
+    ``host``."""
+    from .patch_cortex_m import is_cortex_m
+
+    return CORTEX_M if any(getattr(n, "op", None) == "call_function" and
+                           is_cortex_m(n.target) for n in nodes) else HOST
+
+
+class Prices:
+    """The method allocator's bytes of calls and values at one target's ABI (`ram.ABIS`)."""
+
+    def __init__(self, target: str = HOST):
+        check_target(target)
+        self.target = target or HOST
+        self.abi: Abi = ABIS[self.target]
+        # where an int list (its BoxedEvalueList last) leaves the bump pointer, off 8 bytes
+        self._start = self.abi.boxed_list[0] % self.abi.int64[1]
+
+    def values(self, values) -> int:
+        """Bytes of new values ``values`` (``(kind, n)`` each, in the emitter's order): an
+        `EValue` each (an int list's items are values too) and what ``parse_values``
+        allocates for it, its alignment included."""
+        b = _Bump()
+        b.cur = self._start
+        count = 0
+        for kind, n in values:
+            count += 1 + (n if kind == "IntList" else 0)  # an int list's items: Int values
+            for rec, k in value_records(self.abi, kind, n):
+                b.alloc(rec, k)
+        return self.abi.evalue[0] * count + b.cur - self._start
+
+    def call(self, args, outputs=(4,), tuple_return: bool = False) -> int:
+        """Bytes of one out-variant call: its instruction, an ``EValue*`` per argument (each of
+        ``args``: `READ` or a new value ``(kind, n)``) and per output (``outputs``: their
+        ranks), and its new values: the tensors it brings (scratch buffers), its outputs, its
+        scalars and lists in argument order. The return names the outputs again: one more
+        slot each, or (``tuple_return``: an operator returning a tuple, a batch norm's or a max
+        pool's) one slot and a tensor list of them."""
+        abi = self.abi
+        new = [a for a in args if a != READ]
+        tensors = [a for a in new if a[0] == "Tensor"]
+        rest = [a for a in new if a[0] != "Tensor"]
+        ret = [("TensorList", len(outputs))] if tuple_return else []
+        slots = len(args) + len(outputs) + (1 if tuple_return else len(outputs))
+        return (abi.pointer[0] + abi.array_ref[0] + abi.pointer[0] * slots +
+                self.values(tensors + [("Tensor", r) for r in outputs] + rest + ret))
+
+    def view(self, rank: int = 4, planned: bool = True) -> int:
+        """A layout view (`patch_layout`): of a planned tensor the emitter writes no call, only
+        its tensor value; of one outside the plan (a user input the caller provides) an
+        ``executorch_prim::et_view(self, size) -> out`` call (three slots, the sizes a new int
+        list)."""
+        if planned:
+            return self.values([("Tensor", rank)])
+        abi = self.abi  # OpFunction and InstructionArgs, three slots, sizes and the view
+        return abi.pointer[0] * (1 + 3) + abi.array_ref[0] + \
+            self.values([("IntList", rank), ("Tensor", rank)])
+
+    # the calls a patch rewrite writes (`patch_rewrite`), on 4-D feature maps
+    def slice(self) -> int:  # slice_copy(self, dim, start, end, step)
+        return self.call([READ, INT, INT, INT, INT])
+
+    def window(self) -> int:  # as_strided_copy(self, size, stride, storage_offset)
+        return self.call([READ, ("IntList", 4), ("IntList", 4), INT])
+
+    def pad(self, pads: int = 4) -> int:  # constant_pad_nd(self, pad, value)
+        return self.call([READ, ("IntList", pads), ("Double", 0)])
+
+    def concat(self, n: int) -> int:  # cat(tensors, dim)
+        return self.call([("TensorList", n), INT])
+
+    def partial(self, rank: int) -> int:  # sum.dim_IntList(self, dim, keepdim, dtype)
+        return self.call([READ, ("IntList", 2), ("Bool", 0), ("Null", 0)], (rank,))
+
+    def accumulate(self, rank: int) -> int:  # add.Tensor(self, other, alpha)
+        return self.call([READ, READ, INT], (rank,))
+
+    def divide(self, rank: int) -> int:  # div.Scalar(self, other)
+        return self.call([READ, ("Double", 0)], (rank,))
+
+
+def _scalar_kind(v) -> str:
+    if v is None:
+        return "Null"
+    if isinstance(v, bool):
+        return "Bool"
+    if isinstance(v, float):
+        return "Double"
+    if isinstance(v, str):
+        return "String"
+    return "Int"  # ints, dtypes, layouts, memory formats: the emitter writes an Int
+
+
+def _list_kind(a, v) -> str:
+    """The value kind of list argument ``v`` of schema argument ``a``."""
+    import torch
+
+    el = str(a.type.getElementType()) if isinstance(a.type, torch.ListType) else ""
+    if el.startswith("Optional[Tensor") or el.startswith("Tensor?"):
+        return "OptionalTensorList"
+    if el.startswith("Tensor") or any(hasattr(x, "op") for x in v):
+        return "TensorList"
+    if el == "bool":
+        return "BoolList"
+    if el == "float":
+        return "DoubleList"
+    return "IntList"
+
+
+def _is_alloc(v) -> bool:
+    return getattr(v, "op", None) == "call_function" and \
+        getattr(v.target, "__name__", "") == "alloc"
+
+
+def node_call(node):
+    """``(args, output ranks, tuple_return)`` of an edge-dialect FX call node as `Prices.call`
+    takes them,
+    its arguments read against the operator's schema (defaults included: the emitter writes
+    every argument; a ``memory.alloc`` argument, a Cortex-M scratch buffer, is a new tensor);
+    None for a node that is no instruction (``getitem``, a placeholder)."""
     schema = getattr(node.target, "_schema", None)
     if node.op != "call_function" or schema is None:
-        return 0
+        return None
     import torch
 
     args = list(node.args)
-    tensors = scalars = 0
-    ints, tlists = [], []
+    out = []
     for i, a in enumerate(schema.arguments):
         if a.kwarg_only and a.name not in node.kwargs:
             if a.name.startswith("out"):
@@ -62,44 +202,50 @@ def node_call_bytes(node) -> int:
         else:
             v = node.kwargs.get(a.name, a.default_value if a.has_default_value() else None)
         if isinstance(v, (list, tuple)):
-            if any(hasattr(x, "op") for x in v) or isinstance(a.type, torch.ListType) and \
-                    str(a.type.getElementType()).startswith("Tensor"):
-                tlists.append(len(v))
-            else:
-                ints.append(len(v))
+            out.append((_list_kind(a, v), len(v)))
         elif hasattr(v, "op"):
-            tensors += 1
+            val = v.meta.get("val")
+            out.append(("Tensor", val.dim()) if _is_alloc(v) and isinstance(val, torch.Tensor)
+                       else READ)
         else:
-            scalars += 1
+            out.append((_scalar_kind(v), 0))
     val = node.meta.get("val")
-    outs = sum(1 for x in val if isinstance(x, torch.Tensor)) \
-        if isinstance(val, (tuple, list)) else 1
-    return call_bytes(outs, tensors, scalars, tuple(ints), tuple(tlists))
+    if isinstance(val, (tuple, list)):  # each tensor of the tuple an output
+        return out, tuple(x.dim() for x in val if isinstance(x, torch.Tensor)), True
+    return out, (val.dim() if isinstance(val, torch.Tensor) else 4,), False
 
 
-SLICE = call_bytes(1, 1, 4)  # slice_copy(self, dim, start, end, step)
-WINDOW = call_bytes(1, 1, 1, (4, 4))  # as_strided_copy(self, size, stride, storage_offset)
-PAD = call_bytes(1, 1, 1, (4,))  # constant_pad_nd(self, pad, value)
-PARTIAL = call_bytes(1, 1, 2, (2,))  # sum.dim_IntList(self, dim, keepdim, dtype)
-ACCUMULATE = call_bytes(1, 2, 1)  # add.Tensor(self, other, alpha)
-DIVIDE = call_bytes(1, 1, 1)  # div.Scalar(self, other)
-# a planned static view (`patch_layout`): the emitter writes no call, only its tensor value
-VIEW_RECORD = TENSOR_OUT - 2 * TENSOR_ARG
+def node_call_bytes(node, target: str = HOST) -> int:
+    """The method allocator's bytes of edge-dialect FX call node ``node`` at ``target``'s ABI
+    (`node_call`, `Prices.call`); 0 for a node that is no instruction."""
+    call = node_call(node)
+    return Prices(target).call(*call) if call is not None else 0
 
 
 class ExecutorchRecords(RuntimeMemory):
     """ExecuTorch's memory model for the patch search with the method allocator priced: the
     planned arena (activations, as `EXECUTORCH_MEMORY`) plus the records every call the
-    rewrite adds costs (`call_bytes`), so the one evaluator chooses on what a
-    microcontroller provisions. ``op_bytes``: operator index -> the records of its call in the
-    described graph (`node_call_bytes`); ``layout``: the runtime's layout contract
+    rewrite adds costs (`Prices`), so the one evaluator chooses on what the device
+    provisions. ``op_bytes``: operator index -> the records of its call in the described graph
+    (`node_call_bytes` at ``target``); ``layout``: the runtime's layout contract
     (`memsched.patches.Layout`, the Cortex-M one: `patch_layout.CHANNELS_LAST`), whose views
-    between a feature map's forms are priced too (None: no views)."""
+    between a feature map's forms are priced too and whose cuts pad the NHWC form (None: no
+    views); ``target``: the ABI (`ram.ABIS`) the records are priced at; ``unplanned``: the
+    model inputs outside the planned arena (``alloc_graph_input=False``), whose views are
+    calls."""
 
-    def __init__(self, activations, op_bytes: dict[int, int], layout: Layout | None = None):
-        super().__init__("executorch+records", activations)
+    def __init__(self, activations, op_bytes: dict[int, int], layout: Layout | None = None,
+                 target: str = HOST, unplanned=()):
+        super().__init__(f"executorch+records@{target}", activations)
         self.op_bytes = dict(op_bytes)
         self.layout = layout  # the rewrite adds layout views
+        self.prices = p = Prices(target)
+        self.target = p.target
+        # constant_pad_nd's pads: (C,) W, H on the NHWC form of channels-last maps
+        self._slice, self._window = p.slice(), p.window()
+        self._pad = p.pad(6 if layout is not None else 4)
+        self._view, self._input_view = p.view(), p.view(planned=False)
+        self.unplanned = frozenset(unplanned)
 
     def model_persistent(self, sm) -> int:
         return sum(self.op_bytes.get(op.index, 0) for op in sm.ops)
@@ -110,28 +256,34 @@ class ExecutorchRecords(RuntimeMemory):
             else 0
 
     def plan_persistent_delta(self, sm, plan) -> int:
+        p = self.prices
         add = 0
         for nd in plan.nodes:
             if nd.kind == "slice":  # as the rewrite cuts: one axis, or a strided window
                 b, w = nd.base, nd.win
                 rows = (w.h0 - b.h0, w.h1 - b.h0) != (0, b.height)
                 cols = (w.w0 - b.w0, w.w1 - b.w0) != (0, b.width)
-                add += WINDOW if rows and cols else SLICE
+                add += self._window if rows and cols else self._slice
             elif nd.kind == "pad":
-                add += PAD
+                add += self._pad
             elif nd.kind == "concat":
-                add += call_bytes(1, 0, 1, (), (len(nd.inputs),))
-            elif nd.kind == "partial":
-                add += PARTIAL
-            elif nd.kind == "accumulate":
-                add += ACCUMULATE
-            elif nd.kind == "reduce":
-                add += DIVIDE if sm.ops[nd.op].divisor != 1 else 0
+                add += p.concat(len(nd.inputs))
+            elif nd.kind in ("partial", "accumulate", "reduce"):
+                rank = len(sm.tensors[nd.tensor].shape)  # the reduction's own result
+                if nd.kind == "partial":
+                    add += p.partial(rank)
+                elif nd.kind == "accumulate":
+                    add += p.accumulate(rank)
+                elif sm.ops[nd.op].divisor != 1:
+                    add += p.divide(rank)
             else:  # op, vector: a copy of the operator's call
                 add += self.op_bytes.get(sm.ops[nd.op].index, 0)
         if self.layout is not None:
-            add += VIEW_RECORD * len(self.layout.conversions(plan))
+            for src, _ in self.layout.conversions(plan):
+                outside = isinstance(src, tuple) and src[1] in self.unplanned
+                add += self._input_view if outside else self._view
         return add - sum(self.op_bytes.get(sm.ops[k].index, 0) for k in plan.region.ops)
 
 
-__all__ = ["ExecutorchRecords", "call_bytes", "node_call_bytes"]
+__all__ = ["CORTEX_M", "HOST", "ExecutorchRecords", "Prices", "check_target",
+           "default_target", "node_call", "node_call_bytes"]
