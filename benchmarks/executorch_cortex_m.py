@@ -373,7 +373,8 @@ def _latency(buffer, x, repeat: int) -> float:
 
 
 def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
-                    repeat: int) -> list[dict]:
+                    repeat: int, max_overhead: float | None = None,
+                    scalar: bool = True) -> list[dict]:
     """The int8 Cortex-M program of ``name`` for the scalar C path, ExecuTorch's default
     plan vs ``backend_config(tile_patches=True)``, with the input planned and not
     (``alloc_graph_input``). Both programs run in ``executorch.runtime`` with the backend's
@@ -393,7 +394,8 @@ def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
     host_kernels.load()
     model, shape = build(name)
     rows, host_out = [], {}
-    targets = [("scalar", host_kernels.target_config())] + ([("mve", None)] if mve else [])
+    targets = ([("scalar", host_kernels.target_config())] if scalar or not mve else []) + \
+        ([("mve", None)] if mve else [])
     for isa, target in targets:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -405,7 +407,8 @@ def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
                 base = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(
                     memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned)))
                 config = mx.backend_config(time_limit=time_limit, tile_patches=True,
-                                           alloc_graph_input=planned)
+                                           alloc_graph_input=planned,
+                                           max_overhead=max_overhead)
                 t0 = time.perf_counter()
                 ours = copy.deepcopy(edge).to_executorch(config)
                 row["seconds"] = round(time.perf_counter() - t0, 1)
@@ -552,13 +555,17 @@ def main(argv=None) -> int:
                     help="--patches: also the default M55 (MVE) export, run on the emulated "
                          "Cortex-M55 (board RAM, instructions, bit-equal)")
     ap.add_argument("--repeat", type=int, default=5, help="--patches: latency runs")
+    ap.add_argument("--max-overhead", type=float, default=None,
+                    help="--patches: the patch search's MAC budget (default 0.3)")
+    ap.add_argument("--mve-only", action="store_true",
+                    help="--patches --mve: the MVE programs only (no scalar rows)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     if args.patches:
         names = args.models.split(",") if args.models else ["mobilenet_v2", "mobilenet_v1_025"]
         rows = [r for name in names
                 for r in measure_patches(name, args.time_limit, args.calibration, args.mve,
-                                         args.repeat)]
+                                         args.repeat, args.max_overhead, not args.mve_only)]
         print(patch_table(rows))
         if args.mve:
             print()
