@@ -210,15 +210,15 @@ def _pool_model() -> bytes:
 
 
 def test_search_frontier_and_choice():
-    from memsched.patches import search_patches
     from memsched.tflite.read import read_tflite
     from memsched.tflite.spatial import spatial_model
     from memsched.tflite.tflm_memory import TFLMMemory
+    from test_patches_se import search
 
     tg = read_tflite(_small_mobilenet())
     sm = spatial_model(tg)
-    res = search_patches(sm, tg.graph, tg.tensor_index,
-                         TFLMMemory(n_tensors=len(tg.subgraph.tensors)), time_limit=2.0)
+    res = search(sm, tg.graph, tg.tensor_index, TFLMMemory(n_tensors=len(tg.subgraph.tensors)),
+                 time_limit=2.0, max_regions=1)
     assert res.frontier
     macs = [c.macs for c in res.frontier]
     totals = [c.total for c in res.frontier]

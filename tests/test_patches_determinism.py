@@ -9,9 +9,8 @@ import time
 from memsched.memory import MemoryModel
 from memsched.patches.budget import Budget
 from patch_reference import stack_model
-from memsched.patches.search import RuntimeMemory
-from memsched.patches.sequence import search_regions
-from test_patches_se import _graph_of
+from memsched.patches import RuntimeMemory
+from test_patches_se import _graph_of, search
 
 MEMORY = RuntimeMemory("test", MemoryModel.get("tvm"))
 SPECS = [("CONV_2D", 3, 2, 1, "SAME"), ("DEPTHWISE_CONV_2D", 3, 1, 1, "SAME"),
@@ -34,7 +33,7 @@ def _outcome(res) -> tuple:
 def _search(time_limit: float = 10.0):
     sm = stack_model(SPECS, 64, 64, 8)
     graph, index = _graph_of(sm)
-    return search_regions(sm, graph, index, MEMORY, time_limit=time_limit)
+    return search(sm, graph, index, MEMORY, time_limit=time_limit)
 
 
 def test_a_loaded_machine_gives_the_same_result(monkeypatch):
@@ -76,8 +75,8 @@ def test_the_time_limit_stops_and_says_so(monkeypatch):
 def test_budgets_bound_the_work():
     sm = stack_model(SPECS, 64, 64, 8)
     graph, index = _graph_of(sm)
-    small = search_regions(sm, graph, index, MEMORY, budget=Budget(priced=2, extend_priced=1,
-                                                                   total_priced=4, steps=3))
+    small = search(sm, graph, index, MEMORY, budget=Budget(priced=2, extend_priced=1,
+                                                           total_priced=4, steps=3))
     assert small.stopped is None
     assert small.evaluated <= 2 + 8  # the one-region search, and its margins tries
     assert small.priced <= 4 + 8 + 1

@@ -109,16 +109,15 @@ def test_stride_two_window_parity():
 def test_refused_without_the_runtime():
     """Margins only where the runtime's description says its adapter writes them."""
     from memsched.memory import MemoryModel
-    from memsched.patches import Runtime, RuntimeMemory, search_patches
+    from memsched.patches import Runtime, RuntimeMemory
 
-    from test_patches_se import _graph_of
+    from test_patches_se import _graph_of, search
 
     sm = _resnet_block(1)
     graph, index = _graph_of(sm)
     mem = RuntimeMemory("m", MemoryModel())
     with pytest.raises(Refused, match="explicit padding only"):
-        search_patches(sm, graph, index, mem, padding="margins", certify=False)
-    res = search_patches(sm, graph, index, Runtime(mem, implicit_padding=True,
-                                                   padding_rule="same"),
-                         padding="margins", certify=False)
+        search(sm, graph, index, mem, padding="margins", certify=False, max_regions=1)
+    res = search(sm, graph, index, Runtime(mem, implicit_padding=True, padding_rule="same"),
+                 padding="margins", certify=False, max_regions=1)
     assert res.candidates and all(c.margins for c in res.candidates)

@@ -8,14 +8,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from memsched.memory import MemoryModel
-from memsched.patches import search as search_mod
+from memsched.patches import RuntimeMemory
+from memsched.patches import evaluator as evaluator_mod
 from memsched.patches.errors import Refused
 from memsched.patches.plans import plan_patches
 from patch_reference import stack_model
 from memsched.patches.regions import regions
-from memsched.patches.search import RuntimeMemory, search_patches
-from memsched.patches.sequence import price_sequence, search_regions
-from test_patches_se import _graph_of
+from memsched.patches.sequence import price_sequence
+from test_patches_se import _graph_of, search
 
 GRIDS = ((1, 2), (2, 1), (2, 2), (3, 1))
 MEMORY = RuntimeMemory("test", MemoryModel.get("tvm"))
@@ -75,8 +75,8 @@ def _brute(sm, graph, index, max_overhead: float, max_regions: int):
 def deterministic(monkeypatch):
     """The search's evaluator with every heuristic on, always (as `price_sequence`), and the
     small grid set the brute force enumerates."""
-    monkeypatch.setattr(search_mod, "REFINE_WINDOW", float("inf"))
-    monkeypatch.setattr(search_mod, "DEFAULT_GRIDS", GRIDS)
+    monkeypatch.setattr(evaluator_mod, "REFINE_WINDOW", float("inf"))
+    monkeypatch.setattr(evaluator_mod, "DEFAULT_GRIDS", GRIDS)
 
 
 @settings(max_examples=25, deadline=None,
@@ -86,11 +86,11 @@ def test_regions_equal_brute_force(deterministic, sm, max_overhead):
     graph, index = _graph_of(sm)
     kw = dict(max_overhead=max_overhead, time_limit=60.0, certify=False,
               frontier_overhead=float("inf"))
-    res = search_regions(sm, graph, index, MEMORY, max_regions=3, **kw)
+    res = search(sm, graph, index, MEMORY, max_regions=3, **kw)
     want = _brute(sm, graph, index, max_overhead, 3)
     got = res.choice.total if res.choice is not None else None
     assert got == want
-    one = search_patches(sm, graph, index, MEMORY, **kw).choice
+    one = search(sm, graph, index, MEMORY, max_regions=1, **kw).choice
     if one is not None:  # never worse than the best single region
         assert got is not None and got <= one.total
     if res.choice is not None:
@@ -112,12 +112,12 @@ def test_two_regions_beat_one_on_a_deep_stack():
              ("CONV_2D", 1, 1, 1, "SAME"), ("CONV_2D", 3, 2, 1, "SAME")]
     sm = stack_model(specs, 96, 96, 3)
     graph, index = _graph_of(sm)
-    one = search_patches(sm, graph, index, MEMORY, time_limit=3).choice
-    res = search_regions(sm, graph, index, MEMORY, time_limit=3)
+    one = search(sm, graph, index, MEMORY, time_limit=3, max_regions=1).choice
+    res = search(sm, graph, index, MEMORY, time_limit=3)
     c = res.choice
     assert len(c.sequence) >= 2 and c.total < one.total and c.overhead <= 0.3
     assert res.as_dict()["choice"]["regions"][1]["region_start"] == c.sequence[0].region_ops
     assert res.bound(c)["regions"] == len(c.sequence)
     # forced grid or split: one region, as asked
-    forced = search_regions(sm, graph, index, MEMORY, time_limit=2, grid=(2, 2))
+    forced = search(sm, graph, index, MEMORY, time_limit=2, grid=(2, 2))
     assert forced.choice is None or len(forced.choice.sequence) == 1

@@ -128,6 +128,28 @@ def _graph_of(sm):
     return b.build(), index
 
 
+def search(sm, graph, index, runtime, *, se: bool | None = None, starts=(0,),
+           frontier_overhead: float | None = None, **options):
+    """The patch search of `memsched.patches.search_model` (the options resolved into one
+    request, one evaluator, the sequence search over it) on a model described by hand: regions
+    from ``starts`` (default: the model inputs only, not `region_starts`); ``se``: the
+    runtime rewrites squeeze-and-excitation blocks (`Runtime.se`); ``frontier_overhead``: the
+    MAC cap (brute force: the whole frontier); ``options``: `PatchOptions` fields
+    (``max_regions=1``: the one-region search)."""
+    import dataclasses
+
+    from memsched.patches import Described
+    from memsched.patches.evaluator import Evaluator, resolve
+    from memsched.patches.runtime import runtime_of
+    from memsched.patches.sequence import search_sequence
+
+    rt = runtime_of(runtime)
+    if se is not None:
+        rt = dataclasses.replace(rt, se=se)
+    request = resolve(options, rt, sm, starts=starts, frontier_overhead=frontier_overhead)
+    return search_sequence(Evaluator(Described(sm, graph, index), rt, request))
+
+
 SE_STACK = [("CONV_2D", 3, 2, 1, "SAME"), ("DEPTHWISE_CONV_2D", 3, 1, 1, "SAME"),
             ("SE", 2, 1, 1, ""), ("CONV_2D", 1, 1, 1, "SAME"), ("CONV_2D", 3, 2, 1, "SAME"),
             ("CONV_2D", 3, 2, 1, "SAME")]
@@ -135,13 +157,13 @@ SE_STACK = [("CONV_2D", 3, 2, 1, "SAME"), ("DEPTHWISE_CONV_2D", 3, 1, 1, "SAME")
 
 def test_search_prices_se_regions():
     from memsched.memory import MemoryModel
-    from memsched.patches.search import RuntimeMemory, search_patches
+    from memsched.patches import RuntimeMemory
 
     sm = stack_model(SE_STACK, 32, 32, 3)
     graph, index = _graph_of(sm)
     mem = RuntimeMemory("test", MemoryModel.get("tvm"))
-    plain = search_patches(sm, graph, index, mem, time_limit=2.0)
-    se = search_patches(sm, graph, index, mem, time_limit=2.0, se=True)
+    plain = search(sm, graph, index, mem, time_limit=2.0, max_regions=1)
+    se = search(sm, graph, index, mem, time_limit=2.0, se=True, max_regions=1)
     assert all(c.region_ops <= 2 for c in plain.frontier)
     # regions through the SE block were planned and priced by the one evaluator
     priced = [k for k, p in se.plans.items() if len(pass_targets(sm, p.region)) > 1]
@@ -159,7 +181,7 @@ def test_search_takes_the_cheaper_se_variant(seed):
     """Region and grid forced through an SE block: left to itself the search returns the
     lower total of the two variants (recompute, keep), each forced on its own."""
     from memsched.memory import MemoryModel
-    from memsched.patches.search import RuntimeMemory, search_patches
+    from memsched.patches import RuntimeMemory
 
     rng = np.random.default_rng(seed)
     sm = stack_model(SE_STACK, int(rng.integers(16, 40)), int(rng.integers(16, 40)),
@@ -168,8 +190,8 @@ def test_search_takes_the_cheaper_se_variant(seed):
     mem = RuntimeMemory("test", MemoryModel.get("tvm"))
     split = sm.tensors[sm.ops[-2].output].name
     grid = ((2, 2), (3, 1), (2, 3), (4, 4))[seed]
-    got = {mode: search_patches(sm, graph, index, mem, grids=[grid], split=split, se=True,
-                                time_limit=4.0, se_patches=mode).choice
+    got = {mode: search(sm, graph, index, mem, grid=grid, split=split, se=True,
+                        time_limit=4.0, se_patches=mode).choice
            for mode in (None, "recompute", "keep")}
     assert got["keep"].keep and not got["recompute"].keep
     assert got[None].total == min(got["keep"].total, got["recompute"].total)
@@ -260,7 +282,8 @@ def test_random_se_stacks_through_tvm(seed):
     TVM's `TilePatches`, the region forced to end before the head (so through every SE
     block) with either way of getting the feature maps after a mean: built and run in TVM's
     VM, outputs equal to the unpatched module's (integer, exact by default: bit-equal; float,
-    refused by default, with ``exact_reductions=False``: within 1e-5)."""
+    refused by default -- the grid asked for is then an error that says why -- and with
+    ``exact_reductions=False`` within 1e-5)."""
     from tvm import relax
 
     from memsched.generators.relax_cnn import random_input, random_se_stack
@@ -274,10 +297,11 @@ def test_random_se_stacks_through_tvm(seed):
     ref = _tvm_run(mod, x)
     split = _last_spatial(folded["main"], layout)
     grid = ((2, 2), (1, 3), (3, 1))[seed % 3]
-    if not integer:  # a float mean: refused by default, with the reason
-        attrs = TilePatches(grid=grid, split=split, time_limit=2.0)(folded)["main"].attrs
-        assert "memsched.patches_grid" not in attrs
-        assert "float32 sum" in str(attrs["memsched.patches_skipped"])
+    if not integer:  # a float mean: refused by default; a grid asked for is an error, why
+        from memsched.patches import PatchOptionsError
+
+        with pytest.raises(PatchOptionsError, match="float32 sum"):
+            TilePatches(grid=grid, split=split, time_limit=2.0)(folded)
     for mode in ("recompute", "keep"):
         tiled = TilePatches(grid=grid, split=split, time_limit=2.0, se_patches=mode,
                             exact_reductions=integer)(folded)
@@ -325,7 +349,7 @@ def test_search_never_through_an_inexact_reduction(acc, through):
     exactly (a float sum; an int32 sum of int32-range values, which may overflow), the reason
     in ``prefix_end``; ``exact_reductions=False`` lets a float sum through, not an overflow."""
     from memsched.memory import MemoryModel
-    from memsched.patches.search import RuntimeMemory, search_patches
+    from memsched.patches import RuntimeMemory
 
     sm = stack_model(SE_STACK, 32, 32, 3, se_acc=acc)
     mean = next(k for k, op in enumerate(sm.ops) if op.cls == "reduce")
@@ -333,7 +357,7 @@ def test_search_never_through_an_inexact_reduction(acc, through):
     assert (max(r.length for r in regs) > mean) == through
     graph, index = _graph_of(sm)
     mem = RuntimeMemory("test", MemoryModel.get("tvm"))
-    res = search_patches(sm, graph, index, mem, time_limit=2.0, se=True)
+    res = search(sm, graph, index, mem, time_limit=2.0, se=True, max_regions=1)
     assert res.candidates or res.frontier
     assert all((c.region_ops > mean) <= through for c in res.frontier)
     if not through:
@@ -342,8 +366,7 @@ def test_search_never_through_an_inexact_reduction(acc, through):
         assert ("overflow" if acc.startswith("int") else "float32 sum") in why
         split = sm.tensors[sm.ops[-2].output].name  # past the SE block
         with pytest.raises(Refused, match="float32 sum|overflow"):
-            search_patches(sm, graph, index, mem, grids=[(2, 2)], split=split, se=True,
-                           time_limit=1.0)
+            search(sm, graph, index, mem, grid=(2, 2), split=split, se=True, time_limit=1.0)
     loose, _ = regions(sm, se=True, exact_reductions=False)
     assert (max(r.length for r in loose) > mean) == (acc != "int32")
 
@@ -380,7 +403,7 @@ def test_tvm_integer_sum_range(from_int8):
     """`TilePatches`' description reads the summands' range off the graph: an int32 sum of
     int8 values (an ``astype``) is exact and carried through (built and run in TVM's VM:
     bit-equal); one of a conv's int32 outputs (any int32 value) may overflow and ends the
-    region, the reason in the attributes."""
+    region: the grid asked for is then an error that gives the reason."""
     from memsched.transform.tile_patches import TilePatches
     from memsched.transform.tile_patches_describe import describe_block
 
@@ -391,14 +414,17 @@ def test_tvm_integer_sum_range(from_int8):
     assert mean.acc_range == ((-128, 127) if from_int8 else (-(1 << 31), (1 << 31) - 1))
     split = next(b.var.name for b in f.body.blocks[0].bindings
                  if getattr(getattr(b.value, "op", None), "name", "") == "relax.multiply")
-    attrs = TilePatches(grid=(2, 2), split=split, time_limit=1.0)(mod)["main"].attrs
     if from_int8:
-        assert "memsched.patches_grid" in attrs, attrs.get("memsched.patches_skipped")
         tiled = TilePatches(grid=(2, 2), split=split, time_limit=1.0)(mod)
+        attrs = tiled["main"].attrs
+        assert "memsched.patches_grid" in attrs, attrs.get("memsched.patches_skipped")
         x = np.random.default_rng(0).integers(-128, 128, (1, 8, 8, 4)).astype("int8")
         assert np.array_equal(_tvm_run(mod, x), _tvm_run(tiled, x))  # built, run: bit-equal
-    else:
-        assert "overflow" in str(attrs["memsched.patches_skipped"])
+    else:  # the grid asked for cannot be applied: an error that says why
+        from memsched.patches import PatchOptionsError
+
+        with pytest.raises(PatchOptionsError, match="overflow"):
+            TilePatches(grid=(2, 2), split=split, time_limit=1.0)(mod)
 
 
 def _se_tflite_relax(tmp_path):

@@ -35,10 +35,13 @@ and below them:
   window (no PADs, fewer crops; `plan_margins`), for runtimes that pay per inserted node;
 * `patched`: the patched model as an `OpGraph` (what the evaluator prices) and the
   patch-by-patch orders it is priced in;
-* `search`: the one evaluator of one region (activation peak + the bytes the runtime keeps,
-  MACs), the Pareto frontier and the default choice; `result`: its result types;
+* `evaluator`: the objective (activation peak + the bytes the runtime keeps, MACs), the
+  options resolved against a runtime (`resolve` -> `Request`) and the one evaluator of a
+  search (`Evaluator`: the problem, its caches, the prices of candidates);
+* `search`: the one-region search over it, the Pareto frontier and the default choice;
+  `result`: the answer (`SearchResult`) and the candidates;
 * `sequence`: regions as a search dimension: a sequence of k >= 1 regions, each with its own
-  grid, under one MAC budget (`search_regions`);
+  grid, under one MAC budget (`search_sequence`);
 * `reference`: a numpy reference that runs a region whole and patched (tests).
 
 The adapters import from this face only: `memsched.tflite.tile` (.tflite files, TFLite Micro's
@@ -55,8 +58,8 @@ from .request import Described, search_model
 from .result import Candidate, Deferred, SearchResult
 from .runtime import Layout, Runtime, RuntimeMemory
 from .se import classify_se, partial_se_blocks
-from .search import BAND_GRIDS, DEFAULT_GRIDS, patched_graph, search_patches
-from .sequence import search_regions
+from .evaluator import BAND_GRIDS, DEFAULT_GRIDS
+from .patched import patched_graph
 from .starts import region_starts
 # last: the function `regions`, not the module of that name
 from .regions import Region, regions  # noqa: E402, I001
@@ -67,4 +70,4 @@ __all__ = ["BAND_GRIDS", "Budget", "Candidate", "Clock", "DEFAULT_GRIDS", "Defer
            "RuntimeMemory", "SOp", "STensor", "SearchResult", "SpatialModel", "Win",
            "classify_se", "inexact_reduction", "parse_grid", "partial_se_blocks",
            "patched_graph", "plan_patches", "region_starts", "regions", "same_padding",
-           "search_model", "search_patches", "search_regions", "valid_size", "unmet_grid"]
+           "search_model", "valid_size", "unmet_grid"]

@@ -1,11 +1,11 @@
 """The patch search's budgets: work counts that decide, a wall-clock limit that only stops.
 
 A compiler that writes different files for the same input cannot be cached, bisected or
-reviewed (issue 46). So every decision of the search (`search.search_patches`,
-`sequence.search_regions`) is bounded by the work it does, counted the same on every machine:
+reviewed (issue 46). So every decision of the search (`search.search_one`,
+`sequence.search_sequence`) is bounded by the work it does, counted the same on every machine:
 
 * **candidates priced**: a (region, grid) candidate whose patched graph is built and ordered
-  by the heuristics (`search_patches`' ``build``, ~10-30 ms each on MobileNetV2 @224): what
+  by the heuristics (`evaluator.Evaluator.price`, ~10-30 ms each on MobileNetV2 @224): what
   the one-region search (``priced``), each search after a region (``extend_priced``) and the
   whole sequence search (``total_priced``) may spend;
 * **steps** of the sequence search (sequences extended plus deferred candidates taken);
@@ -16,7 +16,8 @@ reviewed (issue 46). So every decision of the search (`search.search_patches`,
 ``time_limit`` keeps its meaning as a safety net: past it the search stops where it is and
 returns the best so far, and says so (`Clock.stopped`, ``SearchResult.stopped``, the adapters'
 reports): only then can the same input give another file on a slower machine. The default
-budgets finish well inside the adapters' default limits on a busy 2-core machine.
+budgets finish well inside the adapters' default limits on a busy 2-core machine. One `Meter`
+per search holds its budget, its clock and the candidates priced so far.
 """
 from __future__ import annotations
 
@@ -98,3 +99,27 @@ class Clock:
         """What a report says when the clock stopped the search in stage ``stopped``."""
         return (f"the time limit stopped the patch search ({stopped}) before its work "
                 "budgets were spent: the result may differ on a faster or less loaded machine")
+
+
+class Meter:
+    """The work of one search (sequence search included): its ``budget``, its ``clock`` (the
+    safety net, started when the meter is made) and the candidates ``priced`` so far
+    (`Budget.total_priced` bounds them)."""
+
+    __slots__ = ("budget", "clock", "priced")
+
+    def __init__(self, budget: Budget, time_limit: float | None):
+        self.budget = budget
+        self.clock = Clock(time_limit)
+        self.priced = 0
+
+    def out(self, stage: str) -> bool:
+        """The clock's `Clock.out`: True once the time limit has passed."""
+        return self.clock.out(stage)
+
+    @property
+    def stopped(self) -> str | None:
+        return self.clock.stopped
+
+    def schedule_options(self) -> dict:
+        return self.budget.schedule_options()

@@ -27,6 +27,7 @@ later pass reads (the search prices both and keeps whichever its evaluator prefe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .errors import Refused
 from .geometry import PAD_NONE, SpatialModel, Win, bbox
@@ -126,143 +127,182 @@ def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int],
     the feature maps later passes read are kept, not recomputed; only for a region with a
     squeeze-and-excitation block; ``max_concat``: the most inputs the runtime's
     concatenation takes, `Runtime.max_concat_inputs`)."""
-    rows, cols = grid
-    cells = grid_cells(*region.hw, rows, cols)
-    passes = pass_targets(sm, region)
-    se = len(passes) > 1
-    if keep and not se:
-        raise Refused("keep: the region has no squeeze-and-excitation block")
-    plan = PatchPlan(region, (rows, cols), cells, keep=keep)
-    nodes = plan.nodes
+    return _Planner(sm, region, grid, keep).build(max_concat)
 
-    def add(nd: PNode) -> int:
-        nodes.append(nd)
-        return len(nodes) - 1
 
-    vec_node: dict[int, int] = {}  # vector tensor -> its node (squeeze-and-excitation)
-    readers: dict[int, list[int]] = {}  # reduced tensor -> its reduce operators
-    for k in region.ops:
-        if sm.ops[k].cls == "reduce":
-            readers.setdefault(sm.ops[k].inputs[0], []).append(k)
-    computed: set[int] = set()
-    tcells = {t: grid_cells(*sm.tensors[t].hw, rows, cols) for ts in passes for t in ts}
-    stage = stages(sm, region) if keep else {}
-    in_readers = {t: [k for k in region.ops if t in sm.ops[k].inputs] for t in region.inputs}
-    if keep:  # one back-propagation per patch: every pass's targets at once
-        kept = [windows(sm, region, cell, _merged(
-            {t: tcells[t][p] for ts in passes for t in ts}, region.split, cell))
-            for p, cell in enumerate(cells)]
-        kept_nodes: list[dict] = [{} for _ in cells]  # per patch: tensor -> node, all passes
-    for phase, targets in enumerate(passes):
-        final = phase == len(passes) - 1
-        acc: dict[int, int] = {}  # reduce operator -> its running sum
-        for p, cell in enumerate(cells):
-            tw = {t: tcells[t][p] for t in targets}
-            if keep:
-                held, reads = kept[p]
-                node_of = kept_nodes[p]
-            else:
-                held, reads = windows(sm, region, cell, tw if se else None)
-                node_of = {}
-            for t in region.inputs:
-                if t not in held or (keep and t not in tw and not any(
-                        stage[sm.ops[k].output] == phase and sm.ops[k].output in held
-                        for k in in_readers[t])):
-                    continue  # keep: sliced in each pass that reads it
-                h, w = sm.tensors[t].hw
-                if held[t] == Win(0, h, 0, w):
-                    node_of[t] = ("t", t)  # the whole model input, no slice
-                else:
-                    node_of[t] = add(PNode("slice", t, held[t], (("t", t),), patch=p,
-                                           base=Win(0, h, 0, w), phase=phase))
+class _At(NamedTuple):
+    """Where `_Planner` is: patch ``p`` of pass ``phase``, the windows it holds and reads,
+    and the node of each tensor it holds."""
 
-            def view(t: int, win: Win) -> int:
-                """Node holding window ``win`` of tensor ``t`` (a crop when ``t``'s is
-                larger)."""
-                src = node_of[t]
-                if held[t] == win:
-                    return src
-                return add(PNode("slice", t, win, (src,), patch=p, base=held[t], phase=phase))
+    p: int
+    phase: int
+    held: dict
+    reads: dict
+    node_of: dict
 
-            for k in region.ops:
-                op = sm.ops[k]
-                if op.cls in VECTOR or op.output not in held or \
-                        (keep and stage[op.output] != phase):
-                    continue
-                computed.add(k)
-                ins = []
-                for pos, t in enumerate(op.inputs):
-                    if op.cls == "scale" and pos == 1:
-                        ins.append(vec_node[t])  # the vector, whole
-                        continue
-                    full, clipped = reads[(k, pos)]
-                    src = view(t, clipped)
-                    if full != clipped:
-                        if op.pad_value == PAD_NONE:
-                            raise Refused(f"operator {op.index} ({op.kind}) with SAME padding "
-                                          "on a border patch: explicit padding would change "
-                                          "what it averages over")
-                        if op.is_pad:
-                            ins.append(src)  # the op itself pads (with the border amounts)
-                            continue
-                        src = add(PNode("pad", t, full, (src,), pads=full.pads(clipped),
-                                        patch=p, pad_value=op.pad_value, phase=phase))
-                    ins.append(src)
-                out = held[op.output]
-                if op.is_pad:
-                    full, clipped = reads[(k, 0)]
-                    if full == clipped:  # an interior patch: the PAD is the identity here
-                        node_of[op.output] = ins[0]
-                        continue
-                    node_of[op.output] = add(PNode("op", op.output, out, tuple(ins), op=k,
-                                                   pads=full.pads(clipped), patch=p,
-                                                   phase=phase))
-                    continue
-                node_of[op.output] = add(PNode("op", op.output, out, tuple(ins), op=k, patch=p,
-                                               phase=phase))
-                plan.macs += sm.op_macs(op, out)
-            if final:
-                for t in region.split:
-                    nd = view(t, cell)
-                    plan.result.setdefault(t, []).append(nd)
-                continue
-            for t in targets:  # partial sums over the patch's own cells
-                src = view(t, tw[t])
-                for k in readers[t]:
-                    o = sm.ops[k].output
-                    nb = sm.tensors[o].nbytes
-                    part = add(PNode("partial", o, tw[t], (src,), op=k, patch=p, phase=phase,
-                                     nbytes=nb))
-                    acc[k] = part if k not in acc else add(
-                        PNode("accumulate", o, tw[t], (acc[k], part), op=k, patch=p,
-                              phase=phase, nbytes=nb))
-        if final:
-            break
-        for k in sorted(acc):  # the reductions of this pass, then the vectors they allow
-            op = sm.ops[k]
-            vec_node[op.output] = add(PNode("reduce", op.output, Win(0, 1, 0, 1), (acc[k],),
-                                            op=k, phase=phase,
-                                            nbytes=sm.tensors[op.output].nbytes))
-            plan.macs += sm.op_macs(op)
-            computed.add(k)
+
+class _Planner:
+    """The nodes of one plan (`plan_patches`), added pass by pass, patch by patch."""
+
+    def __init__(self, sm: SpatialModel, region: Region, grid: tuple[int, int], keep: bool):
+        rows, cols = grid
+        self.sm, self.region, self.keep = sm, region, keep
+        self.cells = cells = grid_cells(*region.hw, rows, cols)
+        self.passes = passes = pass_targets(sm, region)
+        self.se = len(passes) > 1
+        if keep and not self.se:
+            raise Refused("keep: the region has no squeeze-and-excitation block")
+        self.plan = PatchPlan(region, (rows, cols), cells, keep=keep)
+        self.vec_node: dict[int, int] = {}  # vector tensor -> its node (squeeze-and-excitation)
+        self.readers: dict[int, list[int]] = {}  # reduced tensor -> its reduce operators
         for k in region.ops:
+            if sm.ops[k].cls == "reduce":
+                self.readers.setdefault(sm.ops[k].inputs[0], []).append(k)
+        self.computed: set[int] = set()
+        self.tcells = {t: grid_cells(*sm.tensors[t].hw, rows, cols) for ts in passes for t in ts}
+        self.stage = stages(sm, region) if keep else {}
+        self.in_readers = {t: [k for k in region.ops if t in sm.ops[k].inputs]
+                           for t in region.inputs}
+        if keep:  # one back-propagation per patch: every pass's targets at once
+            self.kept = [windows(sm, region, cell, _merged(
+                {t: self.tcells[t][p] for ts in passes for t in ts}, region.split, cell))
+                for p, cell in enumerate(cells)]
+            self.kept_nodes: list[dict] = [{} for _ in cells]  # per patch: tensor -> node
+
+    def add(self, nd: PNode) -> int:
+        self.plan.nodes.append(nd)
+        return len(self.plan.nodes) - 1
+
+    def build(self, max_concat: int | None) -> PatchPlan:
+        sm, region, plan = self.sm, self.region, self.plan
+        for phase, targets in enumerate(self.passes):
+            final = phase == len(self.passes) - 1
+            acc: dict[int, int] = {}  # reduce operator -> its running sum
+            for p, cell in enumerate(self.cells):
+                tw = {t: self.tcells[t][p] for t in targets}
+                at = self._patch(p, phase, cell, tw)
+                for k in region.ops:
+                    self._run(at, k)
+                if final:
+                    for t in region.split:
+                        plan.result.setdefault(t, []).append(self._view(at, t, cell))
+                else:
+                    self._partials(at, targets, tw, acc)
+            if final:
+                break
+            self._finish_pass(phase, acc)
+        if self.se:
+            for k in region.ops:
+                if k not in self.computed:
+                    op = sm.ops[k]
+                    raise Refused(f"operator {op.index} ({op.kind}): its output is never used")
+        plan.region_macs = sum(sm.op_macs(sm.ops[k]) for k in region.ops)
+        reassemble(plan, max_concat)
+        return plan
+
+    def _patch(self, p: int, phase: int, cell: Win, tw: dict) -> _At:
+        """Patch ``p`` of pass ``phase``: its windows, and the slices of the region inputs."""
+        sm, region, keep = self.sm, self.region, self.keep
+        if keep:
+            held, reads = self.kept[p]
+            node_of = self.kept_nodes[p]
+        else:
+            held, reads = windows(sm, region, cell, tw if self.se else None)
+            node_of = {}
+        for t in region.inputs:
+            if t not in held or (keep and t not in tw and not any(
+                    self.stage[sm.ops[k].output] == phase and sm.ops[k].output in held
+                    for k in self.in_readers[t])):
+                continue  # keep: sliced in each pass that reads it
+            h, w = sm.tensors[t].hw
+            if held[t] == Win(0, h, 0, w):
+                node_of[t] = ("t", t)  # the whole model input, no slice
+            else:
+                node_of[t] = self.add(PNode("slice", t, held[t], (("t", t),), patch=p,
+                                            base=Win(0, h, 0, w), phase=phase))
+        return _At(p, phase, held, reads, node_of)
+
+    def _view(self, at: _At, t: int, win: Win) -> int:
+        """Node holding window ``win`` of tensor ``t`` (a crop when ``t``'s is larger)."""
+        src = at.node_of[t]
+        if at.held[t] == win:
+            return src
+        return self.add(PNode("slice", t, win, (src,), patch=at.p, base=at.held[t],
+                              phase=at.phase))
+
+    def _run(self, at: _At, k: int) -> None:
+        """Operator ``k`` on its window in patch ``at`` (if this pass computes it there)."""
+        sm, plan = self.sm, self.plan
+        op = sm.ops[k]
+        if op.cls in VECTOR or op.output not in at.held or \
+                (self.keep and self.stage[op.output] != at.phase):
+            return
+        self.computed.add(k)
+        ins = []
+        for pos, t in enumerate(op.inputs):
+            if op.cls == "scale" and pos == 1:
+                ins.append(self.vec_node[t])  # the vector, whole
+                continue
+            full, clipped = at.reads[(k, pos)]
+            src = self._view(at, t, clipped)
+            if full != clipped:
+                if op.pad_value == PAD_NONE:
+                    raise Refused(f"operator {op.index} ({op.kind}) with SAME padding on a "
+                                  "border patch: explicit padding would change what it "
+                                  "averages over")
+                if op.is_pad:
+                    ins.append(src)  # the op itself pads (with the border amounts)
+                    continue
+                src = self.add(PNode("pad", t, full, (src,), pads=full.pads(clipped),
+                                     patch=at.p, pad_value=op.pad_value, phase=at.phase))
+            ins.append(src)
+        out = at.held[op.output]
+        if op.is_pad:
+            full, clipped = at.reads[(k, 0)]
+            if full == clipped:  # an interior patch: the PAD is the identity here
+                at.node_of[op.output] = ins[0]
+                return
+            at.node_of[op.output] = self.add(PNode("op", op.output, out, tuple(ins), op=k,
+                                                   pads=full.pads(clipped), patch=at.p,
+                                                   phase=at.phase))
+            return
+        at.node_of[op.output] = self.add(PNode("op", op.output, out, tuple(ins), op=k,
+                                               patch=at.p, phase=at.phase))
+        plan.macs += sm.op_macs(op, out)
+
+    def _partials(self, at: _At, targets: list[int], tw: dict, acc: dict) -> None:
+        """The partial sums of the reductions over the patch's own cells, added up."""
+        for t in targets:
+            src = self._view(at, t, tw[t])
+            for k in self.readers[t]:
+                o = self.sm.ops[k].output
+                nb = self.sm.tensors[o].nbytes
+                part = self.add(PNode("partial", o, tw[t], (src,), op=k, patch=at.p,
+                                      phase=at.phase, nbytes=nb))
+                acc[k] = part if k not in acc else self.add(
+                    PNode("accumulate", o, tw[t], (acc[k], part), op=k, patch=at.p,
+                          phase=at.phase, nbytes=nb))
+
+    def _finish_pass(self, phase: int, acc: dict) -> None:
+        """The reductions of this pass, then the vector operators they allow."""
+        sm, plan, vec_node = self.sm, self.plan, self.vec_node
+        for k in sorted(acc):
+            op = sm.ops[k]
+            vec_node[op.output] = self.add(PNode("reduce", op.output, Win(0, 1, 0, 1),
+                                                 (acc[k],), op=k, phase=phase,
+                                                 nbytes=sm.tensors[op.output].nbytes))
+            plan.macs += sm.op_macs(op)
+            self.computed.add(k)
+        for k in self.region.ops:
             op = sm.ops[k]
             if op.cls == "vector" and op.output not in vec_node and \
                     all(t in vec_node for t in op.inputs):
-                vec_node[op.output] = add(PNode("vector", op.output, Win(0, 1, 0, 1),
-                                                tuple(vec_node[t] for t in op.inputs), op=k,
-                                                phase=phase,
-                                                nbytes=sm.tensors[op.output].nbytes))
+                vec_node[op.output] = self.add(PNode("vector", op.output, Win(0, 1, 0, 1),
+                                                     tuple(vec_node[t] for t in op.inputs),
+                                                     op=k, phase=phase,
+                                                     nbytes=sm.tensors[op.output].nbytes))
                 plan.macs += sm.op_macs(op)
-                computed.add(k)
-    if se:
-        for k in region.ops:
-            if k not in computed:
-                op = sm.ops[k]
-                raise Refused(f"operator {op.index} ({op.kind}): its output is never used")
-    plan.region_macs = sum(sm.op_macs(sm.ops[k]) for k in region.ops)
-    reassemble(plan, max_concat)
-    return plan
+                self.computed.add(k)
 
 
 def reassemble(plan: PatchPlan, max_inputs: int | None = None) -> None:

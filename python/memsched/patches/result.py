@@ -1,6 +1,6 @@
-"""The patch search's results: a priced candidate (`Candidate`), one search's frontier and
-choice (`SearchResult`), a candidate it deferred (`Deferred`), and the two rules every search
-ends with (`pareto`, `choose`)."""
+"""The patch search's results: a priced candidate (`Candidate`), the answer of a search
+(`SearchResult`, with the floors its totals are bounded by, `Floors`), a candidate a search
+deferred (`Deferred`), and the two rules every search ends with (`pareto`, `choose`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,8 +12,8 @@ from .regions import Region
 
 class Deferred(NamedTuple):
     """A candidate a one-region search did not price, for the sequence search to price later
-    (`SearchResult.price`): not visited within the budget, or skipped only for the operators
-    after it (a next region may patch those)."""
+    (`search.RegionSearch.price_deferred`): not visited within the budget, or skipped only for
+    the operators after it (a next region may patch those)."""
 
     bound: int  # what bounds the total of the sequences through it
     macs: int  # the whole model's MACs with it
@@ -100,63 +100,69 @@ class Candidate:
                 "regions": [c.region_dict() for c in self.sequence]}
 
 
-@dataclass
+@dataclass(frozen=True)
+class Floors:
+    """What bounds the total of any choice from below, whatever its regions and grids."""
+
+    operators: tuple  # per operator: its inputs and outputs, which any order holds at once
+    base_persistent: int  # persistent bytes of the unpatched model
+    input_bytes: int  # the model inputs (in the arena when the runtime counts them)
+
+    def bound(self, c: Candidate | None, original: Candidate) -> dict:
+        """What bounds the total of candidate ``c`` (None: the unpatched model, ``original``)
+        from below: the unpatched model's persistent bytes plus the largest of the model
+        inputs, the largest operator run whole before the (first) region and the largest
+        operator after the (last) one; ``floor`` is that sum, ``bound_by`` its largest term,
+        ``above_floor`` how far ``c`` is above."""
+        own = self.operators
+        if c is None or not c.region_ops:
+            terms = {"model_input": self.input_bytes, "largest_operator": max(own, default=0)}
+        else:
+            terms = {"model_input": self.input_bytes,
+                     "before_region": max(own[:c.sequence[0].region_start], default=0),
+                     "after_region": max(own[c.region_ops:], default=0)}
+        by = max(terms, key=terms.get)
+        floor = self.base_persistent + terms[by]
+        total = c.total if c is not None else original.total
+        return {"persistent_original": self.base_persistent,
+                "persistent_added": (c.persistent if c is not None else
+                                     self.base_persistent) - self.base_persistent,
+                **terms, "floor": floor, "bound_by": by, "above_floor": total - floor,
+                "operators": len(own), "regions": len(c.sequence) if c is not None else 0}
+
+
+@dataclass(frozen=True)
 class SearchResult:
+    """The answer of one patch search (`memsched.patches.search_model`): the one-region
+    frontier, the choice (a sequence of regions: ``choice.sequence``; None when nothing beats
+    the unpatched model in its best order), the plans an adapter applies (`plans_of`) and what
+    the search did."""
+
     original: Candidate  # the unpatched model (grid 1x1)
-    frontier: list[Candidate]
+    frontier: tuple  # the one-region candidates no other beats on total and MACs
     choice: Candidate | None
-    evaluated: int
-    skipped: int
-    refused: list[str]
+    evaluated: int  # candidates the one-region search priced
+    skipped: int  # ... it skipped by their lower bound
+    refused: tuple  # why a region or grid could not be patched
     prefix_end: str  # why the spatial prefix ends
     seconds: float
     plans: dict = field(default_factory=dict, repr=False)  # Candidate.key -> PatchPlan
     # the unpatched model in the scheduler's order (peak <= the file order's): the choice
     # beats it
     reordered: Candidate | None = None
-    own: list = field(default_factory=list, repr=False)  # per operator: its inputs + outputs
-    base_persistent: int = 0  # persistent bytes of the unpatched model
-    input_bytes: int = 0  # the model inputs (in the arena when the runtime counts them)
-    # every candidate evaluated (the frontier's and the others): where a next region may follow
-    candidates: list = field(default_factory=list, repr=False)
-    # per operator k: the unpatched file order's peak from operator k on (what the operators
-    # after a region ending at k hold at least; the same in the patched model, whose
-    # regions reassemble their split tensors)
-    suffix: list = field(default_factory=list, repr=False)
-    max_end: int = 0  # the end of the deepest region of this search
-    extended: int = 0  # sequences a next region was searched after (`sequence.search_regions`)
-    priced: int = 0  # candidates priced (the work `budget.Budget` counts)
+    floors: Floors | None = field(default=None, repr=False)
+    # every one-region candidate priced (the frontier's and the others)
+    candidates: tuple = field(default=(), repr=False)
+    extended: int = 0  # sequences a next region was searched after (`sequence`)
+    priced: int = 0  # candidates priced by the whole search (the work `budget.Budget` counts)
     # what the wall-clock safety net stopped (`budget.Clock`; None: the budgets alone decided,
     # and the same input gives the same result on any machine)
     stopped: str | None = None
-    # candidates skipped only because of the operators after them (``extend``), and how to
-    # price one of them: ``price(d)`` -> Candidate or None (the search's own evaluator, so a
-    # deferred candidate is priced exactly as if the search had got to it)
-    deferred: list[Deferred] = field(default_factory=list, repr=False)
-    price: object = field(default=None, repr=False)
 
     def bound(self, c: Candidate | None) -> dict:
-        """What bounds the total of candidate ``c`` (None: the unpatched model) from below: the
-        unpatched model's persistent bytes plus the largest of the model inputs, the largest
-        operator run whole before the (first) region and the largest operator after the (last)
-        one (an operator: its inputs and outputs, which any order holds at once); ``floor`` is
-        that sum, ``bound_by`` its largest term, ``above_floor`` how far ``c`` is above."""
-        n = len(self.own)
-        if c is None or not c.region_ops:
-            terms = {"model_input": self.input_bytes,
-                     "largest_operator": max(self.own, default=0)}
-        else:
-            terms = {"model_input": self.input_bytes,
-                     "before_region": max(self.own[:c.sequence[0].region_start], default=0),
-                     "after_region": max(self.own[c.region_ops:], default=0)}
-        by = max(terms, key=terms.get)
-        floor = self.base_persistent + terms[by]
-        total = c.total if c is not None else self.original.total
-        return {"persistent_original": self.base_persistent,
-                "persistent_added": (c.persistent if c is not None else
-                                     self.base_persistent) - self.base_persistent,
-                **terms, "floor": floor, "bound_by": by, "above_floor": total - floor,
-                "operators": n, "regions": len(c.sequence) if c is not None else 0}
+        """What bounds the total of candidate ``c`` (None: the unpatched model) from below
+        (`Floors.bound`)."""
+        return self.floors.bound(c, self.original)
 
     def plans_of(self, c: Candidate) -> list[PatchPlan]:
         """The plans of every region of choice ``c``, in model order: an adapter applies
@@ -170,7 +176,7 @@ class SearchResult:
                 "choice": self.choice.as_dict() if self.choice else None,
                 "frontier": [c.as_dict() for c in self.frontier],
                 "candidates_evaluated": self.evaluated, "candidates_pruned": self.skipped,
-                "refused": self.refused, "prefix_end": self.prefix_end,
+                "refused": list(self.refused), "prefix_end": self.prefix_end,
                 "bound": self.bound(self.choice), "candidates_priced": self.priced,
                 "stopped_by_time_limit": self.stopped,
                 "seconds": round(self.seconds, 3)}

@@ -96,7 +96,7 @@ class Runtime:
     best candidates with margins too). ``max_concat_inputs``: the most inputs one
     concatenation takes (more pieces are chained; None: no limit). ``band_grids``: cutting
     rows is cheap (contiguous pieces of a row-major map), so taller grids are tried too
-    (`memsched.patches.search.BAND_GRIDS`). ``se``: the adapter rewrites squeeze-and-excitation
+    (`memsched.patches.evaluator.BAND_GRIDS`). ``se``: the adapter rewrites squeeze-and-excitation
     blocks (reduce / vector / scale operators). ``no_split_kinds``: operator kinds whose
     outputs it cannot reassemble (a region never ends at them). ``layout``: its layout contract
     for cuts (`Layout`; None: one form for every node)."""
