@@ -212,8 +212,9 @@ def test_import_memsched_needs_no_optional_dependency():
 
 # The patch search's building blocks: a module that imports one of these could loop over
 # regions or grids itself (a second region written once per adapter, as before issue 40)
-SEARCH_INTERNALS = {"search_patches", "plan_patches", "grid_macs", "regions", "heuristic_peak",
-                    "patched_graph", "DEFAULT_GRIDS", "price_sequence"}
+SEARCH_INTERNALS = {"search_one", "search_sequence", "Evaluator", "resolve", "plan_patches",
+                    "grid_macs", "regions", "heuristic_peak", "patched_graph", "DEFAULT_GRIDS",
+                    "price_sequence"}
 
 
 def search_loops(name: str, source: str) -> list[str]:
@@ -251,7 +252,7 @@ def search_loops(name: str, source: str) -> list[str]:
     return found
 
 
-SEARCHES = ("search_regions", "search_model")  # the search, internal name and entry point
+SEARCHES = ("search_sequence", "search_model")  # the search, internal name and entry point
 
 
 def _called(call: ast.Call) -> str:
@@ -261,25 +262,25 @@ def _called(call: ast.Call) -> str:
 
 def test_no_search_over_regions_or_grids_outside_patches():
     """Issue 40: the adapters describe their graph and apply a plan; the regions and grids
-    are searched in `memsched.patches` only (`search_regions`, called once per adapter)."""
+    are searched in `memsched.patches` only (`search_model`, called once per adapter)."""
     bad = {name: why for name, path in modules().items()
            if (why := search_loops(name, path.read_text()))}
     assert not bad, bad
 
 
 def test_the_search_loop_checker_sees_copies():
-    src = ("from ..patches.search import DEFAULT_GRIDS, search_patches\n"
+    src = ("from ..patches.search import DEFAULT_GRIDS, search_one\n"
            "FIRST_GRIDS = ((2, 1), (3, 1))\n"
            "def f(sm):\n"
            "    for g in FIRST_GRIDS:\n"
-           "        search_regions(sm, g)\n"
+           "        search_sequence(sm, g)\n"
            "    return [x for x in DEFAULT_GRIDS]\n")
     why = search_loops("memsched.tflite.tile", src)
-    assert {"imports DEFAULT_GRIDS", "imports search_patches", "defines FIRST_GRIDS",
+    assert {"imports DEFAULT_GRIDS", "imports search_one", "defines FIRST_GRIDS",
             "loops over FIRST_GRIDS", "loops over DEFAULT_GRIDS",
-            "calls search_regions in a loop"} <= set(why)
+            "calls search_sequence in a loop"} <= set(why)
     assert search_loops("memsched.patches.sequence", src) == []
-    assert search_loops("memsched.x", "search_regions(a)\nsearch_model(b)\n") == \
+    assert search_loops("memsched.x", "search_sequence(a)\nsearch_model(b)\n") == \
         ["calls the search 2 times"]
 
 
