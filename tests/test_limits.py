@@ -120,9 +120,11 @@ def test_same_input_same_order_whatever_the_time_limit():
     """A graph whose searches cannot finish: the order comes from the work-bounded stages
     (fusion, baselines, HMCOS), so it is the same for any time limit, run after run."""
     g = random_dag(200, seed=7, window=30)
-    # the exact search is capped by states, not seconds: on a fast machine it would otherwise
-    # finish within the limit and the runs would differ by the machine's speed
-    opts = dict(hmcos_work=3000, segment_hmcos_work=1000, max_states=2000)
+    # the exact searches are capped by work, not seconds (A* by states, no CP-SAT): on a fast
+    # machine they would otherwise finish within the limit and the orders would differ by the
+    # machine's speed. Whether a time-shared lower bound proves the order optimal may still
+    # depend on the clock; the order may not.
+    opts = dict(hmcos_work=3000, segment_hmcos_work=1000, max_states=2000, cpsat=False)
     # limits well above what HMCOS needs for its work budget (0.04 s idle), so a loaded machine
     # (CI with two workers) still stops it by work
     runs = [memsched.schedule(g, "auto", "paper", time_limit=t, **opts) for t in (3.0, 3.0, 6.0)]
@@ -130,7 +132,6 @@ def test_same_input_same_order_whatever_the_time_limit():
         g.check_order(s.order)
         assert s.stats["hmcos_stopped"] == "work"  # HMCOS ran to its budget, not to the clock
         assert not s.stats.get("stages_cut")
-    assert not any(s.optimal for s in runs)
     assert runs[0].order == runs[1].order == runs[2].order
 
 
