@@ -36,6 +36,7 @@ from hypothesis import strategies as st  # noqa: E402
 from torch import nn  # noqa: E402
 
 import memsched.executorch as mx  # noqa: E402
+from cortex_m_models import LAYERS, Block, cba, stack  # noqa: E402
 from memsched import board  # noqa: E402
 from memsched.cli import main  # noqa: E402
 from memsched.executorch.errors import PteFileError  # noqa: E402
@@ -235,27 +236,10 @@ def _lower(edge, planned_input=True, patched=False) -> bytes:
     return buffer
 
 
-def _cba(cin, cout, k=3, s=1, g=1, act=nn.ReLU6):
-    layers = [nn.Conv2d(cin, cout, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(cout)]
-    return nn.Sequential(*layers, *([act()] if act else []))
-
-
-class Block(nn.Module):
-    """An inverted residual (expand, depthwise, project, add)."""
-
-    def __init__(self, c, expand=2):
-        super().__init__()
-        self.body = nn.Sequential(_cba(c, c * expand, 1), _cba(c * expand, c * expand, 3, 1,
-                                                                 c * expand),
-                                  _cba(c * expand, c, 1, act=None))
-
-    def forward(self, x):
-        return x + self.body(x)
-
-
 def test_small_int8_default_and_patched(m55, harness, tmp_path):
     torch.manual_seed(0)
-    model = nn.Sequential(_cba(3, 8, 3, 2), Block(8), _cba(8, 16, 3, 2), Block(16),
+    model = nn.Sequential(cba(3, 8, 3, 2), Block(8, 8, 1, 2), cba(8, 16, 3, 2),
+                          Block(16, 16, 1, 2),
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
     edge, x = _int8_edge(model, (1, 3, 48, 48))
     rows = {}
@@ -281,35 +265,12 @@ def test_mlperf_tiny_resnet8(m55, harness, tmp_path):
     assert row["temp_pool_bytes"] >= row["temp_allocator_bytes"] > 0
 
 
-LAYERS = ["conv3", "conv3s2", "dw3", "conv1", "block", "maxpool", "avgpool", "hardswish"]
-
-
 @settings(max_examples=2, derandomize=True, deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(st.lists(st.sampled_from(LAYERS), min_size=1, max_size=4), st.booleans())
 def test_random_int8_stacks(m55, harness, tmp_path_factory, layers, planned_input):
     torch.manual_seed(len(layers))
-    c, mods = 8, [_cba(3, 8, 3, 1)]
-    for name in layers:
-        if name == "conv3":
-            mods.append(_cba(c, c, 3))
-        elif name == "conv3s2":
-            mods.append(_cba(c, c, 3, 2))
-        elif name == "dw3":
-            mods.append(_cba(c, c, 3, 1, c))
-        elif name == "conv1":
-            mods.append(_cba(c, 2 * c, 1))
-            c *= 2
-        elif name == "block":
-            mods.append(Block(c))
-        elif name == "maxpool":
-            mods.append(nn.MaxPool2d(2, 2))
-        elif name == "avgpool":
-            mods.append(nn.AvgPool2d(2, 2))
-        else:
-            mods.append(_cba(c, c, 3, act=nn.Hardswish))
-    mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 3)]
-    edge, x = _int8_edge(nn.Sequential(*mods), (1, 3, 16, 16))
+    edge, x = _int8_edge(stack(layers), (1, 3, 16, 16))
     check(m55, harness, _lower(edge, planned_input), [x], tmp_path_factory.mktemp("stack"))
 
 

@@ -25,6 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 from torch import nn  # noqa: E402
 
 import memsched.executorch as mx  # noqa: E402
+from cortex_m_models import LAYERS, Block, cba, stack  # noqa: E402
 from memsched import board  # noqa: E402
 from memsched.executorch import host_kernels, pte  # noqa: E402
 from memsched.executorch import patch_cortex_m as cm  # noqa: E402
@@ -153,25 +154,7 @@ def _runs_bit_equal(model, shape, whole=False, planned=True, edge=None, m55=None
     return rep, ours.buffer, sizes(ours.buffer), sizes(base.buffer)
 
 
-def _cba(cin, cout, k=3, s=1, g=1, act=nn.ReLU6):
-    """Conv2d - BatchNorm2d - activation, as users write it (not folded by hand)."""
-    layers = [nn.Conv2d(cin, cout, k, s, k // 2, groups=g, bias=False), nn.BatchNorm2d(cout)]
-    return nn.Sequential(*layers, *([act()] if act else []))
-
-
-class Block(nn.Module):
-    """An inverted residual (expand, depthwise, project, add when shapes allow)."""
-
-    def __init__(self, cin, cout, stride, expand=3):
-        super().__init__()
-        hid = cin * expand
-        self.body = nn.Sequential(_cba(cin, hid, 1), _cba(hid, hid, 3, stride, hid),
-                                  _cba(hid, cout, 1, act=None))
-        self.res = stride == 1 and cin == cout
-
-    def forward(self, x):
-        y = self.body(x)
-        return x + y if self.res else y
+_cba = cba
 
 
 def _small():
@@ -251,36 +234,13 @@ def test_max_pool_and_residual_run_bit_equal(kernels, m55, tmp_path):
     assert rep.patches.region_ops >= 8
 
 
-LAYERS = ["conv3", "conv3s2", "dw3", "conv1", "block", "maxpool", "avgpool", "hardswish"]
-
-
 @settings(max_examples=3, derandomize=True, deadline=None,
           suppress_health_check=list(HealthCheck))
 @given(st.lists(st.sampled_from(LAYERS), min_size=1, max_size=4),
        st.sampled_from([(2, 2), (2, 3), (3, 1)]), st.booleans())
 def test_random_cortex_m_stacks_run_bit_equal(kernels, m55, tmp_path, layers, grid, planned):
     torch.manual_seed(len(layers))
-    c, mods = 8, [_cba(3, 8, 3, 1)]
-    for name in layers:
-        if name == "conv3":
-            mods.append(_cba(c, c, 3))
-        elif name == "conv3s2":
-            mods.append(_cba(c, c, 3, 2))
-        elif name == "dw3":
-            mods.append(_cba(c, c, 3, 1, c))
-        elif name == "conv1":
-            mods.append(_cba(c, 2 * c, 1))
-            c *= 2
-        elif name == "block":
-            mods.append(Block(c, c, 1, 2))
-        elif name == "maxpool":
-            mods.append(nn.MaxPool2d(2, 2))
-        elif name == "avgpool":
-            mods.append(nn.AvgPool2d(2, 2))
-        else:
-            mods.append(_cba(c, c, 3, act=nn.Hardswish))
-    mods += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c, 3)]
-    rep, *_ = _runs_bit_equal(nn.Sequential(*mods), (1, 3, 24, 24), whole=True, grid=grid,
+    rep, *_ = _runs_bit_equal(stack(layers), (1, 3, 24, 24), whole=True, grid=grid,
                               planned=planned, m55=m55, tmp=tmp_path)
     assert rep.patches.region_ops >= 2 + len(layers)  # every random layer patched
 
