@@ -60,8 +60,8 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from ..patches import (Clock, Described, PatchOptions, PatchOptionsError, Refused, Runtime,
-                       SearchResult, search_model, unmet_grid)
+from ..patches import (Clock, Described, PatchOptions, Refused, Runtime, SearchResult,
+                       entry_options, search_model, unmet_grid)
 from .errors import ExecutorchError
 from .model import EXECUTORCH_MODEL
 from .patch_describe import EXECUTORCH_MEMORY, EdgeModel, describe_graph
@@ -202,13 +202,10 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
     ``planned_inputs``: False when the planning pass leaves the user inputs out of the arena
     (``alloc_graph_input=False``). Bad options raise `TilePatchesError`."""
     target = records_target(target)
-    try:
-        opts = PatchOptions.of(options, max_overhead=max_overhead, grid=grid, split=split,
-                               time_limit=time_limit, se_patches=se_patches,
-                               second_region=second_region, exact_reductions=exact_reductions,
-                               padding=padding, max_regions=max_regions)
-    except PatchOptionsError as e:
-        raise TilePatchesError(str(e)) from None
+    opts = entry_options(TilePatchesError, options, max_overhead=max_overhead, grid=grid,
+                         split=split, time_limit=time_limit, se_patches=se_patches,
+                         second_region=second_region, exact_reductions=exact_reductions,
+                         padding=padding, max_regions=max_regions)
     t0 = time.perf_counter()
     rep = TileReport()
     try:
@@ -310,13 +307,11 @@ class TilePatchesPass:
                  planned_inputs: bool = True, exact_reductions=None,
                  padding: str | None = None, max_regions=None, target: str | None = None):
         self.target = records_target(target)
-        try:  # checked once, here: the pass raises on bad options, never on a graph
-            self.options = PatchOptions.of(
-                options, max_overhead=max_overhead, grid=grid, split=split,
-                time_limit=time_limit, se_patches=se_patches, second_region=second_region,
-                exact_reductions=exact_reductions, padding=padding, max_regions=max_regions)
-        except PatchOptionsError as e:
-            raise TilePatchesError(str(e)) from None
+        # checked once, here: a PatchOptions passed on is not checked again
+        self.options = entry_options(
+            TilePatchesError, options, max_overhead=max_overhead, grid=grid, split=split,
+            time_limit=time_limit, se_patches=se_patches, second_region=second_region,
+            exact_reductions=exact_reductions, padding=padding, max_regions=max_regions)
         self.price_records = bool(price_records)
         self.planned_inputs = bool(planned_inputs)  # alloc_graph_input of the planning pass
         self.report: list[TileReport] = []

@@ -51,7 +51,8 @@ pass `TilePatches`, TVM's planned storage) and `memsched.executorch.patch_pass` 
 from .budget import Budget, Clock
 from .geometry import (INT_RANGES, PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor,
                        Win, inexact_reduction, same_padding, valid_size)
-from .options import MAX_REGIONS, PatchOptions, PatchOptionsError, parse_grid, unmet_grid
+from .options import (MAX_REGIONS, PatchOptions, PatchOptionsError, entry_options, parse_grid,
+                      unmet_grid)
 from .errors import Refused
 from .plans import PatchPlan, plan_patches
 from .request import Described, search_model
@@ -70,4 +71,4 @@ __all__ = ["BAND_GRIDS", "Budget", "Candidate", "Clock", "DEFAULT_GRIDS", "Defer
            "RuntimeMemory", "SOp", "STensor", "SearchResult", "SpatialModel", "Win",
            "classify_se", "inexact_reduction", "parse_grid", "partial_se_blocks",
            "patched_graph", "plan_patches", "region_starts", "regions", "same_padding",
-           "search_model", "valid_size", "unmet_grid"]
+           "search_model", "valid_size", "unmet_grid", "entry_options"]

@@ -132,6 +132,18 @@ class PatchOptions:
         return replace(base, **extra) if extra else base  # checked once: no re-validation
 
 
+def entry_options(error, options: PatchOptions | dict | None = None, prefix: str = "",
+                  **given) -> PatchOptions:
+    """How every entry point turns its user's keywords into the one `PatchOptions`:
+    `PatchOptions.of` (``given``'s values that are not None over ``options``), checked once,
+    here; a bad value raises the entry point's own ``error`` class (a ValueError subclass)
+    with the message (after ``prefix``)."""
+    try:
+        return PatchOptions.of(options, **given)
+    except PatchOptionsError as e:
+        raise error(f"{prefix}{e}") from None
+
+
 def _known(d: dict) -> dict:
     names = {f.name for f in fields(PatchOptions)}
     bad = sorted(set(d) - names)

@@ -36,9 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..patches import (PAD_MIN, Candidate, Clock, Described, PatchOptions, PatchOptionsError,
-                       PatchPlan, Refused, SearchResult, SpatialModel, search_model,
-                       unmet_grid)
+from ..patches import (PAD_MIN, Candidate, Clock, Described, PatchOptions, PatchPlan, Refused,
+                       SearchResult, SpatialModel, entry_options, search_model, unmet_grid)
 from .read import TFLiteModelError, graph_of, read_tflite, schema
 from .reorder import _scratch, _target_arena
 from .tflm_memory import with_scratch
@@ -127,13 +126,9 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     no candidate lowers the total arena within the budget, the model is only reordered; a
     file that would need more than the original on ``target`` is never written: the original
     is (with a note)."""
-    try:
-        opts = PatchOptions.of(options, grid=grid, split=split, max_overhead=max_overhead,
-                               time_limit=time_limit, region_start=region_start,
-                               second_region=second_region, padding=padding,
-                               max_regions=max_regions)
-    except PatchOptionsError as e:
-        raise TileError(str(e)) from None
+    opts = entry_options(TileError, options, grid=grid, split=split, max_overhead=max_overhead,
+                         time_limit=time_limit, region_start=region_start,
+                         second_region=second_region, padding=padding, max_regions=max_regions)
     from .reorder import reorder_model
 
     t0 = time.perf_counter()

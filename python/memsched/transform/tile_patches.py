@@ -61,7 +61,7 @@ import tvm_ffi
 from tvm import relax
 
 from ..patches import (Described, PatchOptions, PatchOptionsError, Refused, Runtime,
-                       RuntimeMemory, SearchResult, search_model, unmet_grid)
+                       RuntimeMemory, SearchResult, entry_options, search_model, unmet_grid)
 from . import timings
 from .common import map_relax_functions, with_blocks
 from .tile_patches_describe import BlockModel, TVM_MODEL, describe_block
@@ -139,13 +139,10 @@ class TilePatches:
                  time_limit: float | None = None, functions=None, se_patches: str | None = None,
                  max_regions: int | None = None, exact_reductions: bool | None = None,
                  padding: str | None = None, options: PatchOptions | None = None):
-        try:
-            self.options = PatchOptions.of(
-                options, max_overhead=max_overhead, grid=grid, split=split,
-                time_limit=time_limit, se_patches=se_patches, max_regions=max_regions,
-                exact_reductions=exact_reductions, padding=padding)
-        except PatchOptionsError as e:
-            raise ValueError(f"TilePatches: {e}") from None
+        self.options = entry_options(
+            PatchOptionsError, options, "TilePatches: ", max_overhead=max_overhead, grid=grid,
+            split=split, time_limit=time_limit, se_patches=se_patches, max_regions=max_regions,
+            exact_reductions=exact_reductions, padding=padding)
         self.functions = None if functions is None else set(functions)
 
     def transform_module(self, mod: tvm.IRModule, ctx) -> tvm.IRModule:
