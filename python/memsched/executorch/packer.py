@@ -45,8 +45,12 @@ class MemschedAlgo:
 
     __name__ = "memsched"
 
-    def __init__(self, time_limit: float | None = 10.0, name: str = "memsched"):
+    def __init__(self, time_limit: float | None = 10.0, name: str = "memsched",
+                 arena_nodes: int | None = None):
         self.time_limit = time_limit
+        # a node budget (the patch search's `Budget.arena_nodes`): the packing is bounded by
+        # work, not seconds, so the program is the same on any machine
+        self.arena_nodes = arena_nodes
         self.__name__ = name
         self.reports: list[ArenaReport] = []
         self.top = None  # the top-level graph module being planned (set by the pass)
@@ -114,9 +118,10 @@ class MemschedAlgo:
 
         from ..arena import Lifetime, plan
 
-        limit = 10.0 if self.time_limit is None else self.time_limit
+        limits = dict(time_limit=None, max_nodes=self.arena_nodes) if self.arena_nodes else \
+            dict(time_limit=10.0 if self.time_limit is None else self.time_limit)
         lts = [Lifetime(s.allocated_memory, s.lifetime[0], s.lifetime[1]) for s in roots]
-        best = plan(lts, "auto", alignment=alignment, time_limit=limit)
+        best = plan(lts, "auto", alignment=alignment, **limits)
         if not share:
             return best
         at = {id(s): k for k, s in enumerate(roots)}
@@ -124,7 +129,7 @@ class MemschedAlgo:
         moved = list(lts)
         for i, f, q, si, so in pairs:
             moved[q] = Lifetime(lts[q].size, i + 1, lts[q].end)
-        relaxed = plan(moved, "auto", alignment=alignment, time_limit=limit)
+        relaxed = plan(moved, "auto", alignment=alignment, **limits)
         offsets = list(relaxed.offsets)
         if all(_place(offsets, lts, f, q, si, so, relaxed.arena, alignment)
                for _, f, q, si, so in pairs):
@@ -132,7 +137,7 @@ class MemschedAlgo:
         else:
             cands = []
         cands.append(_stacked(lts, pairs, alignment, lambda x: plan(
-            x, "auto", alignment=alignment, time_limit=limit)))
+            x, "auto", alignment=alignment, **limits)))
         for c in cands:
             if c is not None and c.arena < best.arena:
                 best = c

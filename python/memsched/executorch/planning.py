@@ -80,7 +80,10 @@ class PlanReport:
 class MemschedPlanningPass:
     """`MemoryPlanningPass` with memsched's order and packer (see module docstring).
 
-    ``reorder=False`` plans ExecuTorch's order with the exact packer only. Other keyword
+    ``reorder=False`` plans ExecuTorch's order with the exact packer only; ``budget`` (a
+    `memsched.patches.Budget`; `backend_config` gives the patch search's when
+    ``tile_patches=True``) bounds the order and the packing by work instead of
+    ``time_limit``, so the program does not depend on the machine's speed. Other keyword
     arguments are `MemoryPlanningPass`'s. Built lazily as a subclass so that importing this
     module does not import ExecuTorch.
     """
@@ -103,10 +106,14 @@ def _pass_class():
         __doc__ = MemschedPlanningPass.__doc__
 
         def __init__(self, time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool = True,
-                     check: bool = True, **kwargs):
+                     check: bool = True, budget=None, **kwargs):
             if "memory_planning_algo" in kwargs:
                 raise TypeError("MemschedPlanningPass chooses its own memory_planning_algo")
-            self.algo = MemschedAlgo(time_limit)
+            # ``budget`` (a `memsched.patches.Budget`, given after a patch search): the order
+            # and the packing bounded by its work, not by ``time_limit``
+            self.budget = budget
+            self.algo = MemschedAlgo(time_limit, arena_nodes=budget.arena_nodes
+                                     if budget is not None else None)
             super().__init__(
                 memory_planning_algo=MemoryPlanningAlgorithmSuite(algo_list=[greedy, self.algo]),
                 **kwargs)
@@ -145,8 +152,9 @@ def _pass_class():
             self._set_alloc_node_spec(graph_module)
             if self.reorder:
                 try:
-                    order = reorder_graph_module(graph_module, graph_signature, flags,
-                                                 self.time_limit)
+                    order = reorder_graph_module(
+                        graph_module, graph_signature, flags, self.time_limit,
+                        self.budget.final_options() if self.budget is not None else None)
                 except (UnsupportedProgramError, GraphError) as e:  # plan the input order
                     note = f"input order kept: {e}"
             else:
@@ -233,7 +241,10 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
                         "MemschedPlanningPass yourself to change it")
     pass_opts = {k: executorch_config_options.pop(k) for k in _PASS_OPTIONS
                  if k in executorch_config_options}
-    mp = MemschedPlanningPass(time_limit=time_limit, reorder=reorder, **pass_opts)
+    # after a patch search the plan is bounded by its work budgets too: the same program on an
+    # idle and a loaded machine
+    mp = MemschedPlanningPass(time_limit=time_limit, reorder=reorder,
+                              budget=tp.options.budget if tile_patches else None, **pass_opts)
     return ExecutorchBackendConfig(memory_planning_pass=mp, **executorch_config_options)
 
 

@@ -32,12 +32,16 @@ class OrderReport:
     stats: dict = field(default_factory=dict)
 
 
-def schedule_model(model: ProgramModel, time_limit: float | None = 10.0):
-    """memsched's `auto` scheduler on the model's op graph (its `Schedule`)."""
+def schedule_model(model: ProgramModel, time_limit: float | None = 10.0,
+                   options: dict | None = None):
+    """memsched's `auto` scheduler on the model's op graph (its `Schedule`); ``options``: the
+    scheduler's options instead of ``time_limit`` (`memsched.patches.Budget.final_options`:
+    bounded by work, the same order on any machine)."""
     from ..schedulers import schedule
 
     from .model import EXECUTORCH_MODEL
-    return schedule(model.graph, "auto", EXECUTORCH_MODEL, time_limit=time_limit)
+    return schedule(model.graph, "auto", EXECUTORCH_MODEL,
+                    **(options if options is not None else {"time_limit": time_limit}))
 
 
 def apply_node_order(graph_module, nodes) -> None:
@@ -58,7 +62,8 @@ def apply_node_order(graph_module, nodes) -> None:
 
 
 def reorder_graph_module(graph_module, graph_signature=None, flags: PlanFlags | None = None,
-                         time_limit: float | None = 10.0) -> OrderReport:
+                         time_limit: float | None = 10.0,
+                         schedule_options: dict | None = None) -> OrderReport:
     """Reorder ``graph_module`` in place into memsched's order when it lowers the liveness
     peak of the planned specs; return the `OrderReport`."""
     t0 = time.perf_counter()
@@ -75,7 +80,7 @@ def reorder_graph_module(graph_module, graph_signature=None, flags: PlanFlags | 
         raise UnsupportedProgramError(
             f"memsched's model of this graph gives {model_peak:,} B for the input order where "
             f"ExecuTorch's lifetimes give {input_peak:,} B; not reordering")
-    s = schedule_model(model, time_limit)
+    s = schedule_model(model, time_limit, schedule_options)
     nodes = model.nodes_in_order(s.order)
     peak = liveness_peak(nodes, graph_signature, flags, planned, model.refs)
     if peak != s.peak:
