@@ -65,6 +65,9 @@ def cmd_reorder(args) -> int:
     if res.offline_arena is not None:
         print(f"offline plan ({res.offline_plan_action}): arena head {res.offline_arena:,} B"
               f"{' (= liveness bound)' if res.offline_optimal else ''}")
+    if res.arena_bytes is not None:  # computed from the files (`tflm_arena`)
+        print(f"TFLite Micro arena on {res.target}: {res.original_arena_bytes:,} B -> "
+              f"{res.arena_bytes:,} B (the minimal total arena, computed from the files)")
     m = report.get("measured")
     if m:
         print(f"TFLM minimal arena: {m['arena_before']:,} B -> {m['arena_after']:,} B "

@@ -146,6 +146,10 @@ def _print(r: dict, args) -> None:
                       f"above it (added persistent bytes {b['persistent_added']:,} B)")
     if r.get("offline_arena_bytes") is not None:
         console.print(f"offline plan: arena head {r['offline_arena_bytes']:,} B")
+    if r.get("arena_bytes") is not None:  # computed from the files (`tflm_arena`)
+        console.print(f"TFLite Micro arena on {r['target']}: {r['original_arena_bytes']:,} B -> "
+                      f"{r['arena_bytes']:,} B (the minimal total arena, computed from the "
+                      "files)")
     m = r.get("measured")
     if m:
         if m.get("tflm_arena_original"):

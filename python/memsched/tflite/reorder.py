@@ -50,6 +50,7 @@ class ReorderResult:
     # (`tflm_arena.arena`; None: no target, or an operator it does not price)
     target: str | None = None
     arena_bytes: int | None = None
+    original_arena_bytes: int | None = None
     notes: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
 
@@ -60,7 +61,8 @@ class ReorderResult:
                 "seconds": round(self.seconds, 4), "offline_arena_bytes": self.offline_arena,
                 "offline_arena_optimal": self.offline_optimal,
                 "offline_plan_action": self.offline_plan_action, "target": self.target,
-                "arena_bytes": self.arena_bytes, "notes": self.notes,
+                "arena_bytes": self.arena_bytes,
+                "original_arena_bytes": self.original_arena_bytes, "notes": self.notes,
                 "order": self.order}
 
 
@@ -158,9 +160,16 @@ def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = Fal
     t0 = time.perf_counter()
     tg = read_tflite(src)
     label = src if isinstance(src, str) else "model.tflite"
+    original = target and _target_arena(tg.data, target)  # before reorder_model changes tg
     data, res = reorder_model(tg, label, out_label=dst, offline_plan=offline_plan,
                               algorithm=algorithm, time_limit=time_limit,
                               arena_time_limit=arena_time_limit, target=target)
+    res.original_arena_bytes = original or None
+    if original and res.arena_bytes is not None and res.arena_bytes > original:
+        # never larger than the original on the target: the original is written unchanged
+        res.notes.append(f"the reordered file needs {res.arena_bytes:,} B on {target}, the "
+                         f"original {original:,} B: the original is written unchanged")
+        data, res.arena_bytes = bytes(tg.data), original
     res.seconds = time.perf_counter() - t0
     if dst is not None:
         write_model(dst, data)
