@@ -609,9 +609,9 @@ def test_pte_graph_has_the_fx_models_optimum(make, args):
     import memsched.executorch.reorder as reorder
     original = reorder.schedule_model
 
-    def keep(model, time_limit=10.0):
+    def keep(model, time_limit=10.0, options=None):
         caught["graph"] = model.graph
-        return original(model, time_limit)
+        return original(model, time_limit, options)
 
     reorder.schedule_model = keep
     try:
