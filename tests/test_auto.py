@@ -82,7 +82,8 @@ def test_auto_proves_zoo_networks(name):
     g = from_relax(zoo.build_relax(name, fold_bn=True))
     s = schedule(g, "auto", "paper", time_limit=120)
     assert s.optimal, s.stats
-    assert s.stats["fused_ops"] < len(g) / 2
+    # proved by a search-free bound before fusion (hrnet on a quiet machine), or fused to half
+    assert s.stats.get("early_stop") or s.stats["fused_ops"] < len(g) / 2, s.stats
 
 
 @pytest.mark.parametrize("slow", ["none", "astar"])
