@@ -20,5 +20,7 @@ bytes per operator), and what is built on it:
 
 Running and measuring: `litert` (LiteRT interpreters, the segment pipeline), `tflm` (TFLite
 Micro's minimal arena by bisection, its outputs); `tflm_arena` computes that minimal arena from
-the file (a 32-bit Cortex-M with CMSIS-NN, or the host package), no interpreter.
+the file (a 32-bit Cortex-M with CMSIS-NN, or the host package), no interpreter, from
+`tflm_abi` (the records' sizes per target), `tflm_kernels` (what each kernel allocates) and
+`tflm_planner` (TFLM's greedy planner).
 """

@@ -1,0 +1,116 @@
+"""TFLite Micro's records on each target: the sizes and alignments `tflm_arena` replays
+(its docstring says where each goes), the builtin options and op data per operator, and the
+per-node prices the patch search charges from the same tables (`persistent_price`).
+
+Sizes are ``sizeof`` / ``alignof`` of TFLM's headers compiled by ``arm-none-eabi-g++
+-mcpu=cortex-m55`` (``cortex-m``: 32-bit, short enums) and by the host ``g++`` with the
+``tflite-micro`` package's defines (``host``: 64-bit, the package's own parse functions).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .read import TFLiteModelError
+
+TARGETS = ("cortex-m", "host")
+ALIGN = 16  # MicroArenaBufferAlignment()
+PLANNER_BYTES_PER_BUFFER = 40  # GreedyMemoryPlanner::per_buffer_size()
+MAX_SCRATCH_PER_OP = 12  # kMaxScratchBuffersPerOp
+ONLINE = -1  # kOnlinePlannedBuffer
+
+
+class UnpricedModelError(TFLiteModelError):
+    """A model whose TFLite Micro arena `arena` cannot compute: an operator, tensor type or
+    structure outside the priced set (the message names them), or one TFLite Micro itself
+    rejects whatever the arena size."""
+
+
+@dataclass(frozen=True)
+class Abi:
+    """Sizes and kernels of one target: (size, alignment) of TFLM's structs, builtin options
+    and op data (Init's persistent buffer) per operator."""
+
+    name: str
+    kernels: str  # "cmsis-nn" or "reference"
+    word: int  # sizeof(size_t) == sizeof(void*)
+    # RecordingSingleArenaBufferAllocator, GreedyMemoryPlanner, RecordingMicroAllocator
+    allocator_objects: tuple
+    builtin_data_allocator: tuple
+    subgraph_allocations: tuple
+    eval_tensor: tuple
+    node_and_registration: tuple
+    tflite_tensor: tuple
+    affine_quantization: tuple
+    scratch_handle: tuple
+    scratch_request: tuple
+    allocation_info: tuple
+    builtin: dict
+    op_data: dict
+
+
+# builtin options structs (sizeof, alignof) per operator: the parse function's Allocate<T>()
+_BUILTIN_32 = {
+    "CONV_2D": (28, 4), "DEPTHWISE_CONV_2D": (28, 4), "FULLY_CONNECTED": (5, 1),
+    "AVERAGE_POOL_2D": (40, 4), "MAX_POOL_2D": (40, 4), "RESHAPE": (36, 4),
+    "SOFTMAX": (4, 4), "ADD": (2, 1), "MUL": (1, 1), "CONCATENATION": (8, 4),
+    "STRIDED_SLICE": (24, 4), "SQUEEZE": (36, 4), "MEAN": (1, 1), "SUM": (1, 1),
+    "REDUCE_MAX": (1, 1), "REDUCE_MIN": (1, 1), "LEAKY_RELU": (4, 4), "SUB": (2, 1),
+}
+_BUILTIN_64 = dict(_BUILTIN_32, FULLY_CONNECTED=(32, 8), ADD=(8, 4), MUL=(4, 4), SUB=(8, 4))
+
+# op data: sizeof of what each kernel's Init allocates (16-byte aligned); None: no Init
+_OP_DATA_COMMON = {
+    "MUL": 36, "PAD": 56, "PADV2": 56, "STRIDED_SLICE": 84, "RELU": 28, "RELU6": 8,
+    "LOGISTIC": 16, "MEAN": 44, "SUM": 44, "REDUCE_MAX": 44, "REDUCE_MIN": 44, "QUANTIZE": 32,
+    "DEQUANTIZE": 32, "HARD_SWISH": 20, "LEAKY_RELU": 24, "SUB": 52, "TANH": 16,
+    "RESHAPE": None, "SQUEEZE": None, "EXPAND_DIMS": None,
+}
+_OP_DATA_CMSIS = dict(_OP_DATA_COMMON, CONV_2D=60, DEPTHWISE_CONV_2D=60, FULLY_CONNECTED=72,
+                      ADD=60, AVERAGE_POOL_2D=36, MAX_POOL_2D=36, SOFTMAX=64,
+                      CONCATENATION=24)
+_OP_DATA_REF = dict(_OP_DATA_COMMON, CONV_2D=80, DEPTHWISE_CONV_2D=80, FULLY_CONNECTED=72,
+                    ADD=60, AVERAGE_POOL_2D=32, MAX_POOL_2D=32, SOFTMAX=80, CONCATENATION=80)
+
+ABIS = {
+    "cortex-m": Abi("cortex-m", "cmsis-nn", 4, ((52, 4), (44, 4), (124, 4)), (8, 4), (8, 4),
+                     (12, 4), (32, 4), (32, 4), (12, 4), (4, 4), (12, 4), (24, 4),
+                     _BUILTIN_32, _OP_DATA_CMSIS),
+    "host": Abi("host", "reference", 8, ((104, 8), (72, 8), (272, 8)), (16, 8), (24, 8),
+                 (24, 8), (64, 8), (64, 8), (24, 8), (8, 8), (16, 8), (32, 8),
+                 _BUILTIN_64, _OP_DATA_REF),
+}
+
+# TFLM's TfLiteTypeSizeOf per schema TensorType (INT4 counts one byte per element)
+TYPE_BYTES = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 6: 1, 7: 2, 8: 8, 9: 1, 10: 8, 11: 16, 12: 8,
+               13: 4, 15: 4, 16: 2, 17: 1, 18: 2}
+FLOAT32, INT32, INT64, INT16, INT8, INT4 = 0, 2, 4, 7, 9, 17
+
+
+def priced_operators() -> tuple[str, ...]:
+    """The builtin operators `arena` prices (on both targets)."""
+    return tuple(sorted(_OP_DATA_COMMON.keys() | _OP_DATA_CMSIS.keys()))
+
+def round_up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+def round_down(x: int, a: int) -> int:
+    return x // a * a
+
+
+def persistent_price(target: str = "cortex-m"):
+    """What the patch search charges per node and tensor on ``target``
+    (`tflm_memory.TFLMPersistent`): the node struct, the eval tensor, and per operator kind its
+    builtin options plus its kernel's op data (16-byte aligned), from the same tables `arena`
+    replays."""
+    from .tflm_memory import TFLMPersistent
+
+    abi = ABIS[target]
+    data = {}
+    for kind in set(abi.op_data) | set(abi.builtin):
+        b = abi.builtin.get(kind, (0, 1))[0]
+        d = abi.op_data.get(kind)
+        data[kind] = round_up(b, abi.word) + (round_up(d, ALIGN) if d else 0)
+    return TFLMPersistent(node=abi.node_and_registration[0], eval_tensor=abi.eval_tensor[0],
+                          op_data=tuple(sorted(data.items())), default_op_data=48,
+                          per_channel=8)
