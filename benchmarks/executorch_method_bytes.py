@@ -48,20 +48,25 @@ def operator_names(buffer: bytes, method: str = "forward") -> list[str]:
     return [f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators]
 
 
-def method_allocator_bytes(buffer: bytes, method: str = "forward") -> dict:
-    """``{"bytes", "allocations"}`` the method allocator gave when ``method`` was loaded."""
+def method_allocator_bytes(buffer: bytes, method: str = "forward",
+                           temp_pool: int | None = None) -> dict:
+    """``{"bytes", "allocations", "temp_peak"}``: what the method allocator gave when
+    ``method`` was loaded, and the temp allocator's peak; ``temp_pool``: the temp allocator's
+    capacity (default 16 MiB, every operator lookup fits)."""
     with tempfile.NamedTemporaryFile(suffix=".pte") as f:
         f.write(buffer)
         f.flush()
         # libexecutorch registers the prim ops itself (et_view: a view of an unplanned input)
         ops = [n for n in operator_names(buffer, method) if not n.startswith("executorch_prim::")]
-        out = subprocess.run([str(_tool()), f.name, method, *ops],
+        pool = [] if temp_pool is None else ["--temp-pool", str(int(temp_pool))]
+        out = subprocess.run([str(_tool()), f.name, method, *pool, *ops],
                              capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"method_allocator: {out.stderr.strip() or out.returncode}")
     vals = dict(line.split(" ", 1) for line in out.stdout.splitlines())
     return {"bytes": int(vals["method_allocator_bytes"]),
-            "allocations": int(vals["method_allocator_allocations"])}
+            "allocations": int(vals["method_allocator_allocations"]),
+            "temp_peak": int(vals["temp_allocator_peak"])}
 
 
 def main(argv=None) -> int:

@@ -4,9 +4,9 @@ byte to what the runtime takes:
 * ``cortex-m``: the emulated Cortex-M55's firmware (`memsched.board`, ExecuTorch's runtime with
   the ``cortex_m`` kernels on CMSIS-NN for MVE) runs the program and reports its planned
   buffers and the bytes its method and temp allocators used;
-* ``host``: a small harness (below) loads the program with the executorch wheel's x86-64
-  ``libexecutorch`` and allocators that count, as ``benchmarks/executorch_method_bytes.py``
-  does (operators registered as no-op kernels: loading only).
+* ``host``: ``benchmarks/executorch_method_bytes.py``'s harness loads the program with the
+  executorch wheel's x86-64 ``libexecutorch`` and allocators that count (operators
+  registered as no-op kernels: loading only), the temp allocator's capacity as given.
 
 Programs: a small int8 network lowered by ExecuTorch's default and with memsched's patches,
 the input in the arena and not; an MLPerf Tiny model; random int8 stacks; fp32 programs of
@@ -16,12 +16,10 @@ board's part is skipped with the reason.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-import os
 import shutil
 import subprocess
-import tempfile
+import sys
 import warnings
 from pathlib import Path
 
@@ -43,71 +41,11 @@ from memsched.executorch.errors import PteFileError  # noqa: E402
 from memsched.executorch.pte import read_program  # noqa: E402
 from memsched.executorch.ram import program_ram  # noqa: E402
 
-# Loads PROGRAM's METHOD with the wheel's libexecutorch: planned buffers at MethodMeta's
-# sizes, a method allocator and a temp allocator of TEMP_POOL bytes that remember their
-# peaks, the listed operators as no-op kernels. Prints "METHOD_BYTES TEMP_PEAK".
-HARNESS = r"""
-#include <executorch/extension/data_loader/file_data_loader.h>
-#include <executorch/runtime/core/hierarchical_allocator.h>
-#include <executorch/runtime/core/memory_allocator.h>
-#include <executorch/runtime/executor/memory_manager.h>
-#include <executorch/runtime/executor/method.h>
-#include <executorch/runtime/executor/program.h>
-#include <executorch/runtime/kernel/operator_registry.h>
-#include <executorch/runtime/platform/runtime.h>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-using namespace executorch::runtime;
-using executorch::extension::FileDataLoader;
-namespace {
-class PeakAllocator : public MemoryAllocator {
- public:
-  PeakAllocator(uint32_t size, uint8_t* base) : MemoryAllocator(size, base) {}
-  void* allocate(size_t size, size_t alignment = kDefaultAlignment) override {
-    void* p = MemoryAllocator::allocate(size, alignment);
-    if (p != nullptr && used_size() > peak) peak = used_size();
-    return p;
-  }
-  size_t peak = 0;
-};
-void noop(KernelRuntimeContext&, Span<EValue*>) {}
-}  // namespace
-int main(int argc, char** argv) {  // PROGRAM METHOD TEMP_POOL OPERATOR...
-  if (argc < 4) return 2;
-  runtime_init();
-  std::vector<Kernel> kernels;
-  for (int i = 4; i < argc; ++i) kernels.emplace_back(argv[i], noop);
-  if (!kernels.empty() && register_kernels({kernels.data(), kernels.size()}) != Error::Ok)
-    return 1;
-  auto loader = FileDataLoader::from(argv[1]);
-  if (!loader.ok()) return 1;
-  auto program = Program::load(&loader.get());
-  if (!program.ok()) return 1;
-  auto meta = program->method_meta(argv[2]);
-  if (!meta.ok()) return 1;
-  std::vector<std::vector<uint8_t>> buffers;
-  std::vector<Span<uint8_t>> spans;
-  for (size_t i = 0; i < meta->num_memory_planned_buffers(); ++i) {
-    buffers.emplace_back(static_cast<size_t>(meta->memory_planned_buffer_size(i).get()));
-    spans.emplace_back(buffers.back().data(), buffers.back().size());
-  }
-  HierarchicalAllocator planned({spans.data(), spans.size()});
-  const uint32_t kPool = 64u << 20;
-  uint32_t temp_size = static_cast<uint32_t>(std::strtoul(argv[3], nullptr, 10));
-  std::vector<uint8_t> pool(kPool), temp(temp_size + 16);
-  PeakAllocator method_alloc(kPool, pool.data());
-  PeakAllocator temp_alloc(temp_size, temp_size ? temp.data() : nullptr);
-  MemoryManager memory(&method_alloc, &planned, &temp_alloc);
-  auto method = program->load_method(argv[2], &memory);
-  if (!method.ok()) {
-    std::fprintf(stderr, "load_method failed: 0x%x\n", (unsigned)method.error());
-    return 1;
-  }
-  std::printf("%zu %zu\n", method_alloc.used_size(), temp_alloc.peak);
-  return 0;
-}
-"""
+# the host harness: benchmarks/native/method_allocator.cpp (libexecutorch of the wheel, a
+# method allocator and a temp allocator that remember how far they went)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import executorch_method_bytes as host_bytes  # noqa: E402
+
 BOARD_TEMP_POOL = 16 << 20  # the firmware's temp pool: every operator lookup fits
 
 
@@ -123,43 +61,19 @@ def m55():
 @pytest.fixture(scope="module")
 def harness():
     """The host harness, compiled once per source and wheel (skipped without g++)."""
-    import executorch
-
     if shutil.which("g++") is None:
         pytest.skip("no g++ for the host harness")
-    root = Path(list(executorch.__path__)[0])
-    key = hashlib.sha256(HARNESS.encode() + str(root).encode()).hexdigest()[:12]
-    exe = Path(tempfile.gettempdir()) / f"memsched-pte-ram-{key}"
-    if not exe.exists():
-        src = exe.with_suffix(f".{os.getpid()}.cpp")
-        src.write_text(HARNESS)
-        r = subprocess.run(["g++", "-std=c++17", "-O1", "-DC10_USING_CUSTOM_GENERATED_MACROS",
-                            f"-I{root / 'include'}",
-                            f"-I{root / 'include/executorch/runtime/core/portable_type/c10'}",
-                            str(src), f"-L{root / 'lib'}", "-lexecutorch",
-                            f"-Wl,-rpath,{root / 'lib'}", "-o", f"{src}.exe"],
-                           capture_output=True, text=True)
-        src.unlink()
-        if r.returncode:
-            pytest.skip(f"the host harness does not build: {r.stderr.strip()[-200:]}")
-        os.replace(f"{src}.exe", exe)
-    return exe
+    try:
+        return host_bytes._tool()
+    except subprocess.CalledProcessError as e:
+        pytest.skip(f"the host harness does not build: {e.stderr.strip()[-200:]}")
 
 
 def host_measure(exe, program: bytes, tmp: Path, temp_pool: int = BOARD_TEMP_POOL,
                  method: str = "forward") -> tuple[int, int]:
     """(method allocator bytes, temp allocator peak) of loading ``method`` on the host."""
-    plan = next(p for p in read_program(program).program.execution_plan if p.name == method)
-    ops = [f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators]
-    ops = [o for o in ops if not o.startswith("executorch_prim::")]  # libexecutorch has them
-    tmp.mkdir(parents=True, exist_ok=True)
-    path = tmp / "program.pte"
-    path.write_bytes(program)
-    r = subprocess.run([str(exe), str(path), method, str(temp_pool), *ops],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    method_bytes, temp_peak = map(int, r.stdout.split())
-    return method_bytes, temp_peak
+    r = host_bytes.method_allocator_bytes(program, method, temp_pool)
+    return r["bytes"], r["temp_peak"]
 
 
 def check(m55, harness, program: bytes, inputs, tmp: Path) -> dict:

@@ -1,12 +1,14 @@
 // Bytes ExecuTorch's runtime takes from the method allocator when it loads a method.
 //
-// Usage: method_allocator PROGRAM.pte METHOD OPERATOR...
+// Usage: method_allocator PROGRAM.pte METHOD [--temp-pool N] OPERATOR...
 // Loads PROGRAM.pte with libexecutorch (the library the executorch wheel ships), the planned
 // buffers malloc'ed at the sizes the program asks for, and a method allocator that counts
 // what Method::init takes from it (values, tensor records, chains, instructions, kernel
 // tables, argument lists). The operators are registered as no-op kernels: only loading is
 // measured, never running, so the kernels' code does not matter (their tables do, and those
-// are the runtime's own). Prints "method_allocator_bytes N" and the planned buffer sizes.
+// are the runtime's own). The temp allocator holds N bytes (default 16 MiB): below what the
+// operator lookups need, they go to the method allocator. Prints "method_allocator_bytes N",
+// "temp_allocator_peak N" and the planned buffer sizes.
 #include <executorch/extension/data_loader/file_data_loader.h>
 #include <executorch/runtime/core/hierarchical_allocator.h>
 #include <executorch/runtime/core/memory_allocator.h>
@@ -18,6 +20,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 using namespace executorch::runtime;
@@ -53,12 +56,19 @@ void noop(KernelRuntimeContext&, Span<EValue*>) {}
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s PROGRAM.pte METHOD OPERATOR...\n", argv[0]);
+    std::fprintf(stderr, "usage: %s PROGRAM.pte METHOD [--temp-pool N] OPERATOR...\n",
+                 argv[0]);
     return 2;
+  }
+  int first_op = 3;
+  uint32_t temp_size = 16u << 20;
+  if (argc >= 5 && std::string(argv[3]) == "--temp-pool") {
+    temp_size = static_cast<uint32_t>(std::strtoul(argv[4], nullptr, 10));
+    first_op = 5;
   }
   runtime_init();
   std::vector<Kernel> kernels;
-  for (int i = 3; i < argc; ++i) kernels.emplace_back(argv[i], noop);
+  for (int i = first_op; i < argc; ++i) kernels.emplace_back(argv[i], noop);
   if (!kernels.empty() &&
       register_kernels(Span<const Kernel>(kernels.data(), kernels.size())) != Error::Ok) {
     std::fprintf(stderr, "registering the operators failed\n");
@@ -87,9 +97,9 @@ int main(int argc, char** argv) {
   }
   HierarchicalAllocator planned({spans.data(), spans.size()});
   const uint32_t kPool = 256u << 20;
-  std::vector<uint8_t> pool(kPool), temp(16u << 20);
+  std::vector<uint8_t> pool(kPool), temp(temp_size + 16);
   CountingAllocator method_alloc(kPool, pool.data());
-  MemoryAllocator temp_alloc(static_cast<uint32_t>(temp.size()), temp.data());
+  CountingAllocator temp_alloc(temp_size, temp_size ? temp.data() : nullptr);
   MemoryManager memory(&method_alloc, &planned, &temp_alloc);
   auto method = program->load_method(argv[2], &memory);
   if (!method.ok()) {
@@ -98,6 +108,7 @@ int main(int argc, char** argv) {
   }
   std::printf("method_allocator_bytes %zu\n", method_alloc.high());
   std::printf("method_allocator_allocations %zu\n", method_alloc.count());
+  std::printf("temp_allocator_peak %zu\n", temp_alloc.high());
   for (size_t i = 0; i < buffers.size(); ++i)
     std::printf("planned_buffer %zu %zu\n", i, buffers[i].size());
   return 0;
