@@ -34,7 +34,7 @@ from hypothesis import strategies as st  # noqa: E402
 from torch import nn  # noqa: E402
 
 import memsched.executorch as mx  # noqa: E402
-from cortex_m_models import LAYERS, Block, cba, stack  # noqa: E402
+from cortex_m_models import LAYERS, Block, cba, int8_edge, stack  # noqa: E402
 from memsched import board  # noqa: E402
 from memsched.cli import main  # noqa: E402
 from memsched.executorch.errors import PteFileError  # noqa: E402
@@ -100,35 +100,9 @@ def check(m55, harness, program: bytes, inputs, tmp: Path) -> dict:
 
 
 def _int8_edge(model, shape, seed=0):
-    """The Cortex-M flow for the M55's default (MVE) export (``backends/cortex_m/test/
-    tester.py``): (edge program manager after ``CortexMPassManager``, channels-last input)."""
-    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
-    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
-    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
-    from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig
-    from executorch.exir import to_edge
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    g = torch.Generator().manual_seed(seed)
-
-    def sample():
-        return (torch.rand(*shape, generator=g) * 2 - 1).to(memory_format=torch.channels_last)
-
-    x = sample()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        captured = torch.export.export(model.eval(), (x,), strict=True).module(
-            check_guards=False)
-        prepared = prepare_pt2e(captured, CortexMQuantizer())
-        for _ in range(2):
-            prepared(sample())
-        converted = convert_pt2e(prepared, fold_quantize=True)
-        edge = to_edge(torch.export.export(converted, (x,), strict=True),
-                       compile_config=cortex_m_edge_compile_config())
-        pm = CortexMPassManager(edge.exported_program(), CortexMPassManager.pass_list,
-                                target_config=CortexMTargetConfig(cpu=CortexM.M55))
-        edge._edge_programs["forward"] = pm.transform()
-    return edge, x
+    """The Cortex-M flow for the M55's default (MVE) export: (edge program manager after
+    ``CortexMPassManager``, channels-last input)."""
+    return int8_edge(model, shape, seed, isa="mve", calibration=2)
 
 
 def _lower(edge, planned_input=True, patched=False) -> bytes:

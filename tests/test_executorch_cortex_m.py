@@ -25,7 +25,7 @@ from hypothesis import strategies as st  # noqa: E402
 from torch import nn  # noqa: E402
 
 import memsched.executorch as mx  # noqa: E402
-from cortex_m_models import LAYERS, Block, cba, stack  # noqa: E402
+from cortex_m_models import LAYERS, Block, cba, int8_edge, stack  # noqa: E402
 from memsched import board  # noqa: E402
 from memsched.executorch import host_kernels, pte  # noqa: E402
 from memsched.executorch import patch_cortex_m as cm  # noqa: E402
@@ -42,46 +42,7 @@ def kernels():
         pytest.skip(str(e))
 
 
-def _edge(model, shape, seed=0, isa="scalar"):
-    """The Cortex-M harness (``backends/cortex_m/test/tester.py``): (edge program manager
-    after ``CortexMPassManager``, channels-last float input). ``isa``: ``scalar`` (the host
-    kernels' C path), ``mve`` (the M55's default export, which the board runs) or ``both``
-    (one quantized graph lowered twice: ((scalar edge, mve edge), input))."""
-    from executorch.backends.cortex_m.edge_compile_config import cortex_m_edge_compile_config
-    from executorch.backends.cortex_m.passes.cortex_m_pass_manager import CortexMPassManager
-    from executorch.backends.cortex_m.quantizer.quantizer import CortexMQuantizer
-    from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig
-    from executorch.exir import to_edge
-    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
-
-    g = torch.Generator().manual_seed(seed)
-
-    def sample():
-        x = torch.rand(*shape, generator=g) * 2 - 1
-        return x.to(memory_format=torch.channels_last)
-
-    model = model.eval()
-    x = sample()
-    targets = {"scalar": host_kernels.target_config(), "mve": CortexMTargetConfig(cpu=CortexM.M55)}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        captured = torch.export.export(model, (x,), strict=True).module(check_guards=False)
-        prepared = prepare_pt2e(captured, CortexMQuantizer())
-        for _ in range(3):
-            prepared(sample())
-        converted = convert_pt2e(prepared, fold_quantize=True)
-        edge = to_edge(torch.export.export(converted, (x,), strict=True),
-                       compile_config=cortex_m_edge_compile_config())
-        lowered = {}
-        for isa_name in (("scalar", "mve") if isa == "both" else (isa,)):
-            e = copy.deepcopy(edge)
-            pm = CortexMPassManager(e.exported_program(), CortexMPassManager.pass_list,
-                                    target_config=targets[isa_name])
-            e._edge_programs["forward"] = pm.transform()
-            lowered[isa_name] = e
-        if isa == "both":
-            return (lowered["scalar"], lowered["mve"]), x
-        return lowered[isa], x
+_edge = int8_edge
 
 
 @pytest.fixture(scope="module")
