@@ -181,7 +181,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                              arena_nodes=work.arena_nodes, target=target)
     if target is not None:
         out.target, out.arena_bytes = target, rr.arena_bytes
-        out.original_arena_bytes = _target_arena(_original_bytes(src), target)
+        out.original_arena_bytes = _target_arena(tg.data, target)
         larger = None not in (out.arena_bytes, out.original_arena_bytes) and \
             out.arena_bytes > out.original_arena_bytes
         if larger and opts.forced:  # the caller's grid, split or start: written, with a note
@@ -192,7 +192,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
             out.notes.append(f"the rewrite needs {out.arena_bytes:,} B on {target}, the "
                              f"original {out.original_arena_bytes:,} B: the original is "
                              "written unchanged")
-            data, out.arena_bytes, out.choice = _original_bytes(src), \
+            data, out.arena_bytes, out.choice = bytes(tg.data), \
                 out.original_arena_bytes, None
             if dst is not None:
                 from ..fileio import write_atomic
@@ -225,7 +225,7 @@ def _memory(tg, inplace: bool, target: str | None = None, scratch: dict | None =
     (`tflm_memory.quantize_aliases`); persistent bytes at ``target``'s sizes
     (`tflm_arena.persistent_price`; None: the measured 64-bit host prices) and each
     operator's ``scratch`` buffers as its workspace."""
-    from .tflm_memory import PERSISTENT, TFLM_INPLACE, inplace_quantize_graph, with_scratch
+    from .tflm_memory import PERSISTENT, TFLM_INPLACE, inplace_quantize_graph
 
     n = len(tg.subgraph.tensors)
     price = PERSISTENT
@@ -248,13 +248,6 @@ def _with_workspace(sm: SpatialModel, scratch: dict | None) -> SpatialModel:
 
     ops = [replace(op, workspace=sum(scratch.get(op.index, ()))) for op in sm.ops]
     return SpatialModel(ops, sm.tensors, sm.inputs, sm.outputs, sm.macs, sm.name)
-
-
-def _original_bytes(src) -> bytes:
-    if isinstance(src, (bytes, bytearray)):
-        return bytes(src)
-    with open(src, "rb") as f:
-        return f.read()
 
 
 # ---------------------------------------------------------------------------- rewrite
