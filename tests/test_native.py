@@ -296,3 +296,23 @@ def test_both_directions_in_turns_prove_the_optimum(seed, n, first, cap):
     assert p.evaluate(o).peak == pk and lb <= best.peak <= pk <= peak
     if cap == 10**6:
         assert pk == lb == best.peak
+
+
+_ORDERS = """
+import json, sys
+if sys.argv[1] == "ffi":
+    import tvm_ffi  # noqa: F401  (as inside TVM or ExecuTorch: the C++ kernel is cheap to load)
+import memsched
+from memsched.generators.random_graphs import random_dag
+print(json.dumps([memsched.schedule(random_dag(50, seed=s), "auto", time_limit=None, cpsat=False,
+                                    interleave=False, max_states=2000).order for s in range(8)]))
+"""
+
+
+def test_work_bounded_orders_do_not_depend_on_what_the_process_loaded():
+    """Without a time limit the order is the graph's alone: a process that has not imported
+    tvm_ffi (the C++ kernel costs ~1 s to load there) gets the orders of one that has (before,
+    the first ran the Python A* with its smaller quick cap: 4 of these 8 orders differed)."""
+    runs = [subprocess.run([sys.executable, "-c", _ORDERS, mode], capture_output=True, text=True,
+                           check=True).stdout for mode in ("ffi", "plain")]
+    assert runs[0] == runs[1]

@@ -10,7 +10,8 @@ Pipeline (each stage optional, for ablations):
 3. per segment, hardest first, until its peak meets the target or its own proven bound:
    a **quick A\\*** (``QUICK_ASTAR_STATES`` states with the C++ kernel, forward and then
    backward from the schedule's end; ``QUICK_ASTAR_PY_STATES`` with Python, forward; the C++
-   kernel is loaded for it when that is cheap, `memsched.native.cheap_to_load`) on the open
+   kernel is loaded for it when that is cheap, `memsched.native.cheap_to_load`, and always
+   without a time limit) on the open
    segments, which proves NAS cells and RandWire-WS-1/2/3's random stages before the min-cut
    bound or HMCOS would have started (run again after the min-cut bound where that raised a
    segment's bound); the best baseline order, of the segment and of the whole original
@@ -149,8 +150,10 @@ class _Kernel:
             if self.fast is None:
                 raise RuntimeError("native=True but libmemsched_native is not available")
         elif native is None:
-            self.fast = _native_astar(False)
             left = deadline.remaining()
+            # no clock (a call bounded by work alone): the C++ kernel whenever it is built, so
+            # the order does not depend on what the process imported or loaded before
+            self.fast = _native_astar(left is None)
             self.cheap = native_lib.cheap_to_load()
             self.may_load = self.fast is None and (left is None or self.cheap or
                                                    left >= NATIVE_LOAD_MIN_LIMIT)
