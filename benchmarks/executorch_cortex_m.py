@@ -374,7 +374,7 @@ def _latency(buffer, x, repeat: int) -> float:
 
 def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
                     repeat: int, max_overhead: float | None = None,
-                    scalar: bool = True) -> list[dict]:
+                    scalar: bool = True, share: bool = False) -> list[dict]:
     """The int8 Cortex-M program of ``name`` for the scalar C path, ExecuTorch's default
     plan vs ``backend_config(tile_patches=True)``, with the input planned and not
     (``alloc_graph_input``). Both programs run in ``executorch.runtime`` with the backend's
@@ -382,7 +382,9 @@ def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
     bit for bit, latency the median of ``repeat`` runs. Bytes read from the written programs:
     the planned arena, and arena plus the method allocator's bytes measured by loading it
     (`executorch_method_bytes`). ``mve``: the same for the default M55 (MVE) export, planned
-    bytes only (its kernels do not run here)."""
+    bytes only (its kernels do not run here). ``share``: memsched's program is priced and
+    written with its equal values shared (`memsched.executorch.share`), ExecuTorch's default
+    as the emitter writes it."""
     import torch
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
@@ -408,12 +410,13 @@ def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
                     memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned)))
                 config = mx.backend_config(time_limit=time_limit, tile_patches=True,
                                            alloc_graph_input=planned,
-                                           max_overhead=max_overhead)
+                                           max_overhead=max_overhead, share_values=share)
                 t0 = time.perf_counter()
                 ours = copy.deepcopy(edge).to_executorch(config)
+                ours_buffer = mx.share_values(ours.buffer)[0] if share else ours.buffer
                 row["seconds"] = round(time.perf_counter() - t0, 1)
             rep = list(mx.report(config).values())[0]
-            for key, buf in (("default", base.buffer), ("memsched", ours.buffer)):
+            for key, buf in (("default", base.buffer), ("memsched", ours_buffer)):
                 row[key] = sum(pte.planned_sizes(buf)["forward"][1:])
                 row[key + "_method"] = method_allocator_bytes(buf)["bytes"]
             p = rep.patches
@@ -425,15 +428,15 @@ def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
                         max(row["memsched"] + row["memsched_method"], 1)})
             if isa == "scalar":
                 a = host_kernels.run(base.buffer, [x])
-                b = host_kernels.run(ours.buffer, [x])
+                b = host_kernels.run(ours_buffer, [x])
                 host_out[planned] = a
                 row["run"] = "bit-equal" if len(a) == len(b) and all(
                     torch.equal(u, v) for u, v in zip(a, b)) else "DIFFER"
-                row["latency"] = _latency(ours.buffer, x, repeat) / \
+                row["latency"] = _latency(ours_buffer, x, repeat) / \
                     _latency(base.buffer, x, repeat)
             else:
                 row["latency"] = None
-                row.update(_on_board(base.buffer, ours.buffer, x, host_out.get(planned),
+                row.update(_on_board(base.buffer, ours_buffer, x, host_out.get(planned),
                                      f"{name}-{isa}-{int(planned)}"))
             rows.append(row)
             print(f"{name} {isa} alloc_graph_input={planned}: {row['default']:,} -> "
@@ -559,13 +562,17 @@ def main(argv=None) -> int:
                     help="--patches: the patch search's MAC budget (default 0.3)")
     ap.add_argument("--mve-only", action="store_true",
                     help="--patches --mve: the MVE programs only (no scalar rows)")
+    ap.add_argument("--share-values", action="store_true",
+                    help="--patches: memsched's program priced and written with equal values "
+                         "shared (memsched.executorch.share_values)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     if args.patches:
         names = args.models.split(",") if args.models else ["mobilenet_v2", "mobilenet_v1_025"]
         rows = [r for name in names
                 for r in measure_patches(name, args.time_limit, args.calibration, args.mve,
-                                         args.repeat, args.max_overhead, not args.mve_only)]
+                                         args.repeat, args.max_overhead, not args.mve_only,
+                                         args.share_values)]
         print(patch_table(rows))
         if args.mve:
             print()

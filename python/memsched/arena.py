@@ -42,7 +42,7 @@ from .arena_problem import check_alignment as _check_alignment
 from .arena_problem import normalise as _normalise
 
 __all__ = ["Lifetime", "ArenaPlan", "plan", "plan_greedy", "plan_cpsat", "max_live",
-           "verify", "align_up", "stacked_offsets", "METHODS", "GREEDY_ORDERS"]
+           "verify", "align_up", "stacked_offsets", "align_equal", "METHODS", "GREEDY_ORDERS"]
 
 METHODS = ("greedy", "exact", "cpsat", "auto")
 
@@ -240,3 +240,68 @@ def stacked_offsets(groups: Sequence[Sequence[int]], group_sizes: Sequence[int],
         base += align_up(size, alignment)
     return base, offsets
 
+
+
+def align_equal(lifetimes: Sequence[Lifetime], offsets: Sequence[int], keys: Sequence,
+                arena: int, fixed: Iterable[int] = (), rounds: int = 3) -> list[int]:
+    """A packing in which buffers of equal ``keys`` share offsets where they can, the arena
+    no larger: each buffer (earliest first; not those in ``fixed``) moves to the offset of an
+    earlier buffer with its key (the most shared offset first) when no buffer it overlaps in
+    time is there, or when the one buffer there can take its place instead (a swap); up to
+    ``rounds`` passes, until nothing moves. Every step keeps the packing valid (`verify`), so
+    the result is.
+
+    Why: a runtime that describes each buffer by a record (ExecuTorch: one tensor value per
+    buffer) can share one record between buffers that are equal and at the same place at
+    disjoint times (`memsched.executorch.share`); the copies of an operator that a
+    patch-based schedule runs once per patch are such buffers, at whatever offsets the
+    packer left them. ``keys[i]``: what must be equal (None: never moved)."""
+    lts = list(lifetimes)
+    out = list(offsets)
+    fixed = set(fixed)
+    order = sorted(range(len(lts)), key=lambda i: (lts[i].start, lts[i].end, i))
+    by_start = order
+
+    def blockers(k: int, off: int, skip: int = -1) -> list[int] | None:
+        """Buffers in the way of ``k`` at ``off`` (None: off the arena)."""
+        a = lts[k]
+        if off < 0 or off + a.size > arena:
+            return None
+        got = []
+        for j in by_start:
+            b = lts[j]
+            if b.start > a.end:
+                break
+            if j != k and j != skip and a.start <= b.end and off < out[j] + b.size and \
+                    out[j] < off + a.size:
+                got.append(j)
+        return got
+
+    for _ in range(rounds):
+        moved = 0
+        seen: dict = {}  # key -> {offset: buffers there}
+        for k in order:
+            key = keys[k]
+            if key is None:
+                continue
+            places = seen.setdefault(key, {})
+            if k not in fixed and out[k] not in places:
+                for off in sorted(places, key=lambda o: (-places[o], o)):
+                    got = blockers(k, off)
+                    if got == []:
+                        out[k] = off
+                        moved += 1
+                        break
+                    if got and len(got) == 1 and got[0] not in fixed and \
+                            keys[got[0]] not in (None, key):
+                        x, old = got[0], out[k]
+                        apart = old + lts[x].size <= off or off + lts[k].size <= old
+                        if apart and blockers(x, old, skip=k) == [] and \
+                                blockers(k, off, skip=x) == []:
+                            out[x], out[k] = old, off
+                            moved += 1
+                            break
+            places[out[k]] = places.get(out[k], 0) + 1
+        if not moved:
+            break
+    return out

@@ -3,10 +3,14 @@ them (`memsched.executorch.pte`). Not a command of its own: `analyze` and `reord
 ``.pte`` file here.
 
     memsched analyze model.pte [--json] [--plot OUT.svg] [--time-limit S]
-    memsched reorder model.pte -o out.pte [--measure] [--json] [--time-limit S]
+    memsched reorder model.pte -o out.pte [--measure] [--no-share-values] [--json]
+        [--time-limit S]
 
 ``reorder`` rewrites each method's instruction order into the certified one and its planned
-tensors' offsets into the exact packer's; every new plan passes the independent check; a
+tensors' offsets into the exact packer's, then shares equal values (`memsched.executorch.share`,
+unless ``--no-share-values``: one value where the emitter wrote several equal scalars, lists
+or identically placed tensors, fewer method-allocator records); every new plan passes the
+independent check and the shared program `share.check_shared`; a
 method whose plan would not shrink, or that memsched cannot model (a note names why), is left
 as written. ``--measure`` runs both programs in ExecuTorch's runtime on the same random inputs
 before anything is written: any output that differs is one line on stderr, exit status 1, and
@@ -138,7 +142,8 @@ def reorder_pte(args) -> int:
         with _status(not args.json, f"reordering {args.model} ...") as show, \
                 _quiet_native_stderr(getattr(args, "verbose", False)):
             data, methods = pte.reorder(args.model, time_limit=limit, measure=args.measure,
-                                        progress=lambda t: show(f"{args.model}: {t}"))
+                                        progress=lambda t: show(f"{args.model}: {t}"),
+                                        share=not getattr(args, "no_share_values", False))
         report = {"model": args.model, "output": out, "format": "pte", "measured":
                   bool(args.measure), "methods": methods}
         modelled = [m for m in methods.values() if "error" not in m]
@@ -165,4 +170,8 @@ def reorder_pte(args) -> int:
               f"file's order -> {row['peak']:,} B ({status})"
               + ("" if row.get("changed") else f"; unchanged: {row.get('reason')}")
               + ("; outputs bit-equal in ExecuTorch's runtime" if row.get("bit_equal") else ""))
+        if "values_before" in row:
+            print(f"  values shared: {row['values_before']:,} -> {row['values_after']:,} "
+                  f"values; method allocator on cortex-m {row['method_bytes_before']:,} B -> "
+                  f"{row['method_bytes_after']:,} B")
     return 0

@@ -2,7 +2,8 @@
 
     memsched reorder model.tflite -o model.memsched.tflite [--offline-plan] [--measure]
         [--time-limit S] [--json]
-    memsched reorder model.pte -o model.memsched.pte [--measure] [--time-limit S] [--json]
+    memsched reorder model.pte -o model.memsched.pte [--measure] [--no-share-values]
+        [--time-limit S] [--json]
 
 A ``.pte`` program (ExecuTorch) is handled by `memsched.cli.pte`.
 
@@ -134,5 +135,8 @@ def register(sub) -> None:
                    help=".tflite: the device the file is planned for, cortex-m (default: "
                         "CMSIS-NN's scratch buffers priced and given room in the offline plan) "
                         "or host (the tflite-micro package's reference kernels)")
+    p.add_argument("--no-share-values", action="store_true",
+                   help=".pte: keep the emitter's values (default: equal values are shared, "
+                        "fewer method-allocator records)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=cmd_reorder)

@@ -7,6 +7,7 @@ package. One call::
     config = mx.backend_config(time_limit=10)
     et = to_edge(torch.export.export(model, inputs)).to_executorch(config)
     print(mx.report(config))
+    data, _ = mx.share_values(et.buffer)  # the .pte to write: equal values shared
 
 The pieces: `MemschedPlanningPass` (reorder + plan), `MemschedAlgo` / `memsched_algo` (the packer
 with ExecuTorch's algorithm signature), `reorder_graph_module`, `build_model` (the op graph
@@ -23,5 +24,6 @@ from .model import PlanFlags, ProgramModel, build_model, liveness_peak  # noqa: 
 from .packer import ArenaReport, MemschedAlgo, memsched_algo  # noqa: F401
 from .planning import MemschedPlanningPass, PlanReport, backend_config, report  # noqa: F401
 from .reorder import OrderReport, reorder_graph_module  # noqa: F401
+from .share import ShareReport, check_shared, share_values  # noqa: F401
 from .patch_pass import (EXECUTORCH_MEMORY, TilePatchesError, TilePatchesPass,  # noqa: F401
                          TileReport, tile_graph_module)

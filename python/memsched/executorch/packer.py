@@ -76,6 +76,7 @@ class MemschedAlgo:
             base = reserve[mem_id] if len(reserve) > mem_id else 0
             share = _inplace(self.top if self.top is not None else graph_module, roots)
             p = self._pack(roots, share, alignment)
+            p = _aligned(p, roots, share)
             mine = base + p.arena + extra_padding
             greedy_bytes = greedy_sizes[mem_id]
             lower = base + p.lower_bound + extra_padding
@@ -143,6 +144,22 @@ class MemschedAlgo:
                 best = c
         return replace(best, lower_bound=relaxed.lower_bound,
                        optimal=best.arena <= relaxed.lower_bound)
+
+
+def _aligned(p, roots, share):
+    """``p`` with equal tensors (dtype, shape, dim order, bytes) at shared offsets where the
+    packing allows (`memsched.arena.align_equal`, the arena no larger): the emitted program
+    then holds equal tensor values a `memsched.executorch.share` pass can make one (a patch's
+    copies of an operator, scratch buffers of equal calls). The in-place pairs stay."""
+    from dataclasses import replace
+
+    from ..arena import Lifetime, align_equal
+
+    lts = [Lifetime(s.allocated_memory, s.lifetime[0], s.lifetime[1]) for s in roots]
+    keys = [(s.allocated_memory, tuple(s.shape), str(s.dtype), tuple(s.dim_order))
+            if s.is_static_shape_tensor else None for s in roots]
+    fixed = {k for k, s in enumerate(roots) for _, si, so in share if s is si or s is so}
+    return replace(p, offsets=align_equal(lts, p.offsets, keys, p.arena, fixed))
 
 
 def _inplace(graph_module, roots) -> list:

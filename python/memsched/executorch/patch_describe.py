@@ -122,16 +122,19 @@ class EdgeModel:
     # the ABI the method allocator's records are priced at (`ram.ABIS`: "cortex-m", "host")
     target: str = "host"
     planned_inputs: bool = True  # the user inputs are in the planned arena
+    shared: bool = False  # op_bytes priced with the program's equal values shared
 
 
-def describe_graph(gm, planned_inputs: bool = True, target: str | None = None) -> EdgeModel:
+def describe_graph(gm, planned_inputs: bool = True, target: str | None = None,
+                   shared: bool = False) -> EdgeModel:
     """The `EdgeModel` of an edge-dialect graph module (raises `Refused` when it has no
     convolution or pooling on a 1-batch NCHW feature map). ``planned_inputs``: the user
     inputs are in the planned arena (``MemoryPlanningPass(alloc_graph_input=True)``, the
     default); False: the caller owns their buffers, they count 0 bytes. ``target``: the ABI
     its calls' method-allocator records are priced at (`records.Prices`); None:
     `records.default_target` (``cortex-m`` for a graph with ``cortex_m::`` operators, else
-    ``host``)."""
+    ``host``); ``shared``: the written program's equal values will be shared
+    (`memsched.executorch.share`), so a call's scalars and scalar lists are priced once."""
     graph = gm.graph
     target = check_target(target) or default_target(graph.nodes)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -232,9 +235,9 @@ def describe_graph(gm, planned_inputs: bool = True, target: str | None = None) -
     cl = _channels_last(acts)
     sm = SpatialModel(ops, tensors, [index[n] for n in inputs], list(dict.fromkeys(outputs)),
                       macs=macs, name="edge")
-    op_bytes = {k: node_call_bytes(n, target) for k, n in enumerate(nodes)}
+    op_bytes = {k: node_call_bytes(n, target, shared) for k, n in enumerate(nodes)}
     return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of, op_bytes,
-                     cl, target, planned_inputs)
+                     cl, target, planned_inputs, shared)
 
 
 def _channels_last(acts) -> bool:

@@ -122,6 +122,9 @@ class TileReport:
     records_before: int = 0
     records_added: int = 0
     records_target: str = ""
+    # the records were priced for the program with its equal values shared
+    # (`memsched.executorch.share`: write ``share_values(program)``, not the emitter's bytes)
+    values_shared: bool = False
     seconds: float = 0.0
     skipped: str = ""
 
@@ -146,7 +149,8 @@ class TileReport:
                 f"({'certified' if self.certified else 'not proven'}), "
                 f"+{self.values_added} values / +{self.instructions_added} instructions "
                 f"(+{self.records_added:,} B of method-allocator records"
-                f"{' at ' + self.records_target if self.records_target else ''}), "
+                f"{' at ' + self.records_target if self.records_target else ''}"
+                f"{', values shared' if self.values_shared and self.records_target else ''}), "
                 f"{self.seconds:.2f} s")
 
 
@@ -159,7 +163,7 @@ def memory_of(em: EdgeModel, price_records: bool = True):
         return EXECUTORCH_MEMORY
     return ExecutorchRecords(EXECUTORCH_MODEL, em.op_bytes,
                              CHANNELS_LAST if em.channels_last else None, em.target,
-                             () if em.planned_inputs else em.sm.inputs)
+                             () if em.planned_inputs else em.sm.inputs, em.shared)
 
 
 def executorch_runtime(em: EdgeModel, price_records: bool = True) -> Runtime:
@@ -185,7 +189,8 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
                       grid=None, split=None, time_limit=None, se_patches=None,
                       second_region=None, price_records: bool = True,
                       planned_inputs: bool = True, exact_reductions=None, padding=None,
-                      max_regions=None, target: str | None = None):
+                      max_regions=None, target: str | None = None,
+                      share_values: bool = False):
     """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed.
 
     ``options``: the search's `memsched.patches.PatchOptions` (the keywords of the same names
@@ -200,7 +205,9 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
     are priced at, "cortex-m" (32-bit Arm) or "host" (x86-64); None: "cortex-m" for a graph
     with ``cortex_m::`` operators, else "host" (`records.default_target`).
     ``planned_inputs``: False when the planning pass leaves the user inputs out of the arena
-    (``alloc_graph_input=False``). Bad options raise `TilePatchesError`."""
+    (``alloc_graph_input=False``). ``share_values``: the records are priced for the program
+    with its equal values shared (`memsched.executorch.share.share_values`, which the caller
+    applies to the written ``.pte``). Bad options raise `TilePatchesError`."""
     target = records_target(target)
     opts = entry_options(TilePatchesError, options, max_overhead=max_overhead, grid=grid,
                          split=split, time_limit=time_limit, se_patches=se_patches,
@@ -209,8 +216,9 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
     t0 = time.perf_counter()
     rep = TileReport()
     try:
-        em = describe_graph(gm, planned_inputs, target)
+        em = describe_graph(gm, planned_inputs, target, share_values)
         rep.records_target = em.target if price_records else ""
+        rep.values_shared = bool(share_values)
         res = search(em, opts, price_records=price_records)
     except Refused as e:
         if opts.grid is not None:  # a grid asked for is never silently dropped
@@ -305,8 +313,10 @@ class TilePatchesPass:
                  split: str | None = None, time_limit=None, se_patches: str | None = None,
                  second_region=None, price_records: bool = True,
                  planned_inputs: bool = True, exact_reductions=None,
-                 padding: str | None = None, max_regions=None, target: str | None = None):
+                 padding: str | None = None, max_regions=None, target: str | None = None,
+                 share_values: bool = False):
         self.target = records_target(target)
+        self.share_values = bool(share_values)
         # checked once, here: a PatchOptions passed on is not checked again
         self.options = entry_options(
             TilePatchesError, options, max_overhead=max_overhead, grid=grid, split=split,
@@ -321,7 +331,8 @@ class TilePatchesPass:
 
         new, rep = tile_graph_module(graph_module, self.options,
                                      price_records=self.price_records,
-                                     planned_inputs=self.planned_inputs, target=self.target)
+                                     planned_inputs=self.planned_inputs, target=self.target,
+                                     share_values=self.share_values)
         self.report.append(rep)
         if new is None:
             return PassResult(graph_module, False)

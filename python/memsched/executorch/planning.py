@@ -185,7 +185,8 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
                    second_region: bool | None = None, price_records: bool = True,
                    exact_reductions: bool | None = None, padding: str | None = None,
                    max_regions: int | None = None, patch_options=None,
-                   target: str | None = None, **executorch_config_options):
+                   target: str | None = None, share_values: bool = False,
+                   **executorch_config_options):
     """An ``ExecutorchBackendConfig`` whose memory planning is memsched's.
 
     ``time_limit``: seconds for the scheduler and for each arena's packer. ``tile_patches``:
@@ -231,6 +232,7 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
                              split=split, se_patches=se_patches, second_region=second_region,
                              price_records=price_records, exact_reductions=exact_reductions,
                              padding=padding, max_regions=max_regions, target=target,
+                             share_values=share_values,
                              planned_inputs=executorch_config_options.get(
                                  "alloc_graph_input", True))
         executorch_config_options["passes"] = \

@@ -73,12 +73,23 @@ def default_target(nodes) -> str:
                            is_cortex_m(n.target) for n in nodes) else HOST
 
 
-class Prices:
-    """The method allocator's bytes of calls and values at one target's ABI (`ram.ABIS`)."""
+# values `memsched.executorch.share` shares by content: with ``shared`` prices a call's
+# scalars, ``None`` and int / bool / double lists cost their slot only (the first call with
+# that content pays for them, as in the unpatched program)
+SHARED_KINDS = frozenset(("Null", "Int", "Bool", "Double", "String", "IntList", "BoolList",
+                          "DoubleList"))
 
-    def __init__(self, target: str = HOST):
+
+class Prices:
+    """The method allocator's bytes of calls and values at one target's ABI (`ram.ABIS`).
+    ``shared``: the program's equal values are shared (`memsched.executorch.share`), so a
+    call's scalars and scalar lists are free unless they are new content (a patch's slice
+    bounds, a window's offset, a border's pads)."""
+
+    def __init__(self, target: str = HOST, shared: bool = False):
         check_target(target)
         self.target = target or HOST
+        self.shared = bool(shared)
         self.abi: Abi = ABIS[self.target]
         # where an int list (its BoxedEvalueList last) leaves the bump pointer, off 8 bytes
         self._start = self.abi.boxed_list[0] % self.abi.int64[1]
@@ -91,6 +102,8 @@ class Prices:
         b.cur = self._start
         count = 0
         for kind, n in values:
+            if self.shared and kind in SHARED_KINDS:
+                continue
             count += 1 + (n if kind == "IntList" else 0)  # an int list's items: Int values
             for rec, k in value_records(self.abi, kind, n):
                 b.alloc(rec, k)
@@ -123,15 +136,24 @@ class Prices:
         return abi.pointer[0] * (1 + 3) + abi.array_ref[0] + \
             self.values([("IntList", rank), ("Tensor", rank)])
 
+    def new_content(self, values) -> int:
+        """Bytes of values whose content is new even when values are shared (a patch's own
+        bounds): nothing beyond `call` without ``shared``, where `call` counted them."""
+        if not self.shared:
+            return 0
+        return Prices(self.target).values(values)
+
     # the calls a patch rewrite writes (`patch_rewrite`), on 4-D feature maps
-    def slice(self) -> int:  # slice_copy(self, dim, start, end, step)
-        return self.call([READ, INT, INT, INT, INT])
+    def slice(self) -> int:  # slice_copy(self, dim, start, end, step): start, end are new
+        return self.call([READ, INT, INT, INT, INT]) + self.new_content([INT, INT])
 
     def window(self) -> int:  # as_strided_copy(self, size, stride, storage_offset)
-        return self.call([READ, ("IntList", 4), ("IntList", 4), INT])
+        return self.call([READ, ("IntList", 4), ("IntList", 4), INT]) + \
+            self.new_content([INT])
 
     def pad(self, pads: int = 4) -> int:  # constant_pad_nd(self, pad, value)
-        return self.call([READ, ("IntList", pads), ("Double", 0)])
+        return self.call([READ, ("IntList", pads), ("Double", 0)]) + \
+            self.new_content([("IntList", pads)])
 
     def concat(self, n: int) -> int:  # cat(tensors, dim)
         return self.call([("TensorList", n), INT])
@@ -215,11 +237,12 @@ def node_call(node):
     return out, (val.dim() if isinstance(val, torch.Tensor) else 4,), False
 
 
-def node_call_bytes(node, target: str = HOST) -> int:
+def node_call_bytes(node, target: str = HOST, shared: bool = False) -> int:
     """The method allocator's bytes of edge-dialect FX call node ``node`` at ``target``'s ABI
-    (`node_call`, `Prices.call`); 0 for a node that is no instruction."""
+    (`node_call`, `Prices.call`; ``shared``: with the program's equal values shared); 0 for a
+    node that is no instruction."""
     call = node_call(node)
-    return Prices(target).call(*call) if call is not None else 0
+    return Prices(target, shared).call(*call) if call is not None else 0
 
 
 class ExecutorchRecords(RuntimeMemory):
@@ -232,14 +255,16 @@ class ExecutorchRecords(RuntimeMemory):
     between a feature map's forms are priced too and whose cuts pad the NHWC form (None: no
     views); ``target``: the ABI (`ram.ABIS`) the records are priced at; ``unplanned``: the
     model inputs outside the planned arena (``alloc_graph_input=False``), whose views are
-    calls."""
+    calls; ``shared``: the written program's equal values are shared
+    (`memsched.executorch.share`; ``op_bytes`` priced the same way)."""
 
     def __init__(self, activations, op_bytes: dict[int, int], layout: Layout | None = None,
-                 target: str = HOST, unplanned=()):
-        super().__init__(f"executorch+records@{target}", activations)
+                 target: str = HOST, unplanned=(), shared: bool = False):
+        super().__init__(f"executorch+records@{target}{'+shared' if shared else ''}",
+                         activations)
         self.op_bytes = dict(op_bytes)
         self.layout = layout  # the rewrite adds layout views
-        self.prices = p = Prices(target)
+        self.prices = p = Prices(target, shared)
         self.target = p.target
         # constant_pad_nd's pads: (C,) W, H on the NHWC form of channels-last maps
         self._slice, self._window = p.slice(), p.window()
