@@ -240,7 +240,8 @@ def pte_counts(buffer: bytes) -> tuple[int, int]:
 
 def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=None,
             const_prop: bool = True, se_patches: str | None = None,
-            price_records: bool = True, exact_reductions: bool = True) -> dict:
+            price_records: bool = True, exact_reductions: bool = True,
+            share: bool = False) -> dict:
     from executorch.exir import ExecutorchBackendConfig
 
     import memsched.executorch as mx
@@ -251,7 +252,7 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
     model, x = build(name)
     with torch.no_grad():
         ref = model(x)
-    row = {"model": name, "price_records": price_records}
+    row = {"model": name, "price_records": price_records, "share_values": share}
     progs = {}
     # constant propagation folds the classifier's weight permute (1280 x 1000 fp32 = 5.1 MB
     # planned otherwise) into a constant: the same option for all three configs
@@ -261,14 +262,16 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
     row["default_s"] = round(s, 1)
     cfg = mx.backend_config(time_limit=time_limit, **opts)
     et, s = lower(model, x, cfg)
-    progs["memsched"] = et.buffer
+    # share: memsched's programs written with equal values shared (mx.share_values) and the
+    # patch search priced so; ExecuTorch's default as its emitter writes it
+    progs["memsched"] = mx.share_values(et.buffer)[0] if share else et.buffer
     row["memsched_s"] = round(s, 1)
     cfg = mx.backend_config(time_limit=time_limit, tile_patches=True,
                             max_overhead=max_overhead, grid=grid, se_patches=se_patches,
                             price_records=price_records, exact_reductions=exact_reductions,
-                            **opts)
+                            share_values=share, **opts)
     et, s = lower(model, x, cfg)
-    progs["patches"] = et.buffer
+    progs["patches"] = mx.share_values(et.buffer)[0] if share else et.buffer
     row["patches_s"] = round(s, 1)
     rep = list(mx.report(cfg).values())[0]
     tr = rep.patches
@@ -350,13 +353,16 @@ def main(argv=None) -> int:
     ap.add_argument("--float-reductions", action="store_true",
                     help="let regions run through float SE means (exact_reductions=False: "
                     "partial sums equal up to rounding)")
+    ap.add_argument("--share-values", action="store_true",
+                    help="memsched's programs priced and written with equal values shared "
+                         "(memsched.executorch.share_values)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
         row = measure(name, args.runs, args.time_limit, args.max_overhead, args.grid,
                       not args.no_const_prop, args.se_patches, not args.arena_only,
-                      not args.float_reductions)
+                      not args.float_reductions, args.share_values)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     print(json.dumps(rows, indent=1) if args.json else table(rows))

@@ -80,6 +80,8 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=DEFAULT)
     ap.add_argument("--runs", type=int, default=2)
     ap.add_argument("--busy", type=int, default=1, help="CPU-burning processes after run 1")
+    ap.add_argument("--float-reductions", action="store_true",
+                    help="PatchOptions(exact_reductions=False): regions through float SE means")
     a = ap.parse_args(argv)
     from memsched.patches import PatchOptions, search_model
 
@@ -96,7 +98,8 @@ def main(argv=None) -> int:
                 for p in procs:
                     p.start()
             t0 = time.perf_counter()
-            res = search_model(described, runtime, PatchOptions())
+            res = search_model(described, runtime,
+                               PatchOptions(exact_reductions=not a.float_reductions))
             secs.append(time.perf_counter() - t0)
             stop.set()
             for p in procs:

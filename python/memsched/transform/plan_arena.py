@@ -141,7 +141,13 @@ class PlanArena:
     alignment : int
         Byte alignment of every offset (64: below it the VM copies tensors).
     time_limit : float
-        Seconds per function for the exact packer (or CP-SAT).
+        Seconds per function for the exact packer (or CP-SAT): a safety net for ``"exact"``
+        and ``"auto"``, which are bounded by ``max_nodes``.
+    max_nodes : int or None
+        Nodes of the exact packer's search per arena (default 200,000, what the patch
+        search's written plans get: `memsched.patches.budget.ARENA_NODES`): its answer then
+        depends on the lifetimes alone, not on how busy the machine is; None: the time limit
+        alone decides.
     static_plan : bool or None
         Run StaticPlanBlockMemory first. None (default): only when the module has no
         ``relax.memory.alloc_storage`` yet (PlanArena used in place of it).
@@ -154,7 +160,7 @@ class PlanArena:
 
     def __init__(self, method: str = "auto", alignment: int = 64, time_limit: float = 10.0,
                  static_plan: bool | None = None, functions=None, workers: int = 1,
-                 keep_if_worse: bool = True):
+                 keep_if_worse: bool = True, max_nodes: int | None = 200_000):
         if method not in _arena.METHODS:
             raise ValueError(f"unknown arena method {method!r}; choose one of {_arena.METHODS}")
         if int(alignment) < 1:
@@ -170,6 +176,7 @@ class PlanArena:
         self.functions = None if functions is None else set(functions)
         self.workers = workers
         self.keep_if_worse = keep_if_worse
+        self.max_nodes = None if max_nodes is None else int(max_nodes)
         self.results: dict[str, ArenaResult] = {}
 
     # ---------------------------------------------------------------------------------------
@@ -219,8 +226,10 @@ class PlanArena:
         plans, all_lts, all_names = [], [], []
         for key, ts in groups.items():
             lts = [_arena.Lifetime(t.nbytes, t.index, t.end) for t in ts]
-            p = _arena.plan(lts, self.method, self.alignment, self.time_limit,
-                            **({"workers": self.workers} if self.method != "greedy" else {}))
+            opts = {} if self.method == "greedy" else {"workers": self.workers}
+            if self.method in ("exact", "auto") and self.max_nodes is not None:
+                opts["max_nodes"] = self.max_nodes
+            p = _arena.plan(lts, self.method, self.alignment, self.time_limit, **opts)
             # TVM's own tokens stacked one above the other are a valid arena too
             sts = [s for s in storages.values() if s.movable and (s.device, s.scope) == key]
             pos = {id(t): i for i, t in enumerate(ts)}
