@@ -144,6 +144,41 @@ def test_small_int8_default_and_patched(m55, harness, tmp_path):
     assert rows[False, False]["unplanned_io_bytes"] == x.numel() * 4  # the caller's input
 
 
+def test_shared_values_on_the_board(m55, harness, tmp_path):
+    """Programs with equal values shared (`memsched.executorch.share`): ExecuTorch's default
+    and the patched one priced for sharing (``share_values=True``), the input planned and
+    not. Each shared program's RAM is computed exactly (host harness and board), its method
+    allocator is smaller than the emitter's, and on the board it computes the emitter's
+    default program's outputs bit for bit."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
+
+    torch.manual_seed(1)
+    model = nn.Sequential(cba(3, 8, 3, 2), Block(8, 8, 1, 2), cba(8, 16, 3, 2),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
+    edge, x = _int8_edge(model, (1, 3, 48, 48))
+    for planned_input in (True, False):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            default = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(
+                memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned_input))).buffer
+            config = mx.backend_config(tile_patches=True, grid=(2, 2), max_overhead=10.0,
+                                       share_values=True, alloc_graph_input=planned_input)
+            patched = copy.deepcopy(edge).to_executorch(config).buffer
+        want = None
+        for name, program in (("default", default), ("patched", patched)):
+            shared, _ = mx.share_values(program)
+            tmp = tmp_path / f"{name}-{planned_input}"
+            row = check(m55, harness, shared, [x], tmp)
+            assert row["method_allocator_bytes"] < \
+                program_ram(program)["forward"]["method_allocator_bytes"]
+            if want is None:
+                res, want = board.run_pte(default, [x], tmp / "emitted")
+                assert res["status"] == 0
+            res, got = board.run_pte(shared, [x], tmp / "outputs")
+            assert res["status"] == 0 and got == want, name
+
+
 def test_mlperf_tiny_resnet8(m55, harness, tmp_path):
     from executorch.examples.models.mlperf_tiny import ResNet8
 

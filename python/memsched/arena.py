@@ -244,39 +244,61 @@ def stacked_offsets(groups: Sequence[Sequence[int]], group_sizes: Sequence[int],
 
 
 def align_equal(lifetimes: Sequence[Lifetime], offsets: Sequence[int], keys: Sequence,
-                arena: int, fixed: Iterable[int] = (), rounds: int = 3) -> list[int]:
+                arena: int, fixed: Iterable[int] = (), rounds: int = 3,
+                tries: int = 16) -> list[int]:
     """A packing in which buffers of equal ``keys`` share offsets where they can, the arena
     no larger: each buffer (earliest first; not those in ``fixed``) moves to the offset of an
-    earlier buffer with its key (the most shared offset first) when no buffer it overlaps in
-    time is there, or when the one buffer there can take its place instead (a swap); up to
-    ``rounds`` passes, until nothing moves. Every step keeps the packing valid (`verify`), so
-    the result is.
+    earlier buffer with its key (the most shared offset first) when the buffers it overlaps
+    in time there can move out of its way (each to an offset of an earlier buffer with its own
+    key, else the lowest of ``tries`` candidate offsets where it fits); up to ``rounds``
+    passes, until nothing moves. Every step keeps the packing valid (`verify`), so the result
+    is.
 
     Why: a runtime that describes each buffer by a record (ExecuTorch: one tensor value per
     buffer) can share one record between buffers that are equal and at the same place at
     disjoint times (`memsched.executorch.share`); the copies of an operator that a
     patch-based schedule runs once per patch are such buffers, at whatever offsets the
-    packer left them. ``keys[i]``: what must be equal (None: never moved)."""
+    packer left them. ``keys[i]``: what must be equal (None: never moved to share, but it
+    may move out of another buffer's way); ``fixed``: buffers that stay where they are."""
+    from .arena_greedy import _conflicts
+
     lts = list(lifetimes)
     out = list(offsets)
     fixed = set(fixed)
+    adj = _conflicts(lts)
     order = sorted(range(len(lts)), key=lambda i: (lts[i].start, lts[i].end, i))
-    by_start = order
 
-    def blockers(k: int, off: int, skip: int = -1) -> list[int] | None:
+    def in_way(k: int, off: int, skip=()) -> list[int] | None:
         """Buffers in the way of ``k`` at ``off`` (None: off the arena)."""
-        a = lts[k]
-        if off < 0 or off + a.size > arena:
+        size = lts[k].size
+        if off < 0 or off + size > arena:
             return None
-        got = []
-        for j in by_start:
-            b = lts[j]
-            if b.start > a.end:
-                break
-            if j != k and j != skip and a.start <= b.end and off < out[j] + b.size and \
-                    out[j] < off + a.size:
-                got.append(j)
-        return got
+        return [j for j in adj[k] if j not in skip and off < out[j] + lts[j].size and
+                out[j] < off + size]
+
+    where: dict = {}  # (key, offset) -> buffers there, all of them
+    for i, k in enumerate(keys):
+        if k is not None:
+            where[k, out[i]] = where.get((k, out[i]), 0) + 1
+
+    def put(x: int, off: int) -> None:
+        if keys[x] is not None:
+            where[keys[x], out[x]] -= 1
+            where[keys[x], off] = where.get((keys[x], off), 0) + 1
+        out[x] = off
+
+    def relocate(x: int, places: dict) -> bool:
+        """Move blocker ``x`` where it fits (an offset of its key first, then the lowest),
+        unless it shares its place with an equal buffer (moving it would undo that)."""
+        if x in fixed or (keys[x] is not None and where[keys[x], out[x]] > 1):
+            return False
+        ends = sorted({0} | {out[j] + lts[j].size for j in adj[x]})
+        for off in [*sorted(places.get(keys[x], {}), key=lambda o: -places[keys[x]][o]),
+                    *ends[:tries]]:
+            if off != out[x] and in_way(x, off) == []:
+                put(x, off)
+                return True
+        return False
 
     for _ in range(rounds):
         moved = 0
@@ -287,21 +309,19 @@ def align_equal(lifetimes: Sequence[Lifetime], offsets: Sequence[int], keys: Seq
                 continue
             places = seen.setdefault(key, {})
             if k not in fixed and out[k] not in places:
-                for off in sorted(places, key=lambda o: (-places[o], o)):
-                    got = blockers(k, off)
-                    if got == []:
-                        out[k] = off
+                for off in sorted(places, key=lambda o: (-places[o], o))[:3]:
+                    got = in_way(k, off)
+                    if got is None or any(j in fixed for j in got):
+                        continue
+                    old = {j: out[j] for j in got}
+                    was = out[k]
+                    put(k, off)
+                    if all(relocate(j, seen) for j in got) and in_way(k, off) == []:
                         moved += 1
                         break
-                    if got and len(got) == 1 and got[0] not in fixed and \
-                            keys[got[0]] not in (None, key):
-                        x, old = got[0], out[k]
-                        apart = old + lts[x].size <= off or off + lts[k].size <= old
-                        if apart and blockers(x, old, skip=k) == [] and \
-                                blockers(k, off, skip=x) == []:
-                            out[x], out[k] = old, off
-                            moved += 1
-                            break
+                    put(k, was)  # undo
+                    for j, o in old.items():
+                        put(j, o)
             places[out[k]] = places.get(out[k], 0) + 1
         if not moved:
             break

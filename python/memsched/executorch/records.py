@@ -118,7 +118,11 @@ class Prices:
         pool's) one slot and a tensor list of them."""
         abi = self.abi
         new = [a for a in args if a != READ]
-        tensors = [a for a in new if a[0] == "Tensor"]
+        # with shared values a call's scratch buffers are priced once, with the unpatched
+        # call: they live for one call, the planner puts equal ones at one offset
+        # (`arena.align_equal`) and they become one value (MobileNetV1-0.25's 2x4 + 1x2
+        # plan: 29 CMSIS-NN buffers of 4,464 B at 9 offsets, 23 empty ones at 1)
+        tensors = [a for a in new if a[0] == "Tensor" and not self.shared]
         rest = [a for a in new if a[0] != "Tensor"]
         ret = [("TensorList", len(outputs))] if tuple_return else []
         slots = len(args) + len(outputs) + (1 if tuple_return else len(outputs))
@@ -258,6 +262,7 @@ class ExecutorchRecords(RuntimeMemory):
         self.op_bytes = dict(op_bytes)
         self.layout = layout  # the rewrite adds layout views
         self.prices = p = Prices(target, shared)
+        self.abi_evalue = p.abi.evalue[0]
         self.target = p.target
         # constant_pad_nd's pads: (C,) W, H on the NHWC form of channels-last maps
         self._slice, self._window = p.slice(), p.window()
@@ -315,14 +320,19 @@ class ExecutorchRecords(RuntimeMemory):
                 cols = (w.w0 - b.w0, w.w1 - b.w0)
                 if rows != (0, b.height) and cols != (0, b.width):
                     ints.add(("offset", rows[0], cols[0]))
-                    lists.add(("size", rows[1] - rows[0], cols[1] - cols[0]))
+                    size = (rows[1] - rows[0], cols[1] - cols[0])
+                    lists.add(("size", *size))
+                    ints.update(size)
                 else:
                     ints.update(rows if rows != (0, b.height) else cols)
             elif nd.kind == "pad":
                 lists.add(("pads", *nd.pads))
-        plain = Prices(self.target)
-        return plain.values([INT] * len(ints)) + \
-            plain.values([("IntList", 6 if self.layout is not None else 4)] * len(lists))
+                ints.update(nd.pads)
+        plain, n = Prices(self.target), (6 if self.layout is not None else 4)
+        # a list's items are Int values like any other (in ``ints``): the list brings its
+        # EValue, pointers and unboxed copies
+        per_list = plain.values([("IntList", n)]) - n * self.abi_evalue
+        return plain.values([INT] * len(ints)) + per_list * len(lists)
 
 
 __all__ = ["CORTEX_M", "HOST", "ExecutorchRecords", "Prices", "check_target",
