@@ -15,7 +15,7 @@ from ..patches import (PAD_MIN, PAD_NONE, PAD_ZERO, Refused, RuntimeMemory, SOp,
 from . import patch_cortex_m as _cm
 from .inplace import input_it_may_overwrite
 from .model import EXECUTORCH_MODEL
-from .records import check_target, default_target, node_call_bytes
+from .records import check_target, default_target, node_call_bytes, output_bytes
 
 EXECUTORCH_MEMORY = RuntimeMemory("executorch", EXECUTORCH_MODEL)  # activations only
 
@@ -123,6 +123,8 @@ class EdgeModel:
     target: str = "host"
     planned_inputs: bool = True  # the user inputs are in the planned arena
     shared: bool = False  # op_bytes priced with the program's equal values shared
+    # per op index: the bytes of its call's output tensor values (part of op_bytes)
+    op_out_bytes: dict = field(default_factory=dict)
 
 
 def describe_graph(gm, planned_inputs: bool = True, target: str | None = None,
@@ -236,8 +238,9 @@ def describe_graph(gm, planned_inputs: bool = True, target: str | None = None,
     sm = SpatialModel(ops, tensors, [index[n] for n in inputs], list(dict.fromkeys(outputs)),
                       macs=macs, name="edge")
     op_bytes = {k: node_call_bytes(n, target, shared) for k, n in enumerate(nodes)}
+    out_bytes = {k: output_bytes(n, target) for k, n in enumerate(nodes)}
     return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of, op_bytes,
-                     cl, target, planned_inputs, shared)
+                     cl, target, planned_inputs, shared, out_bytes)
 
 
 def _channels_last(acts) -> bool:

@@ -163,7 +163,8 @@ def memory_of(em: EdgeModel, price_records: bool = True):
         return EXECUTORCH_MEMORY
     return ExecutorchRecords(EXECUTORCH_MODEL, em.op_bytes,
                              CHANNELS_LAST if em.channels_last else None, em.target,
-                             () if em.planned_inputs else em.sm.inputs, em.shared)
+                             () if em.planned_inputs else em.sm.inputs, em.shared,
+                             em.op_out_bytes)
 
 
 def executorch_runtime(em: EdgeModel, price_records: bool = True) -> Runtime:

@@ -210,7 +210,11 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     64 B, 8 bytes); None (the default): ``"cortex-m"`` for the Cortex-M backend's graphs
     (``cortex_m::`` operators), ``"host"`` for the rest (portable kernels); what
     ``memsched analyze --target`` and `memsched.executorch.ram` compute for the written
-    program. Bad patch options, an unknown ``target`` included, raise `TilePatchesError`.
+    program. ``share_values``: the patches' records are priced for the program with its
+    equal values shared (`memsched.executorch.share`: write ``share_values(et)``, not
+    ``et.buffer``; a copied call then costs its instruction, slots and new tensors, not its
+    scalars again); default False, the emitter's values. Bad patch options, an unknown
+    ``target`` included, raise `TilePatchesError`.
     Options named like `MemoryPlanningPass`'s (``alloc_graph_input``, ``alignment``, ...) go
     to the planning pass, the rest to ``ExecutorchBackendConfig``. The
     report: ``report(config)`` after ``to_executorch(config)``. Computations on constants

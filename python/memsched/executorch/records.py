@@ -234,6 +234,13 @@ def node_call(node):
     return out, (val.dim() if isinstance(val, torch.Tensor) else 4,), False
 
 
+def output_bytes(node, target: str = HOST) -> int:
+    """The bytes of the output tensor values of FX call node ``node``'s call (a part of
+    `node_call_bytes`); 0 for a node that is no instruction."""
+    call = node_call(node)
+    return Prices(target).values([("Tensor", r) for r in call[1]]) if call is not None else 0
+
+
 def node_call_bytes(node, target: str = HOST, shared: bool = False) -> int:
     """The method allocator's bytes of edge-dialect FX call node ``node`` at ``target``'s ABI
     (`node_call`, `Prices.call`; ``shared``: with the program's equal values shared); 0 for a
@@ -256,13 +263,17 @@ class ExecutorchRecords(RuntimeMemory):
     (`memsched.executorch.share`; ``op_bytes`` priced the same way)."""
 
     def __init__(self, activations, op_bytes: dict[int, int], layout: Layout | None = None,
-                 target: str = HOST, unplanned=(), shared: bool = False):
+                 target: str = HOST, unplanned=(), shared: bool = False,
+                 out_bytes: dict[int, int] | None = None):
         super().__init__(f"executorch+records@{target}{'+shared' if shared else ''}",
                          activations)
         self.op_bytes = dict(op_bytes)
         self.layout = layout  # the rewrite adds layout views
         self.prices = p = Prices(target, shared)
         self.abi_evalue = p.abi.evalue[0]
+        # with shared values: the part of op_bytes that is the call's output tensors, priced
+        # once per (operator, window shape) of a plan (see plan_persistent_delta)
+        self.out_bytes = dict(out_bytes or {}) if shared else {}
         self.target = p.target
         # constant_pad_nd's pads: (C,) W, H on the NHWC form of channels-last maps
         self._slice, self._window = p.slice(), p.window()
@@ -281,6 +292,7 @@ class ExecutorchRecords(RuntimeMemory):
     def plan_persistent_delta(self, sm, plan) -> int:
         p = self.prices
         add = self._shared_content(plan) if p.shared else 0
+        seen: set = set()
         for nd in plan.nodes:
             if nd.kind == "slice":  # as the rewrite cuts: one axis, or a strided window
                 b, w = nd.base, nd.win
@@ -300,7 +312,16 @@ class ExecutorchRecords(RuntimeMemory):
                 elif sm.ops[nd.op].divisor != 1:
                     add += p.divide(rank)
             else:  # op, vector: a copy of the operator's call
-                add += self.op_bytes.get(sm.ops[nd.op].index, 0)
+                index = sm.ops[nd.op].index
+                add += self.op_bytes.get(index, 0)
+                if self.out_bytes:
+                    # equal windows of one operator: equal tensors the planner can put at
+                    # one offset (`arena.align_equal`), then one value (`share`)
+                    shape = (index, nd.kind, nd.win.height, nd.win.width) \
+                        if nd.win is not None else (index, nd.kind, id(nd))
+                    if shape in seen:
+                        add -= self.out_bytes.get(index, 0)
+                    seen.add(shape)
         if self.layout is not None:
             for src, _ in self.layout.conversions(plan):
                 outside = isinstance(src, tuple) and src[1] in self.unplanned

@@ -186,13 +186,15 @@ def share_plan(plan) -> ShareReport:
     return report
 
 
-def share_values(data: bytes) -> tuple[bytes, list[ShareReport]]:
-    """``data`` (a ``.pte``) with equal values shared in every method, proven by
-    `check_shared` against the original, and the per-method reports. A program with nothing
-    to share comes back as it was (the same bytes)."""
+def share_values(program) -> tuple[bytes, list[ShareReport]]:
+    """``program`` (a ``.pte``'s bytes, or what ``to_executorch`` returned: its ``buffer``)
+    with equal values shared in every method, proven by `check_shared` against the
+    original, and the per-method reports. A program with nothing to share comes back as it
+    was (the same bytes). Malformed bytes raise `PteFileError`."""
     from .pte import read_program
     from .pte_format import write_pte
 
+    data = program.buffer if hasattr(program, "buffer") else program
     before = read_program(data)
     after = read_program(data)
     reports = [share_plan(plan) for plan in after.program.execution_plan]
