@@ -289,3 +289,65 @@ def test_in_place_packing_keeps_the_kernels_rule():
         plain = plan([Lifetime(s.allocated_memory, *s.lifetime) for s in roots], "auto",
                      alignment=16, time_limit=2.0)
         assert p.lower_bound <= p.arena <= plain.arena
+
+
+def test_checker_accepts_the_alias_through_a_layout_view():
+    """A patch's float window reaches its quantize through a layout view (`_ViewSpec`: the
+    window's bytes seen in the model's form): the quantize may write over the window it views,
+    where the kernel's rule allows, and nothing else may."""
+    from memsched.executorch.check import check_intervals
+    from memsched.executorch.errors import PlanCheckError
+
+    class Spec:
+        def __init__(self, dtype):
+            self.dtype, self.storage_base = dtype, None
+
+    class _ViewSpec:  # ExecuTorch's view spec: its base's bytes
+        def __init__(self, base):
+            self.dtype, self.storage_base, self._base = base.dtype, None, base
+
+    window, q, other = Spec(torch.float32), Spec(torch.int8), Spec(torch.int8)
+    view = _ViewSpec(window)
+    items = [(window, 0, 5, 100, 400), (view, 4, 5, 100, 400), (q, 5, 9, 100, 100)]
+    check_intervals(items, 1000, shared=[(view, q)])
+    with pytest.raises(PlanCheckError):
+        check_intervals(items[:2] + [(q, 5, 9, 104, 100)], 1000, shared=[(view, q)])
+    with pytest.raises(PlanCheckError):
+        check_intervals(items[:2] + [(other, 5, 9, 100, 100)], 1000, shared=[(view, q)])
+
+
+def test_in_place_packing_with_several_pairs():
+    """Several float windows each quantized in place, in sequence, among other buffers (a
+    patched float input): the packing passes the checker, is never larger than packing
+    without sharing and never below the relaxed problem's bound."""
+    import random
+
+    from memsched.arena import Lifetime, plan
+    from memsched.executorch.check import check_intervals
+    from memsched.executorch.packer import MemschedAlgo
+
+    class Spec:
+        def __init__(self, size, lo, hi, dtype=torch.int8):
+            self.allocated_memory, self.lifetime, self.dtype = size, [lo, hi], dtype
+            self.storage_base = None
+
+    rng = random.Random(1)
+    for _ in range(30):
+        roots, share, t = [], [], 0
+        for _ in range(rng.randint(2, 4)):
+            n = 16 * rng.randint(1, 6)
+            i = t + rng.randint(1, 3)
+            f = Spec(4 * n, t, i, torch.float32)
+            q = Spec(n, i - 1, i + rng.randint(1, 6))
+            roots += [f, q]
+            share.append((i, f, q))
+            t = i + 1
+        roots += [Spec(16 * rng.randint(1, 10), lo, lo + rng.randint(0, 6))
+                  for lo in (rng.randint(0, t) for _ in range(rng.randint(2, 8)))]
+        p = MemschedAlgo(time_limit=2.0)._pack(roots, share, 16)
+        check_intervals([(s, s.lifetime[0], s.lifetime[1], off, s.allocated_memory)
+                         for s, off in zip(roots, p.offsets)], p.arena,
+                        shared=[(f, q) for _, f, q in share])
+        plain = plan([Lifetime(s.allocated_memory, *s.lifetime) for s in roots], "auto",
+                     alignment=16, time_limit=2.0)
+        assert p.lower_bound <= p.arena <= plain.arena

@@ -222,9 +222,10 @@ def test_dynamic_input_hint_names_tensor_and_fix():
 def test_tvm_model_equals_built_allocation_zoo(name, rewrite):
     """Zoo networks (batch norm folded, torch.export -> Relax), with and without
     RewriteConcatConv: the memsched build allocates the packed arena, which is the scheduled
-    peak where the packing is proven optimal; the arena (packed within PlanArena's node budget: the same on any machine) is proven optimal
-    or within 3 % of its lower bound (DARTS-V2 rewritten: 1,506,816 B against 1,474,560 B,
-    2.2 %, not proven in 10 s either)."""
+    peak where the packing is proven optimal; the arena (packed within PlanArena's node
+    budget: the same on any machine) is proven optimal or within 3 % of its lower bound
+    (DARTS-V2 rewritten: 1,506,816 B against 1,474,560 B, 2.2 %, not proven in 10 s
+    either)."""
     import pathlib
 
     import tvm

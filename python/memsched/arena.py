@@ -42,8 +42,7 @@ from .arena_problem import check_alignment as _check_alignment
 from .arena_problem import normalise as _normalise
 
 __all__ = ["Lifetime", "ArenaPlan", "plan", "plan_greedy", "plan_cpsat", "max_live",
-           "verify", "align_up", "stacked_offsets", "align_equal", "plan_grouped", "METHODS",
-           "GREEDY_ORDERS"]
+           "verify", "align_up", "stacked_offsets", "align_equal", "METHODS", "GREEDY_ORDERS"]
 
 METHODS = ("greedy", "exact", "cpsat", "auto")
 
@@ -260,7 +259,6 @@ def align_equal(lifetimes: Sequence[Lifetime], offsets: Sequence[int], keys: Seq
     patch-based schedule runs once per patch are such buffers, at whatever offsets the
     packer left them. ``keys[i]``: what must be equal (None: never moved to share, but it
     may move out of another buffer's way); ``fixed``: buffers that stay where they are."""
-    from .arena_greedy import _conflicts
 
     lts = list(lifetimes)
     out = list(offsets)
@@ -326,62 +324,3 @@ def align_equal(lifetimes: Sequence[Lifetime], offsets: Sequence[int], keys: Seq
         if not moved:
             break
     return out
-
-
-def plan_grouped(lifetimes: Sequence[Lifetime], keys: Sequence, alignment: int = 64,
-                 orders: Sequence[str] = ("size", "start", "duration", "breadth")) -> ArenaPlan:
-    """Greedy best-fit packing (`plan_greedy`) in which buffers of equal ``keys`` (None: on
-    its own) that are live at disjoint times form chains placed as one: every buffer of a
-    chain gets the chain's offset. Chains are built earliest first (a buffer joins the first
-    chain of its key whose last buffer has ended). The chain is one item whose conflicts are
-    its buffers' (not the hull of their lifetimes), so the arena pays only for what overlaps.
-
-    Why: see `align_equal`; where the packer's own placement leaves equal buffers apart, this
-    one puts them together by construction, at the cost of a greedy (not exact) arena: the
-    caller weighs the two."""
-    from .arena_greedy import _GREEDY_ORDERS, _breadth_order, _conflicts, _greedy_place
-
-    t0 = time.perf_counter()
-    lts = _normalise(lifetimes)
-    _check_alignment(alignment)
-    n = len(lts)
-    chain_of = [0] * n
-    chains: list[list[int]] = []
-    open_by_key: dict = {}
-    for i in sorted(range(n), key=lambda i: (lts[i].start, lts[i].end, i)):
-        k = keys[i]
-        got = None
-        if k is not None:
-            for c in open_by_key.get(k, ()):
-                if lts[chains[c][-1]].end < lts[i].start:
-                    got = c
-                    break
-        if got is None:
-            got = len(chains)
-            chains.append([])
-            if k is not None:
-                open_by_key.setdefault(k, []).append(got)
-        chains[got].append(i)
-        chain_of[i] = got
-    adj_b = _conflicts(lts)
-    adj = [sorted({chain_of[j] for i in c for j in adj_b[i]} - {ci})
-           for ci, c in enumerate(chains)]
-    hull = [Lifetime(max(lts[i].size for i in c), min(lts[i].start for i in c),
-                     max(lts[i].end for i in c)) for c in chains]
-    sizes = [align_up(h.size, alignment) for h in hull]
-    lb = max_live(lts, alignment)
-    best = None
-    for name in orders:
-        if name == "breadth":
-            order = _breadth_order(hull, sizes)
-        else:
-            key = _GREEDY_ORDERS[name]
-            order = sorted(range(len(chains)), key=lambda c: (*key(hull[c], sizes[c]), c))
-        for top in (False, True):
-            arena, offs = _greedy_place(hull, sizes, order, adj, top)
-            if best is None or arena < best[0]:
-                best = (arena, offs, name + ("/top" if top else ""))
-    arena, offs, name = best if best is not None else (0, [], "size")
-    offsets = [offs[chain_of[i]] for i in range(n)] if n else []
-    return ArenaPlan(arena, offsets, lb, arena <= lb, "grouped", alignment, max_live(lts),
-                     time.perf_counter() - t0, {"order": name, "chains": len(chains)})

@@ -142,8 +142,14 @@ def reorder_pte(args) -> int:
         with _status(not args.json, f"reordering {args.model} ...") as show, \
                 _quiet_native_stderr(getattr(args, "verbose", False)):
             data, methods = pte.reorder(args.model, time_limit=limit, measure=args.measure,
-                                        progress=lambda t: show(f"{args.model}: {t}"),
-                                        share=not getattr(args, "no_share_values", False))
+                                        progress=lambda t: show(f"{args.model}: {t}"))
+            if not getattr(args, "no_share_values", False):
+                from ..executorch.share import share_reordered
+
+                show(f"{args.model}: sharing equal values")
+                with open(args.model, "rb") as f:
+                    original = f.read()
+                data = share_reordered(original, data, methods, measure=args.measure)
         report = {"model": args.model, "output": out, "format": "pte", "measured":
                   bool(args.measure), "methods": methods}
         modelled = [m for m in methods.values() if "error" not in m]

@@ -25,14 +25,29 @@ def _chain(spec) -> set:
     return out
 
 
+def _root(spec):
+    """The storage ``spec``'s bytes belong to: up its storage bases and view bases."""
+    seen = set()
+    while id(spec) not in seen:
+        seen.add(id(spec))
+        up = getattr(spec, "storage_base", None)
+        if up is None and type(spec).__name__ == "_ViewSpec":
+            up = object.__getattribute__(spec, "_base")
+        if up is None or isinstance(up, int):
+            break
+        spec = up
+    return spec
+
+
 def check_intervals(items, bufsize: int | None, where: str = "", shared=()) -> None:
     """``items``: (spec, start, end, offset, size); raise `PlanCheckError` on a conflict.
     ``shared``: (input spec, output spec) of calls that may write their output over their
     input (`memsched.executorch.inplace`): those two may overlap where the kernel's rule
-    (`inplace.may_share`) allows and only there."""
+    (`inplace.may_share`) allows and only there; so may the storages they are views of (a
+    patch's float window read through its layout view)."""
     from .inplace import may_share
 
-    pair = {(id(a), id(b)): (a, b) for a, b in shared}
+    pair = {(id(_root(a)), id(_root(b))): (a, b) for a, b in shared}
     items = sorted(items, key=lambda x: (x[1], x[2]))
     active: list = []
     for spec, lo, hi, off, size in items:
@@ -46,16 +61,34 @@ def check_intervals(items, bufsize: int | None, where: str = "", shared=()) -> N
             if off < a[3] + a[4] and a[3] < off + size:
                 if id(a[0]) in _chain(spec) or id(spec) in _chain(a[0]):
                     continue
-                p = pair.get((id(a[0]), id(spec))) or pair.get((id(spec), id(a[0])))
+                ra, rs = id(_root(a[0])), id(_root(spec))
+                p = pair.get((ra, rs)) or pair.get((rs, ra))
                 if p is not None:
                     si, so = p
-                    offs = {id(a[0]): a[3], id(spec): off}
-                    if may_share(si, so, offs[id(si)], offs[id(so)]):
+                    offs = {ra: a[3] - _offset_in_root(a[0]), rs: off - _offset_in_root(spec)}
+                    if may_share(si, so, offs[id(_root(si))], offs[id(_root(so))]):
                         continue
                 raise PlanCheckError(
                     f"{where}: tensors live at [{a[1]}, {a[2]}] and [{lo}, {hi}] overlap in "
                     f"bytes [{a[3]:,}, {a[3] + a[4]:,}) and [{off:,}, {off + size:,})")
         active.append((spec, lo, hi, off, size))
+
+
+def _offset_in_root(spec) -> int:
+    """Bytes from ``spec``'s root storage to ``spec`` (a view: 0)."""
+    off = 0
+    seen = set()
+    while id(spec) not in seen:
+        seen.add(id(spec))
+        up = getattr(spec, "storage_base", None)
+        if up is not None and not isinstance(up, int):
+            off += int(getattr(spec, "storage_base_offset", 0) or 0)
+        elif type(spec).__name__ == "_ViewSpec":
+            up = object.__getattribute__(spec, "_base")
+        else:
+            break
+        spec = up
+    return off
 
 
 def check_placements(placements, bufsize: int, where: str = "plan", shared=()) -> None:
@@ -90,7 +123,7 @@ def check_graph_module(graph_module, graph_signature, flags) -> int:
     from .inplace import pairs
 
     shared = [(si, so) for i, si, so in pairs(graph_module)
-              if life.get(id(si), [0, -1])[1] == i]
+              if (life.get(id(si)) or life.get(id(_root(si)), [0, -1]))[1] == i]
     for mem_id, items in by_arena.items():
         if not 0 < mem_id < len(sizes):
             raise PlanCheckError(f"memory id {mem_id} outside the {len(sizes)} planned buffers")

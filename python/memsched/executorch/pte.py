@@ -430,18 +430,15 @@ def run_method(data: bytes, name: str, inputs) -> list:
 
 
 def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
-            measure: bool = True, seed: int = 0, progress=None,
-            share: bool = True) -> tuple[bytes, dict]:
+            measure: bool = True, seed: int = 0, progress=None) -> tuple[bytes, dict]:
     """A rewritten program: each method's instructions in memsched's order and its planned
     tensors at the exact packer's offsets (views follow their storage). Returns the new bytes
     and a report per method (planned bytes before and after, peaks, bound, optimal flags). A
     method is changed only when its planned bytes go down; every new plan passes the
     independent check. ``measure``: both programs run in ExecuTorch's runtime on the same
     random inputs and every output must be bit-equal, else `PlanCheckError` (nothing to write).
-    ``progress``: called with a line of text as each method reaches each stage. ``share``:
-    then equal values are shared (`memsched.executorch.share`: fewer method-allocator records;
-    each method's row gets ``values_before`` / ``values_after`` and ``method_bytes_before`` /
-    ``method_bytes_after`` at the 32-bit Cortex-M ABI).
+    ``progress``: called with a line of text as each method reaches each stage. Sharing equal
+    values afterwards: `memsched.executorch.share.share_reordered`.
     """
     from ..arena import Lifetime, plan as plan_arena
     from ..schedulers import schedule
@@ -523,16 +520,13 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
         check_written_plan(plan, graph2, info2)
         row["changed"] = True
         changed = True
-    out = write_pte(pte) if changed else data
-    if share:
-        out = _share(out, report)
-    if out is data:
+    if not changed:
         return data, report
+    out = write_pte(pte)
     read_program(out, f"the program written for {name}")  # what is written loads: checked
     if measure:
         for k_plan, plan in enumerate(plans):  # the written program, still in memory
-            row = report[plan.name]
-            if not row.get("changed") and row.get("values_after") == row.get("values_before"):
+            if not report[plan.name].get("changed"):
                 continue
             _stage(progress, plans, k_plan, "running both programs in ExecuTorch's runtime")
             xs = random_inputs(plan, seed)
@@ -547,24 +541,6 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
                                      "nothing written")
             report[plan.name]["bit_equal"] = True
     return out, report
-
-
-def _share(data: bytes, report: dict) -> bytes:
-    """``data`` with its equal values shared (proven by `share.check_shared`), the report's
-    rows told how many values and method-allocator bytes that leaves."""
-    from .ram import program_ram
-    from .share import share_values
-
-    out, reps = share_values(data)
-    if out == data:
-        out = data
-    before, after = program_ram(data), program_ram(out)
-    for r in reps:
-        report.setdefault(r.method, {}).update(
-            values_before=r.values_before, values_after=r.values_after,
-            method_bytes_before=before[r.method]["method_allocator_bytes"],
-            method_bytes_after=after[r.method]["method_allocator_bytes"])
-    return out
 
 
 def write_reordered(source, path, **options) -> dict:

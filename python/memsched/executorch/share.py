@@ -205,6 +205,46 @@ def share_values(program) -> tuple[bytes, list[ShareReport]]:
     return out, reports
 
 
+def share_reordered(original: bytes, data: bytes, report: dict, measure: bool = False,
+                    seed: int = 0) -> bytes:
+    """``data`` (`pte.reorder`'s program for ``original``) with its equal values shared; each
+    method's row of ``report`` gets ``values_before`` / ``values_after`` and
+    ``method_bytes_before`` / ``method_bytes_after`` (the method allocator at the 32-bit
+    Cortex-M ABI, `ram.program_ram`). ``measure``: a method whose values were shared runs in
+    ExecuTorch's runtime against ``original`` on the same random inputs (`pte.run_method`);
+    any output that differs raises `OutputsDifferError` (nothing to write)."""
+    from .errors import OutputsDifferError
+    from .pte import random_inputs, read_program, run_method
+    from .ram import program_ram
+
+    out, reps = share_values(data)
+    before, after = program_ram(data), program_ram(out)
+    for r in reps:
+        report.setdefault(r.method, {}).update(
+            values_before=r.values_before, values_after=r.values_after,
+            method_bytes_before=before[r.method]["method_allocator_bytes"],
+            method_bytes_after=after[r.method]["method_allocator_bytes"])
+    if out == data:
+        return data
+    if measure:
+        import torch
+
+        for plan in read_program(out).program.execution_plan:
+            row = report[plan.name]
+            if row["values_after"] == row["values_before"]:
+                continue
+            xs = random_inputs(plan, seed)
+            a = run_method(original, plan.name, [x.clone() for x in xs])
+            b = run_method(out, plan.name, [x.clone() for x in xs])
+            if len(a) != len(b) or not all(
+                    torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v
+                    for u, v in zip(a, b)):
+                raise OutputsDifferError(f"method {plan.name!r}: outputs differ after sharing "
+                                         "values; nothing written")
+            row["bit_equal"] = True
+    return out
+
+
 # ---------------------------------------------------------------------- the independent check
 
 def _content(values, v, seen=()):
@@ -299,4 +339,5 @@ def check_shared(before, after) -> None:
                                          f"for value {vb}, which may not be shared")
 
 
-__all__ = ["ShareReport", "check_shared", "pinned_values", "share_plan", "share_values"]
+__all__ = ["ShareReport", "check_shared", "pinned_values", "share_plan", "share_reordered",
+           "share_values"]
