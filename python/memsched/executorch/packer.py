@@ -230,6 +230,12 @@ def _place(offsets, lts, fi, qi, si, so, arena, alignment) -> bool:
             if ok():
                 return True
         offsets[k] = old
+    # both moved together to one offset where each fits (the output then starts where its
+    # input does, which the kernel allows)
+    for off in sorted({off for _, off in spots}):
+        if off % alignment == 0 and free(fi, off) and free(qi, off):
+            offsets[fi] = offsets[qi] = off
+            return True
     # last: the output onto its input's start, or the input up to the output's, the buffers
     # in the way moved where they fit
     for k, other in ((qi, fi), (fi, qi)):
