@@ -260,6 +260,14 @@ def test_in_place_quantize_runs_bit_equal(kernels, m55, tmp_path):
     assert ram(rb) <= ram(ra)
 
 
+class _Spec:
+    """A planned tensor as the packer sees it: bytes, inclusive lifetime, dtype."""
+
+    def __init__(self, size, lo, hi, dtype=torch.int8):
+        self.allocated_memory, self.lifetime, self.dtype = size, [lo, hi], dtype
+        self.storage_base = None
+
+
 def test_in_place_packing_keeps_the_kernels_rule():
     """Random arenas around a float tensor and its in-place int8 quantize: the packer's
     result passes the checker (the output where the kernel allows, or apart), is never
@@ -270,17 +278,12 @@ def test_in_place_packing_keeps_the_kernels_rule():
     from memsched.executorch.check import check_intervals
     from memsched.executorch.packer import MemschedAlgo
 
-    class Spec:
-        def __init__(self, size, lo, hi, dtype=torch.int8):
-            self.allocated_memory, self.lifetime, self.dtype = size, [lo, hi], dtype
-            self.storage_base = None
-
     rng = random.Random(0)
     for _ in range(30):
         i = rng.randint(1, 6)
         n = 16 * rng.randint(1, 8)
-        f, q = Spec(4 * n, 0, i, torch.float32), Spec(n, i - 1, rng.randint(i + 1, 12))
-        others = [Spec(16 * rng.randint(1, 10), lo, lo + rng.randint(0, 5))
+        f, q = _Spec(4 * n, 0, i, torch.float32), _Spec(n, i - 1, rng.randint(i + 1, 12))
+        others = [_Spec(16 * rng.randint(1, 10), lo, lo + rng.randint(0, 5))
                   for lo in (rng.randint(0, 12) for _ in range(rng.randint(1, 6)))]
         roots = [f, q] + others
         p = MemschedAlgo(time_limit=2.0)._pack(roots, [(i, f, q)], 16)
@@ -326,23 +329,18 @@ def test_in_place_packing_with_several_pairs():
     from memsched.executorch.check import check_intervals
     from memsched.executorch.packer import MemschedAlgo
 
-    class Spec:
-        def __init__(self, size, lo, hi, dtype=torch.int8):
-            self.allocated_memory, self.lifetime, self.dtype = size, [lo, hi], dtype
-            self.storage_base = None
-
     rng = random.Random(1)
     for _ in range(30):
         roots, share, t = [], [], 0
         for _ in range(rng.randint(2, 4)):
             n = 16 * rng.randint(1, 6)
             i = t + rng.randint(1, 3)
-            f = Spec(4 * n, t, i, torch.float32)
-            q = Spec(n, i - 1, i + rng.randint(1, 6))
+            f = _Spec(4 * n, t, i, torch.float32)
+            q = _Spec(n, i - 1, i + rng.randint(1, 6))
             roots += [f, q]
             share.append((i, f, q))
             t = i + 1
-        roots += [Spec(16 * rng.randint(1, 10), lo, lo + rng.randint(0, 6))
+        roots += [_Spec(16 * rng.randint(1, 10), lo, lo + rng.randint(0, 6))
                   for lo in (rng.randint(0, t) for _ in range(rng.randint(2, 8)))]
         p = MemschedAlgo(time_limit=2.0)._pack(roots, share, 16)
         check_intervals([(s, s.lifetime[0], s.lifetime[1], off, s.allocated_memory)
