@@ -266,13 +266,12 @@ def align_equal(lifetimes: Sequence[Lifetime], offsets: Sequence[int], keys: Seq
     adj = _conflicts(lts)
     order = sorted(range(len(lts)), key=lambda i: (lts[i].start, lts[i].end, i))
 
-    def in_way(k: int, off: int, skip=()) -> list[int] | None:
+    def in_way(k: int, off: int) -> list[int] | None:
         """Buffers in the way of ``k`` at ``off`` (None: off the arena)."""
         size = lts[k].size
         if off < 0 or off + size > arena:
             return None
-        return [j for j in adj[k] if j not in skip and off < out[j] + lts[j].size and
-                out[j] < off + size]
+        return [j for j in adj[k] if off < out[j] + lts[j].size and out[j] < off + size]
 
     where: dict = {}  # (key, offset) -> buffers there, all of them
     for i, k in enumerate(keys):

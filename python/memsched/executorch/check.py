@@ -14,29 +14,32 @@ from __future__ import annotations
 from .errors import PlanCheckError
 
 
-def _chain(spec) -> set:
-    out = set()
-    while spec is not None and id(spec) not in out:
-        out.add(id(spec))
-        up = getattr(spec, "storage_base", None)  # .pte storages are value ids
-        if up is None and type(spec).__name__ == "_ViewSpec":  # a view: its base's bytes
+def _holders(spec) -> list[tuple]:
+    """``spec`` and the storages holding its bytes, outwards (a ``storage_base``; a view's
+    base), each with ``spec``'s byte offset inside it; the last is its root storage."""
+    out, off, seen = [], 0, set()
+    while spec is not None and id(spec) not in seen:
+        seen.add(id(spec))
+        out.append((spec, off))
+        up = getattr(spec, "storage_base", None)
+        if up is not None:
+            off += int(getattr(spec, "storage_base_offset", 0) or 0)
+        elif type(spec).__name__ == "_ViewSpec":  # a view: its base's bytes
             up = object.__getattribute__(spec, "_base")
         spec = up
     return out
 
 
+def _chain(spec) -> set:
+    return {id(s) for s, _ in _holders(spec)}
+
+
 def _root(spec):
-    """The storage ``spec``'s bytes belong to: up its storage bases and view bases."""
-    seen = set()
-    while id(spec) not in seen:
-        seen.add(id(spec))
-        up = getattr(spec, "storage_base", None)
-        if up is None and type(spec).__name__ == "_ViewSpec":
-            up = object.__getattribute__(spec, "_base")
-        if up is None or isinstance(up, int):
-            break
-        spec = up
-    return spec
+    return _holders(spec)[-1][0]
+
+
+def _offset_in_root(spec) -> int:
+    return _holders(spec)[-1][1]
 
 
 def check_intervals(items, bufsize: int | None, where: str = "", shared=()) -> None:
@@ -72,23 +75,6 @@ def check_intervals(items, bufsize: int | None, where: str = "", shared=()) -> N
                     f"{where}: tensors live at [{a[1]}, {a[2]}] and [{lo}, {hi}] overlap in "
                     f"bytes [{a[3]:,}, {a[3] + a[4]:,}) and [{off:,}, {off + size:,})")
         active.append((spec, lo, hi, off, size))
-
-
-def _offset_in_root(spec) -> int:
-    """Bytes from ``spec``'s root storage to ``spec`` (a view: 0)."""
-    off = 0
-    seen = set()
-    while id(spec) not in seen:
-        seen.add(id(spec))
-        up = getattr(spec, "storage_base", None)
-        if up is not None and not isinstance(up, int):
-            off += int(getattr(spec, "storage_base_offset", 0) or 0)
-        elif type(spec).__name__ == "_ViewSpec":
-            up = object.__getattribute__(spec, "_base")
-        else:
-            break
-        spec = up
-    return off
 
 
 def check_placements(placements, bufsize: int, where: str = "plan", shared=()) -> None:

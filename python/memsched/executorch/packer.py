@@ -190,9 +190,11 @@ def _inplace(graph_module, roots) -> list:
 def _place(offsets, lts, fi, qi, si, so, arena, alignment) -> bool:
     """Make the packing of the relaxed problem (the output packed as starting after the
     call) keep the kernel's rule: the output ``qi`` and its input ``fi`` are apart, or the
-    output starts at most a few bytes above the input (`inplace.may_share`). Else move one of
-    them where nothing else lives with it -- the output onto the input's start, the input up
-    to the output's start, or the input to the arena's top -- or give up (False)."""
+    output starts at most a few bytes above the input (`inplace.may_share`), and neither
+    meets another buffer over its whole lifetime. Else move one of them where nothing else
+    lives with it -- the output onto the input's start, the input up to the output's start,
+    the input to the arena's top, then any offset at the end of a buffer it overlaps in time
+    -- or give up (False)."""
     from .inplace import may_share
 
     def apart_or_allowed() -> bool:
@@ -230,49 +232,7 @@ def _place(offsets, lts, fi, qi, si, so, arena, alignment) -> bool:
             if ok():
                 return True
         offsets[k] = old
-    # both moved together to one offset where each fits (the output then starts where its
-    # input does, which the kernel allows)
-    for off in sorted({off for _, off in spots}):
-        if off % alignment == 0 and free(fi, off) and free(qi, off):
-            offsets[fi] = offsets[qi] = off
-            return True
-    # last: the output onto its input's start, or the input up to the output's, the buffers
-    # in the way moved where they fit
-    for k, other in ((qi, fi), (fi, qi)):
-        saved = list(offsets)
-        if _evict(offsets, lts, k, offsets[other], (fi, qi), arena, alignment) and ok():
-            return True
-        offsets[:] = saved
     return False
-
-
-def _evict(offsets, lts, k, off, keep, arena, alignment) -> bool:
-    """Put buffer ``k`` at ``off``, moving each buffer in its way (not one of ``keep``) to the
-    lowest offset where it fits; on failure nothing moves."""
-    def overlaps(j, i, at):
-        a, b = lts[i], lts[j]
-        return j != i and a.start <= b.end and b.start <= a.end and \
-            at < offsets[j] + b.size and offsets[j] < at + a.size
-
-    if off + lts[k].size > arena or any(overlaps(j, k, off) for j in keep if j != k):
-        return False
-    saved = list(offsets)
-    offsets[k] = off
-    for j in [j for j in range(len(lts)) if j not in keep and overlaps(j, k, off)]:
-        b = lts[j]
-        near = [i for i, a in enumerate(lts) if i != j and a.start <= b.end and
-                b.start <= a.end]
-        for cand in sorted({0} | {offsets[i] + lts[i].size for i in near}):
-            if cand % alignment or cand + b.size > arena:
-                continue
-            if not any(offsets[i] < cand + b.size and cand < offsets[i] + lts[i].size
-                       for i in near):
-                offsets[j] = cand
-                break
-        else:
-            offsets[:] = saved
-            return False
-    return True
 
 
 def _stacked(lts, pairs, alignment, pack):

@@ -15,7 +15,7 @@ from ..patches import (PAD_MIN, PAD_NONE, PAD_ZERO, Refused, RuntimeMemory, SOp,
 from . import patch_cortex_m as _cm
 from .inplace import input_it_may_overwrite
 from .model import EXECUTORCH_MODEL
-from .records import check_target, default_target, node_call_bytes, output_bytes
+from .records import Prices, check_target, default_target, node_call
 
 EXECUTORCH_MEMORY = RuntimeMemory("executorch", EXECUTORCH_MODEL)  # activations only
 
@@ -237,8 +237,12 @@ def describe_graph(gm, planned_inputs: bool = True, target: str | None = None,
     cl = _channels_last(acts)
     sm = SpatialModel(ops, tensors, [index[n] for n in inputs], list(dict.fromkeys(outputs)),
                       macs=macs, name="edge")
-    op_bytes = {k: node_call_bytes(n, target, shared) for k, n in enumerate(nodes)}
-    out_bytes = {k: output_bytes(n, target) for k, n in enumerate(nodes)}
+    # each call's records (`records.node_call`), and the part its output tensors are
+    calls = [node_call(n) for n in nodes]
+    prices, plain = Prices(target, shared), Prices(target)
+    op_bytes = {k: prices.call(*c) if c else 0 for k, c in enumerate(calls)}
+    out_bytes = {k: plain.values([("Tensor", r) for r in c[1]]) if c else 0
+                 for k, c in enumerate(calls)}
     return EdgeModel(sm, b.build(), tensor_index, nodes, node_of, act_pos, dtype_of, op_bytes,
                      cl, target, planned_inputs, shared, out_bytes)
 

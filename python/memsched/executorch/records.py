@@ -234,13 +234,6 @@ def node_call(node):
     return out, (val.dim() if isinstance(val, torch.Tensor) else 4,), False
 
 
-def output_bytes(node, target: str = HOST) -> int:
-    """The bytes of the output tensor values of FX call node ``node``'s call (a part of
-    `node_call_bytes`); 0 for a node that is no instruction."""
-    call = node_call(node)
-    return Prices(target).values([("Tensor", r) for r in call[1]]) if call is not None else 0
-
-
 def node_call_bytes(node, target: str = HOST, shared: bool = False) -> int:
     """The method allocator's bytes of edge-dialect FX call node ``node`` at ``target``'s ABI
     (`node_call`, `Prices.call`; ``shared``: with the program's equal values shared); 0 for a
@@ -270,7 +263,7 @@ class ExecutorchRecords(RuntimeMemory):
         self.op_bytes = dict(op_bytes)
         self.layout = layout  # the rewrite adds layout views
         self.prices = p = Prices(target, shared)
-        self.abi_evalue = p.abi.evalue[0]
+        self._plain = Prices(target)  # new content priced in full (_shared_content)
         # with shared values: the part of op_bytes that is the call's output tensors, priced
         # once per (operator, window shape) of a plan (see plan_persistent_delta)
         self.out_bytes = dict(out_bytes or {}) if shared else {}
@@ -349,10 +342,10 @@ class ExecutorchRecords(RuntimeMemory):
             elif nd.kind == "pad":
                 lists.add(("pads", *nd.pads))
                 ints.update(nd.pads)
-        plain, n = Prices(self.target), (6 if self.layout is not None else 4)
+        plain, n = self._plain, (6 if self.layout is not None else 4)
         # a list's items are Int values like any other (in ``ints``): the list brings its
         # EValue, pointers and unboxed copies
-        per_list = plain.values([("IntList", n)]) - n * self.abi_evalue
+        per_list = plain.values([("IntList", n)]) - n * plain.abi.evalue[0]
         return plain.values([INT] * len(ints)) + per_list * len(lists)
 
 
