@@ -144,8 +144,8 @@ class TFLMPersistent:
 
     node: int = 64
     eval_tensor: int = 24
-    op_data: tuple = (("CONV_2D", 108), ("DEPTHWISE_CONV_2D", 108), ("STRIDED_SLICE", 120), ("SLICE", 0),
-                      ("PAD", 64), ("PADV2", 64), ("CONCATENATION", 88), ("ADD", 72),
+    op_data: tuple = (("CONV_2D", 108), ("DEPTHWISE_CONV_2D", 108), ("STRIDED_SLICE", 120),
+                      ("SLICE", 0), ("PAD", 64), ("PADV2", 64), ("CONCATENATION", 88), ("ADD", 72),
                       ("MAX_POOL_2D", 72), ("AVERAGE_POOL_2D", 72), ("MUL", 53),
                       ("HARD_SWISH", 32), ("RELU", 32), ("QUANTIZE", 32), ("LEAKY_RELU", 35),
                       ("RELU6", 16), ("LOGISTIC", 16), ("TANH", 16))
