@@ -53,6 +53,7 @@ def what_binds() -> int:
     from collections import Counter
 
     from memsched.tflite import tflm_memory as tm
+    from memsched.tflite.tflm_abi import persistent_price
     from memsched.tflite.tile import tile_tflite
 
     for name, blocks in (("resnet8", 1), ("resnet20", 3)):
@@ -63,7 +64,8 @@ def what_binds() -> int:
 
         def nodes(choice, search) -> str:
             """The regions' nodes (each copy of an operator included) by kind, priced."""
-            mem = tm.TFLMMemory()
+            # at the prices the search used (`tile_tflite`'s default target, the Cortex-M)
+            mem = tm.TFLMMemory(price=persistent_price("cortex-m"))
             by: Counter = Counter()
             count: Counter = Counter()
             for r in choice.sequence:
@@ -74,7 +76,7 @@ def what_binds() -> int:
 
         parts = nodes(c, s)
         print(f"{name}: total {c.total:,} B = peak {c.peak:,} + persistent {c.persistent:,} "
-              f"(model {s.base_persistent:,}; the regions' nodes: {parts})")
+              f"(model {s.floors.base_persistent:,}; the regions' nodes: {parts})")
         price = (tm.TFLMMemory.plan_persistent_delta, tm.TFLMMemory.copy_price)
         tm.TFLMMemory.plan_persistent_delta = lambda self, sm, plan: 0
         tm.TFLMMemory.copy_price = lambda self, op: 0

@@ -259,7 +259,7 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     assert dst.read_bytes() == out
     assert res.choice is not None and res.ops_after > res.ops_before
     kinds = {op.kind for op in read_tflite(out).graph.ops}
-    assert "SLICE" in kinds and "CONCATENATION" in kinds
+    assert "STRIDED_SLICE" in kinds and "CONCATENATION" in kinds
     if model == "pools" and kw["padding"] == "explicit":  # MAX_POOL_2D's border padding:
         assert "PADV2" in kinds  # PADV2 with the int8 minimum
     if kw.get("padding") == "margins":  # no PAD: operators keep their own padding

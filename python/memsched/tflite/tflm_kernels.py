@@ -353,7 +353,6 @@ PREPARE = {
     "MUL": _simple(("i", 0), ("i", 1), ("o", 0)), "SQUEEZE": _simple(("i", 0), ("o", 0)),
     "EXPAND_DIMS": _simple(("i", 0), ("i", 1), ("o", 0)),
     "STRIDED_SLICE": _simple(("i", 0), ("i", 1), ("i", 2), ("i", 3), ("o", 0)),
-    "SLICE": _simple(("i", 0), ("i", 1), ("i", 2), ("o", 0)),
     "RELU": _simple(("i", 0), ("o", 0)), "RELU6": _simple(("i", 0)),
     "LOGISTIC": _simple(("i", 0), ("o", 0)), "QUANTIZE": _simple(("i", 0), ("o", 0)),
     "DEQUANTIZE": _simple(("i", 0), ("o", 0)), "HARD_SWISH": _simple(("i", 0), ("o", 0)),

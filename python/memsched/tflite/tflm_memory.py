@@ -145,7 +145,7 @@ class TFLMPersistent:
     node: int = 64
     eval_tensor: int = 24
     op_data: tuple = (("CONV_2D", 108), ("DEPTHWISE_CONV_2D", 108), ("STRIDED_SLICE", 120),
-                      ("SLICE", 0), ("PAD", 64), ("PADV2", 64), ("CONCATENATION", 88), ("ADD", 72),
+                      ("PAD", 64), ("PADV2", 64), ("CONCATENATION", 88), ("ADD", 72),
                       ("MAX_POOL_2D", 72), ("AVERAGE_POOL_2D", 72), ("MUL", 53),
                       ("HARD_SWISH", 32), ("RELU", 32), ("QUANTIZE", 32), ("LEAKY_RELU", 35),
                       ("RELU6", 16), ("LOGISTIC", 16), ("TANH", 16))
@@ -164,10 +164,9 @@ def _align16(n: int) -> int:
 
 
 PERSISTENT = TFLMPersistent()
-# new constant tensors per inserted node: SLICE begin/size, PAD paddings (at most: the writer
-# keeps one tensor per distinct constant)
+# new constant tensors per inserted node: STRIDED_SLICE begin/end (strides shared), PAD paddings
 NEW_CONSTS = {"slice": 2, "pad": 1, "concat": 0, "op": 0}
-NODE_KIND = {"slice": "SLICE", "pad": "PAD", "concat": "CONCATENATION"}
+NODE_KIND = {"slice": "STRIDED_SLICE", "pad": "PAD", "concat": "CONCATENATION"}
 
 
 @dataclass(frozen=True)
@@ -204,6 +203,8 @@ class TFLMMemory(RuntimeMemory):
     def plan_persistent_delta(self, sm: SpatialModel, plan: PatchPlan) -> int:
         price, quantized = self.price, self.quantized
         add = sum(self.node_persistent(sm, nd) for nd in plan.nodes)
+        if any(nd.kind == "slice" for nd in plan.nodes):
+            add += price.eval_tensor  # the shared strides tensor
         removed = sum(price.op(sm.ops[k].kind, sm.ops[k].cout, quantized, 1)
                       for k in plan.region.ops)
         removed -= price.eval_tensor * len(plan.region.split)  # split tensors keep their index
