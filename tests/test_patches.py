@@ -264,6 +264,17 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
         assert "PADV2" in kinds  # PADV2 with the int8 minimum
     if kw.get("padding") == "margins":  # no PAD: operators keep their own padding
         assert res.choice.margins and not kinds & {"PAD", "PADV2"}
+    # the search priced the constants the writer adds: one tensor per distinct value
+    from memsched.tflite.spatial import spatial_model
+    from memsched.tflite.tflm_memory import new_constants
+
+    sm = spatial_model(read_tflite(data))
+    priced = [new_constants(sm, p.nodes) for p in res.search.plans_of(res.choice)]
+    names = [t.name.decode() if isinstance(t.name, bytes) else t.name
+             for t in read_tflite(out).subgraph.tensors]
+    written = sum(n.endswith(("/begin", "/end", "/paddings", "/value")) or
+                  n == "memsched/patch_strides" for n in names)
+    assert written == priced[0] if len(priced) == 1 else 0 < written <= sum(priced)
     d = res.as_dict(curves=True)
     assert d["patched"] is True
     assert max(d["curves"]["patched"]) == res.peak == d["peak_bytes"]

@@ -169,6 +169,23 @@ NEW_CONSTS = {"slice": 2, "pad": 1, "concat": 0, "op": 0}
 NODE_KIND = {"slice": "STRIDED_SLICE", "pad": "PAD", "concat": "CONCATENATION"}
 
 
+def new_constants(sm: SpatialModel, nodes) -> int:
+    """How many constant tensors the writer (`memsched.tflite.tile`) adds for these plan nodes:
+    one per distinct unquantized value (a slice's begin, end and strides, a pad's amounts, a
+    copied PAD's amounts), one per quantized pad value (PADV2's minimum)."""
+    values, quantized = set(), 0
+    for nd in nodes:
+        if nd.kind == "slice":
+            b, w = nd.base, nd.win
+            c = int(sm.tensors[nd.tensor].shape[3])
+            values |= {(0, w.h0 - b.h0, w.w0 - b.w0, 0), (1, w.h1 - b.h0, w.w1 - b.w0, c),
+                       (1, 1, 1, 1)}
+        elif nd.kind == "pad" or (nd.kind == "op" and sm.ops[nd.op].kind in ("PAD", "PADV2")):
+            values.add(("pads",) + tuple(nd.pads))
+            quantized += nd.kind == "pad" and nd.pad_value == PAD_MIN
+    return len(values) + quantized
+
+
 @dataclass(frozen=True)
 class TFLMMemory(RuntimeMemory):
     """TFLite Micro's arena for the patch search: activations under `TFLM_MODEL` plus the
@@ -202,9 +219,11 @@ class TFLMMemory(RuntimeMemory):
 
     def plan_persistent_delta(self, sm: SpatialModel, plan: PatchPlan) -> int:
         price, quantized = self.price, self.quantized
-        add = sum(self.node_persistent(sm, nd) for nd in plan.nodes)
-        if any(nd.kind == "slice" for nd in plan.nodes):
-            add += price.eval_tensor  # the shared strides tensor
+        # each node with its output tensor; the constants once per distinct value, as written
+        add = sum(self.price.op(sm.ops[nd.op].kind, sm.ops[nd.op].cout, quantized, 1)
+                  if nd.kind == "op" else self.price.op(NODE_KIND[nd.kind], 0, quantized, 1)
+                  for nd in plan.nodes)
+        add += price.eval_tensor * new_constants(sm, plan.nodes)
         removed = sum(price.op(sm.ops[k].kind, sm.ops[k].cout, quantized, 1)
                       for k in plan.region.ops)
         removed -= price.eval_tensor * len(plan.region.split)  # split tensors keep their index
