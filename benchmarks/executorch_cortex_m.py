@@ -488,14 +488,20 @@ def board_table(rows) -> str:
     for r in rows:
         if r["isa"] != "mve" or "board_default" not in r:
             continue
-        over = r["macs"] / max(r["macs_before"], 1)
+        over = _mac_ratio(r)
         ia, ib = r["instructions"]
         out.append(f"| {r['model']} | {'yes' if r['alloc_graph_input'] else 'no'} | "
                    f"{r['default']:,} | {r['memsched']:,} | {r['ratio']:.2f}x | "
                    f"{r['board_default']:,} | {r['board_memsched']:,} | "
-                   f"{r['board_default'] / max(r['board_memsched'], 1):.2f}x | {over:.2f}x | "
+                   f"{r['board_default'] / max(r['board_memsched'], 1):.2f}x | {over} | "
                    f"{ib:,} / {ia:,} ({ib / max(ia, 1):.2f}x) | {r['run']} |")
     return "\n".join(out)
+
+
+def _mac_ratio(r) -> str:
+    """MACs of memsched's program over the default's; "-" for a model with none counted
+    (no convolution, pooling or linear layer the patch search sees)."""
+    return f"{r['macs'] / r['macs_before']:.2f}x" if r["macs_before"] else "-"
 
 
 def patch_table(rows) -> str:
@@ -505,13 +511,13 @@ def patch_table(rows) -> str:
            "runs in ExecuTorch's runtime with the backend's kernels |",
            "|---|---|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        over = r["macs"] / max(r["macs_before"], 1)
+        over = _mac_ratio(r)
         lat = "-" if r["latency"] is None else f"{r['latency']:.2f}x"
         out.append(f"| {r['model']} | {r['isa']} | {'yes' if r['alloc_graph_input'] else 'no'}"
                    f" | {r['default']:,} | {r['memsched']:,} | {r['ratio']:.2f}x | "
                    f"{r['default'] + r['default_method']:,} | "
                    f"{r['memsched'] + r['memsched_method']:,} | {r['ratio_total']:.2f}x | "
-                   f"{over:.2f}x | {lat} | {r['run']} |")
+                   f"{over} | {lat} | {r['run']} |")
     return "\n".join(out)
 
 

@@ -37,6 +37,26 @@ form_of = CHANNELS_LAST.form_of  # the form a plan node kind runs on
 conversions = CHANNELS_LAST.conversions  # the views a plan needs
 
 
+def flat_windows(plan) -> set[int]:
+    """The plan's slice nodes that cut both rows and columns (a strided window) and that only
+    native-form nodes read: `patch_rewrite` copies each as ``[N, rows, W x C]`` on the NHWC
+    form and sees it as the native map through one view (`lower_layout_views`), and the
+    search prices its ``as_strided_copy`` with 3-item lists (`records`)."""
+    native_only: dict = {}
+    for nd in plan.nodes:
+        native = form_of(nd.kind) == NATIVE
+        for r in nd.inputs:
+            if not isinstance(r, tuple):
+                native_only[r] = native_only.get(r, True) and native
+    out = set()
+    for k, nd in enumerate(plan.nodes):
+        if nd.kind == "slice" and native_only.get(k, True):
+            b, w = nd.base, nd.win
+            if (w.h0, w.h1) != (b.h0, b.h1) and (w.w0, w.w1) != (b.w0, b.w1):
+                out.add(k)
+    return out
+
+
 def same_bytes(in_dim_order, perm, out_dim_order) -> bool:
     """Whether ``permute(x, perm)`` with output dim order ``out_dim_order`` has the same bytes
     in the same order as ``x`` with ``in_dim_order``: output dim ``d`` is input dim
@@ -66,7 +86,11 @@ def lower_layout_views(graph_module) -> int:
       (`same_bytes`): a channels-last map seen as NHWC;
     * ``_clone_dim_order.out(permute_copy.out(x, perm), dim_order=d)`` with the permute read
       by the clone only and ``same_bytes(x, perm, d)``: NHWC bytes seen as channels-last
-      NCHW (two copies in eager, none here).
+      NCHW (two copies in eager, none here);
+    * a window copied as ``[N, rows, W x C]`` and seen as ``[N, rows, W, C]``
+      (``view_copy`` of an ``as_strided_copy``, `patch_rewrite`; ExecuTorch's own pass has
+      made it a ``memory.view`` by now): a view too, and folded into a view of it that reads
+      it alone, so the window costs one tensor record, as before.
 
     Not for graph outputs (the runtime may repoint them), constants or inputs without a spec.
     Returns how many; the emitter elides planned static views (no instruction, one tensor
@@ -95,6 +119,11 @@ def lower_layout_views(graph_module) -> int:
         for a in allocs:
             if not a.users:
                 graph.erase_node(a)
+        # a view read by this view alone: read its source instead (one record, not two)
+        while x.target is memory.view and len(x.users) == 1:
+            n.args = (x.args[0], shape)
+            graph.erase_node(x)
+            x = n.args[0]
 
     def usable(n, x) -> bool:
         return hasattr(x, "meta") and "spec" in x.meta and "spec" in n.meta and \
@@ -112,6 +141,11 @@ def lower_layout_views(graph_module) -> int:
                     same_bytes(x.meta["spec"].dim_order, perm, d):
                 to_view(n, x, d, drop=(p,))
                 done += 1
+        elif _is(n, "view_copy") and _is(n.args[0], "as_strided_copy") and \
+                n.kwargs.get("out") is not None and usable(n, n.args[0]):
+            # a window's reshape when ExecuTorch's remove_view_copy is off
+            to_view(n, n.args[0], tuple(range(len(n.meta["spec"].shape))))
+            done += 1
         elif _is(n, "permute_copy") and n.kwargs.get("out") is not None:
             x, perm = n.args[0], n.args[1]
             if usable(n, x) and same_bytes(x.meta["spec"].dim_order, perm,

@@ -92,6 +92,7 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
                         memory_format=torch.channels_last)
         return views[key]
 
+    flat = _layout.flat_windows(plan) if cl else set()  # windows copied row-contiguous
     order = list(range(len(plan.nodes))) if order is None else list(order)
     if sorted(order) != list(range(len(plan.nodes))):
         raise Refused("the node order is not a permutation of the plan's nodes")
@@ -117,8 +118,22 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
                 st = [int(v) for v in xv.stride()]
                 size = [int(d) for d in xv.shape]
                 size[hd], size[wd] = h1 - h0, w1 - w0
-                node = call(aten.as_strided_copy.default,
-                            [x, size, st, h0 * st[hd] + w0 * st[wd]], val=val)
+                offset = h0 * st[hd] + w0 * st[wd]
+                if nid in flat and st[3] == 1 and st[wd] == size[3]:
+                    # on the NHWC form a window row is one contiguous run of W x C values:
+                    # copied as [N, rows, W x C] (the portable kernel's innermost loop then
+                    # runs the whole row, not C values per call: 3 instead of 37
+                    # instructions a value on the M55) and seen as [N, rows, W, C] again
+                    # (a view: `patch_layout.lower_layout_views` folds it into the layout
+                    # view that follows)
+                    rows3 = [size[0], size[hd], size[wd] * size[3]]
+                    with fake:
+                        fv = torch.empty(rows3, dtype=xv.dtype, device=xv.device)
+                    x3 = call(aten.as_strided_copy.default,
+                              [x, rows3, [st[0], st[hd], 1], offset], val=fv)
+                    node = call(aten.view_copy.default, [x3, size], val=val)
+                else:
+                    node = call(aten.as_strided_copy.default, [x, size, st, offset], val=val)
             elif rows:
                 node = call(aten.slice_copy.Tensor, [x, hd, h0, h1, 1], val=val)
             else:  # a copy even of the whole source: the plan prices the window apart

@@ -146,8 +146,8 @@ class Prices:
     def slice(self) -> int:  # slice_copy(self, dim, start, end, step)
         return self.call([READ, INT, INT, INT, INT])
 
-    def window(self) -> int:  # as_strided_copy(self, size, stride, storage_offset)
-        return self.call([READ, ("IntList", 4), ("IntList", 4), INT])
+    def window(self, rank: int = 4) -> int:  # as_strided_copy(self, size, stride, offset)
+        return self.call([READ, ("IntList", rank), ("IntList", rank), INT])
 
     def pad(self, pads: int = 4) -> int:  # constant_pad_nd(self, pad, value)
         return self.call([READ, ("IntList", pads), ("Double", 0)])
@@ -269,7 +269,8 @@ class ExecutorchRecords(RuntimeMemory):
         self.out_bytes = dict(out_bytes or {}) if shared else {}
         self.target = p.target
         # constant_pad_nd's pads: (C,) W, H on the NHWC form of channels-last maps
-        self._slice, self._window = p.slice(), p.window()
+        # a window copied row-contiguous (`patch_layout.flat_windows`): 3-item lists
+        self._slice, self._window, self._flat_window = p.slice(), p.window(), p.window(3)
         self._pad = p.pad(6 if layout is not None else 4)
         self._view, self._input_view = p.view(), p.view(planned=False)
         self.unplanned = frozenset(unplanned)
@@ -284,14 +285,16 @@ class ExecutorchRecords(RuntimeMemory):
 
     def plan_persistent_delta(self, sm, plan) -> int:
         p = self.prices
-        add = self._shared_content(plan) if p.shared else 0
+        flat = self._flat(plan)
+        add = self._shared_content(plan, flat) if p.shared else 0
         seen: set = set()
-        for nd in plan.nodes:
+        for k, nd in enumerate(plan.nodes):
             if nd.kind == "slice":  # as the rewrite cuts: one axis, or a strided window
                 b, w = nd.base, nd.win
                 rows = (w.h0 - b.h0, w.h1 - b.h0) != (0, b.height)
                 cols = (w.w0 - b.w0, w.w1 - b.w0) != (0, b.width)
-                add += self._window if rows and cols else self._slice
+                add += (self._flat_window if k in flat else self._window) if rows and cols \
+                    else self._slice
             elif nd.kind == "pad":
                 add += self._pad
             elif nd.kind == "concat":
@@ -321,13 +324,20 @@ class ExecutorchRecords(RuntimeMemory):
                 add += self._input_view if outside else self._view
         return add - sum(self.op_bytes.get(sm.ops[k].index, 0) for k in plan.region.ops)
 
-    def _shared_content(self, plan) -> int:
+    def _flat(self, plan) -> set:
+        """The windows the rewrite copies row-contiguous (on channels-last maps only)."""
+        from .patch_layout import CHANNELS_LAST, flat_windows
+
+        return flat_windows(plan) if self.layout == CHANNELS_LAST else set()
+
+    def _shared_content(self, plan, flat=frozenset()) -> int:
         """With shared values: the bytes of the scalar content the plan's cuts bring, each
         distinct value once (`Prices.slice` and friends then price their calls without it):
         a slice's bounds and a window's offset (ints), a window's sizes and a border's pads
         (int lists, by their items)."""
         ints, lists = set(), set()
-        for nd in plan.nodes:
+        pad_items = 6 if self.layout is not None else 4
+        for k, nd in enumerate(plan.nodes):
             if nd.kind == "slice":
                 b, w = nd.base, nd.win
                 rows = (w.h0 - b.h0, w.h1 - b.h0)
@@ -335,18 +345,18 @@ class ExecutorchRecords(RuntimeMemory):
                 if rows != (0, b.height) and cols != (0, b.width):
                     ints.add(("offset", rows[0], cols[0]))
                     size = (rows[1] - rows[0], cols[1] - cols[0])
-                    lists.add(("size", *size))
+                    lists.add(("size", 3 if k in flat else 4, *size))
                     ints.update(size)
                 else:
                     ints.update(rows if rows != (0, b.height) else cols)
             elif nd.kind == "pad":
-                lists.add(("pads", *nd.pads))
+                lists.add(("pads", pad_items, *nd.pads))
                 ints.update(nd.pads)
-        plain, n = self._plain, (6 if self.layout is not None else 4)
+        plain = self._plain
         # a list's items are Int values like any other (in ``ints``): the list brings its
         # EValue, pointers and unboxed copies
-        per_list = plain.values([("IntList", n)]) - n * plain.abi.evalue[0]
-        return plain.values([INT] * len(ints)) + per_list * len(lists)
+        return plain.values([INT] * len(ints)) + sum(
+            plain.values([("IntList", key[1])]) - key[1] * plain.abi.evalue[0] for key in lists)
 
 
 __all__ = ["CORTEX_M", "HOST", "ExecutorchRecords", "Prices", "check_target",
