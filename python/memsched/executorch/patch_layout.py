@@ -119,11 +119,12 @@ def lower_layout_views(graph_module) -> int:
         for a in allocs:
             if not a.users:
                 graph.erase_node(a)
-        # a view read by this view alone: read its source instead (one record, not two)
-        while x.target is memory.view and len(x.users) == 1:
+        # a row-contiguous window's view read by this view alone: read the window instead
+        # (one record, not two; other views are left as the program wrote them)
+        if x.target is memory.view and len(x.users) == 1 and \
+                _is(x.args[0], "as_strided_copy"):
             n.args = (x.args[0], shape)
             graph.erase_node(x)
-            x = n.args[0]
 
     def usable(n, x) -> bool:
         return hasattr(x, "meta") and "spec" in x.meta and "spec" in n.meta and \
