@@ -89,8 +89,11 @@ def lower_layout_views(graph_module) -> int:
       NCHW (two copies in eager, none here);
     * a window copied as ``[N, rows, W x C]`` and seen as ``[N, rows, W, C]``
       (``view_copy`` of an ``as_strided_copy``, `patch_rewrite`; ExecuTorch's own pass has
-      made it a ``memory.view`` by now): a view too, and folded into a view of it that reads
-      it alone, so the window costs one tensor record, as before.
+      made it a ``memory.view`` by now): a view too.
+
+    A view read only by a view made here is folded into it (the window's reshape into the
+    operator's channels-last view: one tensor record, as before; a region's result seen
+    natively and then as NHWC by the next region: one record fewer).
 
     Not for graph outputs (the runtime may repoint them), constants or inputs without a spec.
     Returns how many; the emitter elides planned static views (no instruction, one tensor
@@ -119,12 +122,14 @@ def lower_layout_views(graph_module) -> int:
         for a in allocs:
             if not a.users:
                 graph.erase_node(a)
-        # a row-contiguous window's view read by this view alone: read the window instead
-        # (one record, not two; other views are left as the program wrote them)
-        if x.target is memory.view and len(x.users) == 1 and \
-                _is(x.args[0], "as_strided_copy"):
+        # a view read by this view alone (a row-contiguous window's reshape, a region's
+        # result seen natively and then as NHWC by the next region): read its source
+        # instead, one tensor record fewer (the search prices both: an estimate on the
+        # high side)
+        while x.target is memory.view and len(x.users) == 1:
             n.args = (x.args[0], shape)
             graph.erase_node(x)
+            x = n.args[0]
 
     def usable(n, x) -> bool:
         return hasattr(x, "meta") and "spec" in x.meta and "spec" in n.meta and \
