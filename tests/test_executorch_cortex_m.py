@@ -212,6 +212,34 @@ def test_windows_are_copied_row_contiguous():
                    memory.view for n in gm.graph.nodes)
 
 
+def test_window_reshape_is_a_view_without_removing_view_copy(kernels):
+    """With ExecuTorch's ``remove_view_copy`` off, the window's reshape is still made a view
+    (`patch_layout.lower_layout_views`), never a copy, and the program runs bit-equal with
+    the backend's kernels (a model without a flatten: ExecuTorch's own program fails on a
+    channels-last flatten's ``view_copy`` in that setting)."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
+
+    torch.manual_seed(0)
+    model = nn.Sequential(_cba(3, 8, 3, 2), Block(8, 8, 1), _cba(8, 8, 3, 1))
+    (scalar, _), x = _edge(model, (1, 3, 48, 48), isa="both")
+    config = mx.backend_config(tile_patches=True, grid="2x2", max_overhead=10.0,
+                               time_limit=3.0, alloc_graph_input=False)
+    config.remove_view_copy = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours = copy.deepcopy(scalar).to_executorch(config)
+        base = copy.deepcopy(scalar).to_executorch(ExecutorchBackendConfig(
+            remove_view_copy=False,
+            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
+    assert list(mx.report(config).values())[0].patches.grid == "2x2"
+    targets = [str(n.target) for n in ours.exported_program().graph_module.graph.nodes]
+    assert any("as_strided_copy" in t for t in targets)
+    assert not any("view_copy" in t for t in targets)
+    a, b = host_kernels.run(base.buffer, [x]), host_kernels.run(ours.buffer, [x])
+    assert len(a) == len(b) and all(torch.equal(u, v) for u, v in zip(a, b))
+
+
 @pytest.mark.heavy  # the random stacks cover max pools and residuals in the default run
 def test_max_pool_and_residual_run_bit_equal(kernels, m55, tmp_path):
     torch.manual_seed(1)
