@@ -209,20 +209,20 @@ class TFLMMemory(RuntimeMemory):
             return 0
         return self.price.op(op.kind, op.cout, self.quantized, 1)
 
-    def node_persistent(self, sm: SpatialModel, nd) -> int:
-        """Persistent bytes of one node of a plan (`PNode`): its operator, op data, new tensors."""
+    def node_persistent(self, sm: SpatialModel, nd, consts: bool = True) -> int:
+        """Persistent bytes of one node of a plan (`PNode`): its operator, op data, output
+        tensor and (``consts``) the constant tensors it reads, counted as its own (a plan
+        writes each distinct constant once: `new_constants`)."""
         if nd.kind == "op":
             op = sm.ops[nd.op]
             return self.price.op(op.kind, op.cout, self.quantized, 1)
-        consts = NEW_CONSTS[nd.kind] + (nd.kind == "pad" and nd.pad_value == PAD_MIN)
-        return self.price.op(NODE_KIND[nd.kind], 0, self.quantized, 1 + consts)
+        n = NEW_CONSTS[nd.kind] + (nd.kind == "pad" and nd.pad_value == PAD_MIN) if consts else 0
+        return self.price.op(NODE_KIND[nd.kind], 0, self.quantized, 1 + n)
 
     def plan_persistent_delta(self, sm: SpatialModel, plan: PatchPlan) -> int:
         price, quantized = self.price, self.quantized
         # each node with its output tensor; the constants once per distinct value, as written
-        add = sum(self.price.op(sm.ops[nd.op].kind, sm.ops[nd.op].cout, quantized, 1)
-                  if nd.kind == "op" else self.price.op(NODE_KIND[nd.kind], 0, quantized, 1)
-                  for nd in plan.nodes)
+        add = sum(self.node_persistent(sm, nd, consts=False) for nd in plan.nodes)
         add += price.eval_tensor * new_constants(sm, plan.nodes)
         removed = sum(price.op(sm.ops[k].kind, sm.ops[k].cout, quantized, 1)
                       for k in plan.region.ops)
