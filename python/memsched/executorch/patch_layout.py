@@ -50,10 +50,8 @@ def flat_windows(plan) -> set[int]:
                 native_only[r] = native_only.get(r, True) and native
     out = set()
     for k, nd in enumerate(plan.nodes):
-        if nd.kind == "slice" and native_only.get(k, True):
-            b, w = nd.base, nd.win
-            if (w.h0, w.h1) != (b.h0, b.h1) and (w.w0, w.w1) != (b.w0, b.w1):
-                out.add(k)
+        if nd.kind == "slice" and native_only.get(k, True) and all(nd.cuts()):
+            out.add(k)
     return out
 
 

@@ -109,7 +109,7 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
             x, base = ins[0], nd.base
             h0, h1 = nd.win.h0 - base.h0, nd.win.h1 - base.h0
             w0, w1 = nd.win.w0 - base.w0, nd.win.w1 - base.w0
-            rows, cols = (h0, h1) != (0, base.height), (w0, w1) != (0, base.width)
+            rows, cols = nd.cuts()
             xv = x.meta["val"]
             val = like(fake, xv, h1 - h0, w1 - w0)
             if rows and cols:

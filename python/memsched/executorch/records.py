@@ -290,11 +290,8 @@ class ExecutorchRecords(RuntimeMemory):
         seen: set = set()
         for k, nd in enumerate(plan.nodes):
             if nd.kind == "slice":  # as the rewrite cuts: one axis, or a strided window
-                b, w = nd.base, nd.win
-                rows = (w.h0 - b.h0, w.h1 - b.h0) != (0, b.height)
-                cols = (w.w0 - b.w0, w.w1 - b.w0) != (0, b.width)
-                add += (self._flat_window if k in flat else self._window) if rows and cols \
-                    else self._slice
+                add += (self._flat_window if k in flat else self._window) \
+                    if all(nd.cuts()) else self._slice
             elif nd.kind == "pad":
                 add += self._pad
             elif nd.kind == "concat":
@@ -342,13 +339,14 @@ class ExecutorchRecords(RuntimeMemory):
                 b, w = nd.base, nd.win
                 rows = (w.h0 - b.h0, w.h1 - b.h0)
                 cols = (w.w0 - b.w0, w.w1 - b.w0)
-                if rows != (0, b.height) and cols != (0, b.width):
+                cut_rows, cut_cols = nd.cuts()
+                if cut_rows and cut_cols:
                     ints.add(("offset", rows[0], cols[0]))
                     size = (rows[1] - rows[0], cols[1] - cols[0])
                     lists.add(("size", 3 if k in flat else 4, *size))
                     ints.update(size)
                 else:
-                    ints.update(rows if rows != (0, b.height) else cols)
+                    ints.update(rows if cut_rows else cols)
             elif nd.kind == "pad":
                 lists.add(("pads", pad_items, *nd.pads))
                 ints.update(nd.pads)

@@ -89,6 +89,12 @@ class PNode:
     # what that rule amounts to there), not VALID on an explicitly padded input
     implicit: bool = False
 
+    def cuts(self) -> tuple[bool, bool]:
+        """A slice's (rows, columns) cut: whether its window is narrower than its source's
+        window ``base`` along H, along W (a slice cutting both is a strided window)."""
+        b, w = self.base, self.win
+        return (w.h0, w.h1) != (b.h0, b.h1), (w.w0, w.w1) != (b.w0, b.w1)
+
 
 @dataclass
 class PatchPlan:

@@ -169,6 +169,21 @@ NEW_CONSTS = {"slice": 2, "pad": 1, "concat": 0, "op": 0}
 NODE_KIND = {"slice": "STRIDED_SLICE", "pad": "PAD", "concat": "CONCATENATION"}
 
 
+def slice_constants(nd, channels: int) -> tuple[tuple, tuple, tuple]:
+    """The begin, end and strides a plan's slice node is written with (`memsched.tflite.tile`:
+    a ``STRIDED_SLICE`` of its NHWC source window ``base``)."""
+    b, w = nd.base, nd.win
+    return ((0, w.h0 - b.h0, w.w0 - b.w0, 0), (1, w.h1 - b.h0, w.w1 - b.w0, channels),
+            (1, 1, 1, 1))
+
+
+def pad_constant(nd) -> tuple:
+    """The paddings a plan's pad node (or a copied PAD) is written with: NHWC, (before, after)
+    per dim."""
+    top, bottom, left, right = nd.pads
+    return ((0, 0), (top, bottom), (left, right), (0, 0))
+
+
 def new_constants(sm: SpatialModel, nodes) -> int:
     """How many constant tensors the writer (`memsched.tflite.tile`) adds for these plan nodes:
     one per distinct unquantized value (a slice's begin, end and strides, a pad's amounts, a
@@ -176,12 +191,9 @@ def new_constants(sm: SpatialModel, nodes) -> int:
     values, quantized = set(), 0
     for nd in nodes:
         if nd.kind == "slice":
-            b, w = nd.base, nd.win
-            c = int(sm.tensors[nd.tensor].shape[3])
-            values |= {(0, w.h0 - b.h0, w.w0 - b.w0, 0), (1, w.h1 - b.h0, w.w1 - b.w0, c),
-                       (1, 1, 1, 1)}
+            values.update(slice_constants(nd, int(sm.tensors[nd.tensor].shape[3])))
         elif nd.kind == "pad" or (nd.kind == "op" and sm.ops[nd.op].kind in ("PAD", "PADV2")):
-            values.add(("pads",) + tuple(nd.pads))
+            values.add(pad_constant(nd))
             quantized += nd.kind == "pad" and nd.pad_value == PAD_MIN
     return len(values) + quantized
 

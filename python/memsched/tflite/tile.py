@@ -40,9 +40,9 @@ from ..patches import (PAD_MIN, Candidate, Clock, Described, PatchOptions, Patch
                        SearchResult, SpatialModel, entry_options, search_model, unmet_grid)
 from .read import TFLiteModelError, graph_of, read_tflite, schema
 from .reorder import _scratch, _target_arena
-from .tflm_memory import with_scratch
 from .spatial import spatial_model
-from .tflm_memory import TFLM_MODEL, TFLMMemory, tflm_runtime
+from .tflm_memory import (TFLM_MODEL, TFLMMemory, pad_constant, slice_constants,
+                          tflm_runtime, with_scratch)
 
 
 class TileError(TFLiteModelError):
@@ -280,11 +280,11 @@ def rewrite_model(tg, sm: SpatialModel, plans):
     consts: dict = {}  # one tensor per distinct unquantized constant: each costs an eval tensor
 
     def const(name: str, arr: np.ndarray, ttype: int, quant=None) -> int:
-        key = (ttype, tuple(arr.shape), np.ascontiguousarray(arr).tobytes())
+        data = np.ascontiguousarray(arr).tobytes()
+        key = (ttype, tuple(arr.shape), data)
         if quant is None and key in consts:
             return consts[key]
-        buffers.append(s.BufferT(data=np.frombuffer(np.ascontiguousarray(arr).tobytes(),
-                                                    dtype=np.uint8)))
+        buffers.append(s.BufferT(data=np.frombuffer(data, dtype=np.uint8)))
         tensors.append(s.TensorT(shape=list(arr.shape), type=ttype, buffer=len(buffers) - 1,
                                  name=name, quantization=copy.deepcopy(quant)))
         if quant is None:
@@ -333,20 +333,17 @@ def _patched_ops(s, plan: PatchPlan, sm: SpatialModel, tensors: list, old_ops: l
             # cut (no Init, no options) but copies element by element, where STRIDED_SLICE
             # copies each contiguous run at once (measured on the M55: +8-27 % instructions
             # on the MobileNet rows of docs/patches.md for 0.1-2 % of arena)
-            b = nd.base
-            c = int(tensors[nd.tensor].shape[3])
-            begin = np.array([0, nd.win.h0 - b.h0, nd.win.w0 - b.w0, 0], np.int32)
-            end = np.array([1, nd.win.h1 - b.h0, nd.win.w1 - b.w0, c], np.int32)
-            bt = const(name + "/begin", begin, s.TensorType.INT32)
-            et = const(name + "/end", end, s.TensorType.INT32)
-            strides = const("memsched/patch_strides", np.ones(4, np.int32), s.TensorType.INT32)
+            begin, end, step = slice_constants(nd, int(tensors[nd.tensor].shape[3]))
+            bt = const(name + "/begin", np.array(begin, np.int32), s.TensorType.INT32)
+            et = const(name + "/end", np.array(end, np.int32), s.TensorType.INT32)
+            strides = const("memsched/patch_strides", np.array(step, np.int32),
+                            s.TensorType.INT32)
             new_ops.append(s.OperatorT(opcodeIndex=opcode("STRIDED_SLICE"),
                                        inputs=[ins[0], bt, et, strides], outputs=[out],
                                        builtinOptionsType=s.BuiltinOptions.StridedSliceOptions,
                                        builtinOptions=s.StridedSliceOptionsT()))
         elif nd.kind == "pad":
-            pads = np.array([[0, 0], [nd.pads[0], nd.pads[1]], [nd.pads[2], nd.pads[3]],
-                             [0, 0]], np.int32)
+            pads = np.array(pad_constant(nd), np.int32)
             pt = const(name + "/paddings", pads, s.TensorType.INT32)
             if nd.pad_value == PAD_MIN:
                 src = tensors[nd.tensor]
@@ -381,8 +378,7 @@ def _patched_ops(s, plan: PatchPlan, sm: SpatialModel, tensors: list, old_ops: l
             for t in op.inputs:
                 new_in.append(next(acts) if int(t) in act_set else int(t))
             if sop.kind in ("PAD", "PADV2"):
-                pads = np.array([[0, 0], [nd.pads[0], nd.pads[1]], [nd.pads[2], nd.pads[3]],
-                                 [0, 0]], np.int32)
+                pads = np.array(pad_constant(nd), np.int32)
                 new_in[1] = const(name + "/paddings", pads, s.TensorType.INT32)
             elif sop.cls == "window" and not nd.implicit:  # margins: its own padding
                 op.builtinOptions.padding = s.Padding.VALID
