@@ -159,16 +159,23 @@ def run_tflite(model: str | os.PathLike | bytes, inputs, work: str | os.PathLike
 
 def main(argv=None) -> int:
     """``python -m memsched.board build``: build both firmwares into the cache (set-up). Where
-    the board cannot be built here it says why and exits 0: the tests skip with that reason."""
+    the board cannot be built here it says why and exits 0: the tests skip with that reason;
+    under CI (``CI`` set, not "0" / "false"), where the board tests must run, it exits 1."""
     argv = sys.argv[1:] if argv is None else argv
     if argv != ["build"]:
         print("usage: python -m memsched.board build", file=sys.stderr)
         return 2
+    failed = 0
     for kind in FIRMWARES:
         try:
             print(f"{kind}: {firmware(kind)}")
         except BoardUnavailable as e:
             print(f"{kind}: not built: {e}", file=sys.stderr)
+            failed += 1
+    if failed and os.environ.get("CI", "").lower() not in ("", "0", "false"):
+        print("CI is set: the board tests must run here, so a board that cannot be built "
+              "fails the set-up", file=sys.stderr)
+        return 1
     return 0
 
 

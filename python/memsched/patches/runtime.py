@@ -47,6 +47,33 @@ class RuntimeMemory:
         return 0
 
 
+class RuntimeTime:
+    """What a runtime's kernels cost in instructions on its target CPU, as the patch search
+    prices a candidate's time (`Runtime.time`; None: no model, and the search bounds MACs
+    alone, as for TVM). A candidate's instructions are ``program(sm)`` minus ``op(sm, k)`` of
+    each operator its regions replace plus ``plan(sm, p)`` of each region's plan. The
+    runtimes' subclasses live with their adapters, on their kernels' cost models
+    (`memsched.tflite.tflm_instructions`, `memsched.executorch.instructions`)."""
+
+    name: str = ""  # the target the figures are for, e.g. "Cortex-M55 (CMSIS-NN, MVE)"
+
+    def program(self, sm: SpatialModel) -> int:
+        """Instructions of one inference of the unpatched program: every operator and the
+        runtime's fixed cost per inference and per operator."""
+        raise NotImplementedError
+
+    def op(self, sm: SpatialModel, k: int) -> int:
+        """Instructions of operator ``k`` of the unpatched program, its per-operator fixed
+        cost included."""
+        raise NotImplementedError
+
+    def plan(self, sm: SpatialModel, plan) -> int:
+        """Instructions of every node the adapter writes for ``plan`` (a `PatchPlan`): the
+        operators' copies on their windows, cuts, pads, concatenations, the layout views and
+        requantizations it adds, each with its per-operator fixed cost."""
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class Layout:
     """A runtime's layout contract for the nodes a patch rewrite writes: the cutting and
@@ -99,7 +126,8 @@ class Runtime:
     (`memsched.patches.evaluator.BAND_GRIDS`). ``se``: the adapter rewrites squeeze-and-excitation
     blocks (reduce / vector / scale operators). ``no_split_kinds``: operator kinds whose
     outputs it cannot reassemble (a region never ends at them). ``layout``: its layout contract
-    for cuts (`Layout`; None: one form for every node)."""
+    for cuts (`Layout`; None: one form for every node). ``time``: what its kernels cost in
+    instructions (`RuntimeTime`; None: no model, the search bounds MACs alone)."""
 
     memory: RuntimeMemory
     implicit_padding: bool = False
@@ -110,6 +138,7 @@ class Runtime:
     se: bool = False
     no_split_kinds: tuple = ()
     layout: Layout | None = None
+    time: RuntimeTime | None = None
 
     def __post_init__(self):
         if self.implicit_padding and self.padding_rule not in PADDING_RULES:
