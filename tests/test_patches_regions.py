@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from memsched.memory import MemoryModel
+from memsched.memory import MemoryModel, Problem
 from memsched.patches import RuntimeMemory
 from memsched.patches import evaluator as evaluator_mod
 from memsched.patches.errors import Refused
@@ -121,3 +121,92 @@ def test_two_regions_beat_one_on_a_deep_stack():
     # forced grid or split: one region, as asked
     forced = search(sm, graph, index, MEMORY, time_limit=2, grid=(2, 2))
     assert forced.choice is None or len(forced.choice.sequence) == 1
+
+
+class ToyTime:
+    """A `RuntimeTime` whose kernels cost a fixed call overhead plus their work (MACs, or
+    the bytes a cut, pad or concatenation moves): patches pay per node, as on a Cortex-M."""
+
+    name = "toy"
+    CALL = 4000
+
+    def program(self, sm):
+        return 100 + sum(self.op(sm, k) for k in range(len(sm.ops)))
+
+    def op(self, sm, k):
+        return self.CALL + sm.op_macs(sm.ops[k])
+
+    def plan(self, sm, plan):
+        out = 0
+        for k, nd in enumerate(plan.nodes):
+            out += self.CALL + (sm.op_macs(sm.ops[nd.op], nd.win) if nd.kind == "op"
+                                else 2 * plan.node_bytes(sm, k))
+        return out
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(sm=chains(), max_slowdown=st.sampled_from([1.0, 1.05, 1.2, 2.0, None]),
+       depth=st.sampled_from([1, 3]))
+def test_time_budget_equals_brute_force(deterministic, sm, max_slowdown, depth):
+    """With a runtime cost model, the k-region choice is the lowest total of every sequence
+    within both the MAC and the instruction budget (brute force over the same evaluator), its
+    predicted instructions are the sequence's, and the (RAM, time) frontier is a frontier."""
+    import dataclasses
+
+    from memsched.patches.runtime import runtime_of
+
+    graph, index = _graph_of(sm)
+    time = ToyTime()
+    rt = dataclasses.replace(runtime_of(MEMORY), time=time)
+    kw = dict(max_overhead=1.0, time_limit=60.0, certify=False, frontier_overhead=float("inf"))
+    res = search(sm, graph, index, rt, max_regions=depth, max_slowdown=max_slowdown, **kw)
+    base = time.program(sm)
+    total_macs = sum(sm.op_macs(op) for op in sm.ops)
+    bar = max(Problem.from_graph(graph, MEMORY.activations).evaluate(
+        list(range(len(graph)))).steps)
+    best = None
+
+    def instructions(plans):
+        return base + sum(time.plan(sm, p) - sum(time.op(sm, k) for k in p.region.ops)
+                          for p in plans)
+
+    def walk(start, plans):
+        nonlocal best
+        if len(plans) == depth:
+            return
+        for r in regions(sm, [start])[0]:
+            for g in GRIDS:
+                try:
+                    p = plan_patches(sm, r, g)
+                except Refused:
+                    continue
+                seq = plans + [p]
+                total, macs = price_sequence(sm, graph, index, MEMORY, seq)
+                ok = macs <= 2 * total_macs + 1e-9 and (
+                    max_slowdown is None or instructions(seq) <= max_slowdown * base + 1e-9)
+                if ok and total < bar and (best is None or total < best):
+                    best = total
+                walk(r.length, seq)
+
+    walk(0, [])
+    got = res.choice.total if res.choice is not None else None
+    assert got == best
+    assert res.original.instructions == base
+    if res.choice is not None:
+        assert res.choice.instructions == instructions(res.plans_of(res.choice))
+        assert max_slowdown is None or res.choice.slowdown <= max_slowdown + 1e-9
+    front = res.time_frontier()
+    assert front and front[0].instructions <= base
+    for a, b in itertools.pairwise(front):
+        assert a.instructions <= b.instructions and a.total > b.total
+    assert res.as_dict()["time_frontier"][0]["cpu_instructions"] == front[0].instructions
+
+
+def test_without_cost_model_time_is_not_priced():
+    """A runtime without a cost model (TVM): no instructions, the MAC budget alone."""
+    sm = stack_model([("CONV_2D", 3, 1, 1, "SAME"), ("CONV_2D", 3, 1, 1, "SAME")], 16, 16, 3)
+    graph, index = _graph_of(sm)
+    res = search(sm, graph, index, MEMORY, time_limit=5.0, max_slowdown=1.0)
+    assert res.original.instructions is None and res.time_frontier() == []
+    assert res.choice is None or res.choice.instructions is None

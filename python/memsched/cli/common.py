@@ -37,6 +37,21 @@ def seconds(text: str) -> float:
     return value
 
 
+def slowdown(text: str) -> float | None:
+    """argparse type of ``--max-slowdown``: a factor >= 1 of the unpatched program's
+    instructions, or ``none`` (no bound)."""
+    if text.strip().lower() in ("none", "off"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 1:
+        raise argparse.ArgumentTypeError(f"must be a factor >= 1 (1.1 = +10 % instructions) "
+                                         f"or none, not {text!r}")
+    return value
+
+
 def parse_bytes(text: str) -> int:
     """``8388608``, ``8MiB``, ``8M``, ``512KiB``, ``6.5MB`` -> bytes (K/M/G are binary)."""
     m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([KMG]?)(?:i?B)?\s*", str(text), re.I)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-from .common import (CLIError, _quiet_native_stderr, _status, bad_input, not_written,
+from .common import (slowdown, CLIError, _quiet_native_stderr, _status, bad_input, not_written,
                      positive_seconds, print_written)
 
 PATCH_TOLERANCE = 1e-5  # max abs difference of float outputs accepted with --tile-patches
@@ -89,6 +89,7 @@ def cmd_export(args) -> int:
             program = load_exported_program(args.model)
             config = backend_config(time_limit=limit, tile_patches=args.tile_patches,
                                     max_overhead=args.max_overhead, grid=args.grid,
+                                    max_slowdown=args.max_slowdown,
                                     exact_reductions=not args.float_reductions)
             data = bytes(to_edge(program).to_executorch(config).buffer)
             default = None
@@ -155,6 +156,10 @@ def register(sub) -> None:
                    help="run the spatial prefix patch by patch (patch-based execution)")
     p.add_argument("--max-overhead", type=float, default=0.3,
                    help="--tile-patches: extra MACs allowed (default 0.3 = +30 %%)")
+    p.add_argument("--max-slowdown", type=slowdown, default=1.10,
+                   help="--tile-patches: the most instructions per execute the choice may "
+                        "run on a Cortex-M55, predicted from the program, as a factor of the "
+                        "unpatched program's (default 1.10; none: no bound)")
     p.add_argument("--grid", help="--tile-patches: force the grid, e.g. 3x3")
     p.add_argument("--float-reductions", action="store_true",
                    help="--tile-patches: let regions run through float means / sums (partial "

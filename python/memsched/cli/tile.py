@@ -1,19 +1,24 @@
 """``memsched tile`` (`memsched.cli`): patch-based execution written as a plain .tflite file.
 
     memsched tile model.tflite -o out.tflite [--grid RxC] [--split TENSOR] [--max-overhead X]
+        [--max-slowdown F|none]
         [--padding auto|explicit|margins] [--offline-plan] [--measure] [--max-regions N]
         [--time-limit S] [--plot curves.png] [--json]
 
 Searches the regions and patch grids (`memsched.patches.search_model`: TFLite Micro's
 total arena = certified activation peak + persistent bytes, within ``--max-overhead`` extra
-MACs, default 0.3 = +30 %), rewrites the spatial prefix patch by patch with builtin operators
+MACs, default 0.3 = +30 %, and ``--max-slowdown`` times the original's instructions per
+``Invoke()`` on a Cortex-M55 with the CMSIS-NN kernels, predicted from the files, default
+1.10), rewrites the spatial prefix patch by patch with builtin operators
 only (`memsched.tflite.tile.tile_tflite`), then writes the certified operator
 order and, with ``--offline-plan``, the arena offsets. Prints the frontier (per candidate: split
-tensor, grid, peak, persistent bytes, total, MAC overhead) and the choice, and what bounds the
+tensor, grid, peak, persistent bytes, total, MAC overhead, predicted instructions) and the
+choice, the (RAM, instructions) frontier the search found, and what bounds the
 total from below (the original operators' persistent bytes plus the largest of: the model
 input, the operators run whole before the region, the largest operator after it; also in
 ``--json`` as ``bound``); ``--plot`` draws the
-memory curve of the patched schedule next to the unpatched one.
+memory curve of the patched schedule next to the unpatched one, and the (RAM, instructions)
+frontier with the chosen point.
 
 ``--measure`` runs the real interpreters before anything is written: TFLite Micro's minimal
 total arena (bisection) of the original and the patched file, and every output compared in
@@ -26,7 +31,7 @@ import json
 import os
 import sys
 
-from .common import bad_input, seconds, tflite_output
+from .common import bad_input, seconds, slowdown, tflite_output
 
 
 def _errors():
@@ -62,7 +67,7 @@ def _tile(args) -> int:
                             max_overhead=args.max_overhead, offline_plan=args.offline_plan,
                             time_limit=args.time_limit, max_regions=args.max_regions,
                             padding=None if args.padding == "auto" else args.padding,
-                            target=args.target)
+                            target=args.target, max_slowdown=args.max_slowdown)
     report = {"model": args.model, "output": out, **res.as_dict(curves=bool(args.plot))}
     if args.measure:  # before the file exists: a model that computes something else is not
         with tempfile.TemporaryDirectory(prefix="memsched-tile-") as d:
@@ -101,7 +106,9 @@ def _print(r: dict, args) -> None:
     s = r["search"]
     t = Table(title=f"{os.path.basename(args.model)}: patch candidates (TFLite Micro total = "
                     "peak + persistent)")
-    for col in ("split tensor", "grid", "peak B", "persistent B", "total B", "MACs +%", ""):
+    timed = s["original"].get("cpu_instructions") is not None
+    for col in ("split tensor", "grid", "peak B", "persistent B", "total B", "MACs +%") + \
+            (("instructions",) if timed else ()) + ("",):
         t.add_column(col, justify="left" if col == "split tensor" else "right")
     rows = [("original", s["original"])] + [("", c) for c in s["frontier"]]
     choice = r.get("choice") or {}
@@ -115,8 +122,19 @@ def _print(r: dict, args) -> None:
             where = f"{where} (from op {c['region_start']})"
         t.add_row(str(where), grid,
                   f"{c['peak_bytes']:,}", f"{c['persistent_bytes']:,}", f"{c['total_bytes']:,}",
-                  f"{100 * c['mac_overhead']:+.1f}", mark)
+                  f"{100 * c['mac_overhead']:+.1f}",
+                  *((f"{c['slowdown']:.3f}x",) if timed else ()), mark)
     console.print(t)
+    if timed:
+        front = s.get("time_frontier") or []
+        console.print("RAM / time frontier (predicted TFLite Micro instructions per Invoke() "
+                      "on a Cortex-M55 with CMSIS-NN): " + ", ".join(
+                          f"{f['total_bytes']:,} B at {f['slowdown']:.3f}x" for f in front))
+        if choice and choice.get("cpu_instructions") is not None:
+            console.print(f"chosen: {choice['cpu_instructions']:,} instructions per Invoke() "
+                          f"({choice['slowdown']:.3f}x the original's "
+                          f"{s['original']['cpu_instructions']:,}), within --max-slowdown "
+                          f"{args.max_slowdown if args.max_slowdown is not None else 'none'}")
     regions = choice.get("regions") or []
     if len(regions) > 1:  # the frontier lists one-region candidates: say what was chosen
         console.print(f"chosen: {len(regions)} regions, estimated total "
@@ -180,7 +198,21 @@ def _plot(r: dict, path: str) -> None:
     ax.set_xlabel("progress through the schedule (operators, normalised)")
     ax.set_ylabel("live activation bytes")
     ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
+    front = (r.get("search") or {}).get("time_frontier") or []
+    if front:  # the trade the search found, and where the choice sits on it
+        ax.set_position([0.08, 0.15, 0.5, 0.75])
+        bx = fig.add_axes([0.68, 0.15, 0.3, 0.75])
+        bx.step([f["slowdown"] for f in front], [f["total_bytes"] for f in front], "o-",
+                where="post", label="frontier")
+        ch = r.get("choice") or {}
+        if ch.get("slowdown") is not None:
+            bx.plot([ch["slowdown"]], [ch["total_bytes"]], "r*", markersize=12,
+                    label="chosen")
+        bx.set_xlabel("predicted instructions (x original)")
+        bx.set_ylabel("total arena (B)")
+        bx.legend(fontsize=8)
+    else:
+        fig.tight_layout()
     save_plot(fig, path)
 
 
@@ -197,6 +229,10 @@ def register(sub) -> None:
                         "default auto: priced both ways")
     p.add_argument("--max-overhead", type=float, default=0.3,
                    help="extra MACs allowed for the default choice (default 0.3 = +30 %%)")
+    p.add_argument("--max-slowdown", type=slowdown, default=1.10,
+                   help="the most instructions per Invoke() the choice may run on a "
+                        "Cortex-M55 with CMSIS-NN, predicted from the files, as a factor of "
+                        "the original's (default 1.10; none: no bound)")
     p.add_argument("--offline-plan", action="store_true",
                    help="also write the arena offsets (OfflineMemoryAllocation metadata)")
     p.add_argument("--measure", action="store_true",

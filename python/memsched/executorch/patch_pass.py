@@ -125,6 +125,15 @@ class TileReport:
     # the records were priced for the program with its equal values shared
     # (`memsched.executorch.share`: write ``share_values(program)``, not the emitter's bytes)
     values_shared: bool = False
+    # the CPU instructions of one execute on a Cortex-M55, predicted by the search's kernel
+    # cost model (`memsched.executorch.instructions`; None: no model for this graph): before,
+    # with the patches, their ratio, the bound the choice was made under, and the (total
+    # bytes, instructions) frontier the search found ("grid@split:bytes:slowdown")
+    cpu_instructions_before: int | None = None
+    cpu_instructions: int | None = None
+    slowdown: float | None = None
+    max_slowdown: float | None = None
+    time_frontier: list = field(default_factory=list)
     seconds: float = 0.0
     skipped: str = ""
 
@@ -151,7 +160,14 @@ class TileReport:
                 f"(+{self.records_added:,} B of method-allocator records"
                 f"{' at ' + self.records_target if self.records_target else ''}"
                 f"{', values shared' if self.values_shared and self.records_target else ''}), "
-                f"{self.seconds:.2f} s")
+                f"{self._time()}{self.seconds:.2f} s")
+
+    def _time(self) -> str:
+        if self.cpu_instructions is None:
+            return ""
+        bound = f"{self.max_slowdown:g}x" if self.max_slowdown is not None else "none"
+        return (f"predicted Cortex-M55 instructions {self.cpu_instructions_before:,} -> "
+                f"{self.cpu_instructions:,} ({self.slowdown:.3f}x; max_slowdown {bound}), ")
 
 
 # ---------------------------------------------------------------------------- search
@@ -191,26 +207,30 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
                       second_region=None, price_records: bool = True,
                       planned_inputs: bool = True, exact_reductions=None, padding=None,
                       max_regions=None, target: str | None = None,
-                      share_values: bool = False):
+                      share_values: bool = False, max_slowdown=...):
     """(the patched copy of ``gm`` or None, `TileReport`); ``gm`` itself is never changed.
 
     ``options``: the search's `memsched.patches.PatchOptions` (the keywords of the same names
-    put over it: ``max_overhead``, ``grid``, ``split``, ``se_patches``, ``max_regions`` (regions
-    in sequence, each with its own grid, under the one MAC budget; ``second_region``: its
-    deprecated name), ``exact_reductions`` (a float mean's partial sums, equal up to rounding,
-    only with False), ``padding`` (``"explicit"``: constant_pad_nd on patch borders;
-    ``"margins"``: convolutions and pools keep their own padding on wider windows; default:
-    both priced), ``time_limit`` (the search's wall-clock safety net)). ``price_records``: the
-    objective is the planned arena plus the method allocator's records
-    (`memsched.executorch.records`), else the arena alone; ``target``: the ABI those records
-    are priced at, "cortex-m" (32-bit Arm) or "host" (x86-64); None: "cortex-m" for a graph
-    with ``cortex_m::`` operators, else "host" (`records.default_target`).
-    ``planned_inputs``: False when the planning pass leaves the user inputs out of the arena
-    (``alloc_graph_input=False``). ``share_values``: the records are priced for the program
-    with its equal values shared (`memsched.executorch.share.share_values`, which the caller
-    applies to the written ``.pte``). Bad options raise `TilePatchesError`."""
+    put over it: ``max_overhead``, ``max_slowdown`` (the most instructions per execute the
+    choice may run on a Cortex-M55, predicted by `memsched.executorch.instructions`, as a factor
+    of the unpatched program's: default 1.10, None no bound), ``grid``, ``split``,
+    ``se_patches``, ``max_regions`` (regions in sequence, each with its own grid, under the one
+    MAC budget; ``second_region``: its deprecated name), ``exact_reductions`` (a float mean's
+    partial sums, equal up to rounding, only with False), ``padding`` (``"explicit"``:
+    constant_pad_nd on patch borders; ``"margins"``: convolutions and pools keep their own
+    padding on wider windows; default: both priced), ``time_limit`` (the search's wall-clock
+    safety net)). ``price_records``: the objective is the planned arena plus the method
+    allocator's records (`memsched.executorch.records`), else the arena alone; ``target``: the
+    ABI those records are priced at, "cortex-m" (32-bit Arm) or "host" (x86-64); None:
+    "cortex-m" for a graph with ``cortex_m::`` operators, else "host"
+    (`records.default_target`). ``planned_inputs``: False when the planning pass leaves the user
+    inputs out of the arena (``alloc_graph_input=False``). ``share_values``: the records are
+    priced for the program with its equal values shared
+    (`memsched.executorch.share.share_values`, which the caller applies to the written
+    ``.pte``). Bad options raise `TilePatchesError`."""
     target = records_target(target)
-    opts = entry_options(TilePatchesError, options, max_overhead=max_overhead, grid=grid,
+    opts = entry_options(TilePatchesError, options, max_overhead=max_overhead,
+                         max_slowdown=max_slowdown, grid=grid,
                          split=split, time_limit=time_limit, se_patches=se_patches,
                          second_region=second_region, exact_reductions=exact_reductions,
                          padding=padding, max_regions=max_regions)
@@ -241,6 +261,10 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
         rep.stopped_by_time_limit = res.stopped
         rep.notes.append(Clock.note_of(res.stopped))
     rep.macs_before = int(res.original.macs)
+    rep.cpu_instructions_before = res.original.instructions
+    rep.max_slowdown = opts.max_slowdown if res.original.instructions is not None else None
+    rep.time_frontier = [f"{c.label}@{','.join(c.split) or '-'}:{c.total}:{c.slowdown:.3f}"
+                         for c in res.time_frontier()]
     rep.prefix_end = res.prefix_end
     rep.frontier = [f"{c.label}@{','.join(c.split)}:{c.peak}:{c.overhead:.3f}"
                     for c in res.frontier[:12]]
@@ -276,6 +300,7 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
         rep.second_region = [int(seq[1].region_start), int(seq[1].region_ops)]
     rep.macs = int(c.macs)
     rep.mac_overhead = float(c.overhead)
+    rep.cpu_instructions, rep.slowdown = c.instructions, c.slowdown
     rep.peak_after = int(c.peak)
     rep.certified = bool(c.certified)
     rep.values_added, rep.instructions_added = values, instructions
@@ -315,12 +340,13 @@ class TilePatchesPass:
                  second_region=None, price_records: bool = True,
                  planned_inputs: bool = True, exact_reductions=None,
                  padding: str | None = None, max_regions=None, target: str | None = None,
-                 share_values: bool = False):
+                 share_values: bool = False, max_slowdown=...):
         self.target = records_target(target)
         self.share_values = bool(share_values)
         # checked once, here: a PatchOptions passed on is not checked again
         self.options = entry_options(
-            TilePatchesError, options, max_overhead=max_overhead, grid=grid, split=split,
+            TilePatchesError, options, max_overhead=max_overhead, max_slowdown=max_slowdown,
+            grid=grid, split=split,
             time_limit=time_limit, se_patches=se_patches, second_region=second_region,
             exact_reductions=exact_reductions, padding=padding, max_regions=max_regions)
         self.price_records = bool(price_records)

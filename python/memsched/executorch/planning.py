@@ -186,14 +186,17 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
                    exact_reductions: bool | None = None, padding: str | None = None,
                    max_regions: int | None = None, patch_options=None,
                    target: str | None = None, share_values: bool = False,
-                   **executorch_config_options):
+                   max_slowdown=..., **executorch_config_options):
     """An ``ExecutorchBackendConfig`` whose memory planning is memsched's.
 
     ``time_limit``: seconds for the scheduler and for each arena's packer. ``tile_patches``:
     run the spatial prefix patch by patch (`memsched.executorch.patch_pass.TilePatchesPass`,
     appended to ``passes``) with the search's options ``patch_options``
     (`memsched.patches.PatchOptions`, or a dict of its fields) and these keywords put over
-    them: ``max_overhead`` extra MACs (default 0.3); ``grid`` ("RxC" or (rows, cols)) and
+    them: ``max_overhead`` extra MACs (default 0.3); ``max_slowdown``: the most instructions
+    per execute the choice may run on a Cortex-M55, predicted from the program
+    (`memsched.executorch.instructions`), as a factor of the unpatched program's (default
+    1.10; None: no bound, the RAM-only choice); ``grid`` ("RxC" or (rows, cols)) and
     ``split`` (a node name) force the choice, and so does ``se_patches`` ("recompute" /
     "keep": how the patches after a squeeze-and-excitation block's mean get their feature
     maps; default: the cheaper one); ``max_regions``: regions in sequence (each starting where
@@ -233,6 +236,7 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
         from .patch_pass import TilePatchesPass
 
         tp = TilePatchesPass(patch_options, max_overhead=max_overhead, grid=grid,
+                             max_slowdown=max_slowdown,
                              split=split, se_patches=se_patches, second_region=second_region,
                              price_records=price_records, exact_reductions=exact_reductions,
                              padding=padding, max_regions=max_regions, target=target,

@@ -41,7 +41,7 @@ from .options import PatchOptions
 from .patched import heuristic_order, node_order, patched_graph
 from .plans import PatchPlan, kept_floor, plan_patches
 from .regions import Region, regions
-from .result import Candidate, Floors
+from .result import Candidate, Floors, within
 from .runtime import Runtime, RuntimeMemory, runtime_of
 from .starts import region_starts
 from .windows import grid_macs
@@ -83,6 +83,9 @@ class Request:
     no_split: frozenset  # tensors a region must not end at (`Runtime.no_split`)
     max_overhead: float
     cap: float  # candidates above this MAC overhead are not priced
+    # the predicted instructions the choice may run, a factor of the unpatched program's
+    # (None: no bound, or a runtime without a cost model)
+    max_slowdown: float | None
     certify: bool
     max_regions: int
     meter: Meter  # the work budget and the clock of the whole search
@@ -94,6 +97,11 @@ class Request:
 
     def over_cap(self, macs: int, total_macs: int) -> bool:
         return bool(total_macs) and macs / total_macs - 1 > self.cap
+
+    def eligible(self, c: Candidate) -> bool:
+        """Whether candidate ``c`` may be chosen: within the MAC and the instruction budgets
+        (a forced grid or split: whatever it costs)."""
+        return self.forced or within(c, self.max_overhead, self.max_slowdown)
 
 
 def resolve(options: PatchOptions | dict | None, runtime: Runtime | RuntimeMemory,
@@ -126,7 +134,8 @@ def resolve(options: PatchOptions | dict | None, runtime: Runtime | RuntimeMemor
         # pricing every candidate twice would halve what the budget visits
         try_margins=padding is None and rt.implicit_padding, se=rt.se,
         exact_reductions=opts.exact_reductions, no_split=frozenset(rt.no_split(sm)),
-        max_overhead=opts.max_overhead, cap=cap, certify=opts.certify,
+        max_overhead=opts.max_overhead, cap=cap,
+        max_slowdown=opts.max_slowdown if rt.time is not None else None, certify=opts.certify,
         max_regions=opts.regions, meter=Meter(opts.budget, opts.time_limit))
 
 
@@ -142,13 +151,14 @@ class Before:
     macs: int = 0  # the MACs they add
     persistent: int = 0  # the persistent bytes they add
     ops: int = 0  # the operators they add
+    instructions: int = 0  # the instructions they add (a runtime with a cost model)
 
     @classmethod
     def of(cls, last: Candidate, n_ops: int) -> Before:
         seq = tuple(last.sequence)
         return cls(seq, last.region_ops, max(c.part_peak for c in seq),
                    sum(c.own_macs for c in seq), sum(c.own_persistent for c in seq),
-                   last.ops - n_ops)
+                   last.ops - n_ops, sum(c.own_instructions for c in seq))
 
 
 class Evaluator:
@@ -172,6 +182,10 @@ class Evaluator:
         self.op_macs = [sm.op_macs(op) if op.cls != "other" else sm.macs[k]
                         for k, op in enumerate(sm.ops)]
         self.total_macs = sum(self.op_macs)
+        # the instructions of one inference, unpatched (None: the runtime has no cost model)
+        self.time = rt.time
+        self.base_instructions = int(rt.time.program(sm)) if rt.time is not None else None
+        self._ins: dict = {}  # plan key -> the instructions the plan adds over its region
         steps = Problem.from_graph(graph, model).evaluate(list(range(len(graph)))).steps
         # per operator k: the file order's peak from k on (what the operators after a region
         # ending at k hold at least; the same in the patched model, whose regions reassemble
@@ -207,7 +221,9 @@ class Evaluator:
     def unpatched(self, note: str = "") -> Candidate:
         """The unpatched model in file order (grid 1x1)."""
         return Candidate([], [], 0, (1, 1), self.suffix[0], self.base_persistent,
-                         self.total_macs, 0.0, len(self.sm.ops), note=note)
+                         self.total_macs, 0.0, len(self.sm.ops), note=note,
+                         instructions=self.base_instructions,
+                         slowdown=1.0 if self.base_instructions else None)
 
     def reordered(self) -> Candidate:
         """The unpatched model in its best order, what a patched candidate must beat: the
@@ -285,6 +301,18 @@ class Evaluator:
             self._plans[key] = plan
         return plan
 
+    def added_instructions(self, plan: PatchPlan) -> int:
+        """The instructions ``plan`` adds over the region it replaces (0 without a cost
+        model): its nodes' cost less the region's operators' whole."""
+        if self.time is None:
+            return 0
+        key = id(plan)  # plans are cached per (region, grid, mode): one object each
+        hit = self._ins.get(key)
+        if hit is None:
+            hit = self._ins[key] = (plan, int(self.time.plan(self.sm, plan)) - sum(
+                int(self.time.op(self.sm, k)) for k in plan.region.ops))
+        return hit[1]
+
     def persistent(self, plan: PatchPlan) -> int:
         """The persistent bytes ``plan`` adds over the region it replaces."""
         return self.memory.plan_persistent_delta(self.sm, plan)
@@ -361,6 +389,11 @@ class Evaluator:
                       before=before.sequence)
         if before.sequence:  # the operators of the regions before, patched
             c.ops += before.ops
+        if self.base_instructions is not None:
+            c.own_instructions = self.added_instructions(plan)
+            c.instructions = self.base_instructions + before.instructions + c.own_instructions
+            c.slowdown = c.instructions / self.base_instructions if self.base_instructions \
+                else 1.0
         return c
 
     @staticmethod

@@ -19,6 +19,10 @@ MAX_REGIONS = 4  # regions per sequence (deeper ones add little: halos grow, map
 # the wall-clock safety net (seconds over a whole search): the work budgets decide, and end
 # well inside it (MobileNetV2 @224 under ExecuTorch: ~15 s on a loaded 2-core machine)
 TIME_LIMIT = 60.0
+# the instructions a plan may add by default: microcontroller users budget latency as hard as
+# RAM, and +10 % keeps most of what patches save (docs/executorch_patches.md, docs/patches.md)
+MAX_SLOWDOWN = 1.10
+NONE_IS_A_VALUE = frozenset({"max_slowdown"})  # options whose None is not "not given"
 
 
 class PatchOptionsError(ValueError):
@@ -44,7 +48,10 @@ class PatchOptions:
     work the search may do (`memsched.patches.budget.Budget`: the result depends on the input
     alone); ``time_limit``: the wall-clock safety net over the whole search in seconds (None:
     none), which stops it early and says so; ``certify``: order the frontier with the
-    certified scheduler."""
+    certified scheduler. ``max_slowdown``: the most instructions the chosen plan may run per
+    inference, predicted by the runtime's kernel cost model (`runtime.RuntimeTime`), as a
+    factor of the unpatched program's (1.10 = +10 %); None: no bound (the RAM-only choice
+    within ``max_overhead``); ignored for a runtime without a cost model (TVM: MACs alone)."""
 
     max_overhead: float = 0.3
     grid: tuple | None = None
@@ -57,6 +64,7 @@ class PatchOptions:
     budget: Budget = field(default_factory=Budget)
     time_limit: float | None = TIME_LIMIT
     certify: bool = True
+    max_slowdown: float | None = MAX_SLOWDOWN
 
     def __post_init__(self):
         def put(name, value):
@@ -70,6 +78,15 @@ class PatchOptions:
             raise PatchOptionsError(f"max_overhead must be a number >= 0, not "
                                     f"{self.max_overhead!r}")
         put("max_overhead", mo)
+        if self.max_slowdown is not None:
+            try:
+                ms = float(self.max_slowdown)
+            except (TypeError, ValueError):
+                ms = -1.0
+            if not (ms >= 1.0 and math.isfinite(ms)):
+                raise PatchOptionsError(f"max_slowdown must be a factor >= 1 (1.1 = +10 % "
+                                        f"instructions) or None, not {self.max_slowdown!r}")
+            put("max_slowdown", ms)
         put("grid", parse_grid(self.grid))
         if self.split is not None and (not isinstance(self.split, str) or not self.split):
             raise PatchOptionsError(f"split must be a tensor name, not {self.split!r}")
@@ -111,9 +128,9 @@ class PatchOptions:
     def of(cls, options: PatchOptions | dict | None = None, *, second_region=None,
            **given) -> PatchOptions:
         """``options`` (a `PatchOptions`, a dict of its fields, or None: the defaults) with the
-        keywords in ``given`` that are not None put over it: how an entry point merges its
-        own keywords. ``second_region`` is the deprecated name of ``max_regions`` (True: the
-        default, False: 1)."""
+        keywords in ``given`` that are not None put over it (for `NONE_IS_A_VALUE`'s: that
+        are not ``...``): how an entry point merges its own keywords. ``second_region`` is
+        the deprecated name of ``max_regions`` (True: the default, False: 1)."""
         if options is None:
             base = cls()
         elif isinstance(options, PatchOptions):
@@ -128,7 +145,10 @@ class PatchOptions:
                           DeprecationWarning, stacklevel=3)
             if given.get("max_regions") is None:
                 given["max_regions"] = MAX_REGIONS if second_region else 1
-        extra = _known({k: v for k, v in given.items() if v is not None})
+        # None means "not given", except for the options whose None is a value of its own
+        # (``max_slowdown=None``: no bound); an entry point's default for those is ``...``
+        extra = _known({k: v for k, v in given.items()
+                        if (v is not ... if k in NONE_IS_A_VALUE else v is not None)})
         return replace(base, **extra) if extra else base  # checked once: no re-validation
 
 

@@ -52,6 +52,12 @@ class Candidate:
     own_macs: int = 0
     own_persistent: int = 0
     before: tuple = ()  # the regions before this one (Candidates, in model order)
+    # a runtime with a kernel cost model (`runtime.RuntimeTime`): the instructions of one
+    # inference with every region of this choice patched, their factor over the unpatched
+    # program's, and what this region adds (None / 0: no model)
+    instructions: int | None = None
+    slowdown: float | None = None
+    own_instructions: int = 0
 
     @property
     def total(self) -> int:
@@ -83,6 +89,8 @@ class Candidate:
                 "region_ops": self.region_ops, "grid": f"{self.grid[0]}x{self.grid[1]}",
                 "patches": self.patches, "part_peak_bytes": self.part_peak,
                 "macs_added": self.own_macs, "persistent_added": self.own_persistent,
+                "instructions_added": self.own_instructions if self.instructions is not None
+                else None,
                 "se_patches": "keep" if self.keep else None,
                 "padding": "margins" if self.margins else "explicit"}
 
@@ -94,6 +102,8 @@ class Candidate:
                 "peak_bytes": self.peak, "persistent_bytes": self.persistent,
                 "total_bytes": self.total, "macs": self.macs,
                 "mac_overhead": round(self.overhead, 4), "ops": self.ops,
+                "cpu_instructions": self.instructions,
+                "slowdown": round(self.slowdown, 4) if self.slowdown is not None else None,
                 "se_patches": "keep" if first.keep else None,
                 "padding": "margins" if first.margins else "explicit",
                 "certified": self.certified, "note": self.note,
@@ -170,6 +180,13 @@ class SearchResult:
         split tensors are reassembled into their own tensors, which the next region reads)."""
         return [self.plans[r.key] for r in c.sequence]
 
+    def time_frontier(self) -> list[Candidate]:
+        """The (total bytes, predicted instructions) frontier of what the search priced: the
+        unpatched model, every one-region candidate and the choice (empty without a cost
+        model)."""
+        extra = [c for c in (self.original, self.reordered, self.choice) if c is not None]
+        return time_frontier([*self.candidates, *extra])
+
     def as_dict(self) -> dict:
         return {"original": self.original.as_dict(),
                 "reordered": self.reordered.as_dict() if self.reordered else None,
@@ -179,23 +196,53 @@ class SearchResult:
                 "refused": list(self.refused), "prefix_end": self.prefix_end,
                 "bound": self.bound(self.choice), "candidates_priced": self.priced,
                 "stopped_by_time_limit": self.stopped,
+                "time_frontier": [{"total_bytes": c.total, "cpu_instructions": c.instructions,
+                                   "slowdown": round(c.slowdown, 4), "label": c.label,
+                                   "regions": len(c.sequence)}
+                                  for c in self.time_frontier()],
                 "seconds": round(self.seconds, 3)}
 
 
 def pareto(cands: list[Candidate]) -> list[Candidate]:
-    """Candidates no other beats on both total bytes and MACs (by MACs, then patches)."""
+    """Candidates no other beats on total bytes, MACs and (where the runtime has a cost
+    model) predicted instructions, by MACs, then patches: the choice is made from these under
+    both budgets."""
     out: list[Candidate] = []
-    for c in sorted(cands, key=lambda c: (c.macs, c.total, c.patches)):
+    for c in sorted(cands, key=lambda c: (c.total, c.macs, _ins(c), c.patches)):
+        # every candidate kept so far totals no more than ``c``
+        if not any(o.macs <= c.macs and _ins(o) <= _ins(c) for o in out):
+            out.append(c)
+    return sorted(out, key=lambda c: (c.macs, c.total, c.patches))
+
+
+def time_frontier(cands) -> list[Candidate]:
+    """The (total bytes, predicted instructions) frontier of ``cands`` (those with a
+    prediction), by instructions: what a user trades RAM for time along."""
+    out: list[Candidate] = []
+    for c in sorted((c for c in cands if c.instructions is not None),
+                    key=lambda c: (c.instructions, c.total, c.patches)):
         if not out or c.total < out[-1].total:
             out.append(c)
     return out
 
 
-def choose(frontier: list[Candidate], original: Candidate, max_overhead: float
-           ) -> Candidate | None:
-    """Lowest total within the MAC budget, ties to fewer patches; None when nothing beats
-    ``original`` (the unpatched model)."""
-    ok = [c for c in frontier if c.overhead <= max_overhead + 1e-12 and c.total < original.total]
+def _ins(c: Candidate) -> int:
+    return c.instructions if c.instructions is not None else 0
+
+
+def within(c: Candidate, max_overhead: float, max_slowdown: float | None) -> bool:
+    """Whether ``c`` is within ``max_overhead`` extra MACs and (when both are given)
+    ``max_slowdown`` times the unpatched program's predicted instructions."""
+    return c.overhead <= max_overhead + 1e-12 and (
+        max_slowdown is None or c.slowdown is None or c.slowdown <= max_slowdown + 1e-12)
+
+
+def choose(frontier: list[Candidate], original: Candidate, max_overhead: float,
+           max_slowdown: float | None = None) -> Candidate | None:
+    """Lowest total within the MAC budget (and the instruction budget, ``max_slowdown``),
+    ties to fewer patches; None when nothing beats ``original`` (the unpatched model)."""
+    ok = [c for c in frontier if within(c, max_overhead, max_slowdown) and
+          c.total < original.total]
     if not ok:
         return None
-    return min(ok, key=lambda c: (c.total, c.patches, c.macs))
+    return min(ok, key=lambda c: (c.total, c.patches, c.macs, _ins(c)))

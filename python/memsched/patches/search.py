@@ -6,9 +6,10 @@ Candidates are enumerated with their MACs first (separable per axis: cheap), the
 MACs; one whose lower bound (the rest of the model's peak, the split tensors' pieces and their
 reassembly, the copies' persistent bytes) cannot beat a cheaper candidate is skipped: the
 frontier is exact for the evaluator, at a fraction of the work. The frontier keeps the
-candidates no other beats on both total and MACs; the default choice is the lowest total
-within ``max_overhead`` extra MACs, ties to fewer patches, and only if it beats the unpatched
-model in its best order.
+candidates no other beats on total, MACs and predicted instructions; the default choice is the
+lowest total within ``max_overhead`` extra MACs and ``max_slowdown`` times the unpatched
+program's predicted instructions (a runtime with a kernel cost model, `runtime.RuntimeTime`),
+ties to fewer patches, and only if it beats the unpatched model in its best order.
 
 `RegionSearch` is one such search; `sequence.search_sequence` also runs it after the regions
 of a sequence (`evaluator.Before`), where a next region may follow its candidates.
@@ -20,7 +21,7 @@ import time
 from .errors import Refused
 from .evaluator import BAND_GRIDS, DEFAULT_GRIDS, Before, Evaluator  # noqa: F401 (importable)
 from .regions import Region, is_se
-from .result import Candidate, Deferred, SearchResult, choose, pareto
+from .result import Candidate, Deferred, SearchResult, choose, pareto, within
 
 MARGIN_TRIES = 8  # best explicit candidates also priced with margins (`margins`)
 
@@ -116,8 +117,7 @@ class RegionSearch:
                 self._skip(floor_ext + copies, macs, r, g, mode, best)
                 continue
             c = self.price(macs, r, g, mode, best)
-            if c is not None and (best is None or c.total < best):
-                self.best_total = c.total
+            self._improve(c)
 
     def _try_margins(self) -> None:
         """The best explicit candidates' regions and grids with margins too: no PADs, fewer
@@ -127,8 +127,18 @@ class RegionSearch:
                 continue
             m = self.price(c.macs, self.plans[c.key].region, c.grid, (False, True),
                            self.best_total)
-            if m is not None and (self.best_total is None or m.total < self.best_total):
-                self.best_total = m.total
+            self._improve(m)
+
+    def _improve(self, c: Candidate | None) -> None:
+        """``c``'s total as the best so far, which later candidates' bounds must beat: only
+        when it lowers it and ``c`` may be chosen within the instruction budget (predicted
+        instructions do not grow with MACs, so a faster candidate visited later must not be
+        skipped for a slower one; MACs are visited in order, the MAC cap needs no check)."""
+        if c is None or (self.best_total is not None and c.total >= self.best_total):
+            return
+        req = self.ev.request
+        if req.max_slowdown is None or req.forced or within(c, float("inf"), req.max_slowdown):
+            self.best_total = c.total
 
     def price(self, macs: int, r: Region, g: tuple, mode: tuple, limit: int | None,
               counted: bool = True) -> Candidate | None:
@@ -195,7 +205,8 @@ class FirstRegion(RegionSearch):
             self.choice = min(self.frontier, key=lambda c: (c.total, c.patches, c.macs)) \
                 if self.frontier else None
         else:
-            self.choice = choose(self.frontier, self.reordered, req.max_overhead)
+            self.choice = choose(self.frontier, self.reordered, req.max_overhead,
+                                 req.max_slowdown)
         ev.meter.priced += self.priced
         self.seconds = time.perf_counter() - t0
         return self
@@ -228,8 +239,7 @@ class FirstRegion(RegionSearch):
         unless forced), best total first, at most ``budget.certify``: their whole patched
         model by the certified scheduler; then the frontier again."""
         ev, req = self.ev, self.ev.request
-        eligible = sorted(self.frontier, key=lambda c: (
-            not req.forced and c.overhead > req.max_overhead + 1e-12, c.total, c.macs))
+        eligible = sorted(self.frontier, key=lambda c: (not req.eligible(c), c.total, c.macs))
         for c in eligible[:ev.meter.budget.certify]:
             if ev.meter.out("certifying"):
                 break

@@ -196,7 +196,7 @@ class SequenceSearch:
         c = owner.price_deferred(d)
         if c is not None:
             self.first.plans[c.key] = owner.plans[c.key]
-            if c.macs <= self.mac_budget and c.overhead <= self.ev.request.max_overhead + 1e-12:
+            if c.macs <= self.mac_budget and self.ev.request.eligible(c):
                 self.consider(c)  # e.g. one the first search had no budget for
             self.push(c, not d.unvisited)
 
@@ -221,7 +221,8 @@ class SequenceSearch:
         first.plans.update(res.plans)
         first.refused += [r for r in res.refused if r not in first.refused]
         ok = [n for n in res.results if n.macs <= self.mac_budget]
-        pick = choose(ok, first.reordered or first.original, ev.request.max_overhead)
+        pick = choose(ok, first.reordered or first.original, ev.request.max_overhead,
+                      ev.request.max_slowdown)
         if pick is not None:
             self.consider(pick)
         for n in res.results:

@@ -102,7 +102,8 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                 time_limit: float | None = None, region_start: int | None = None,
                 second_region: bool | None = None, padding: str | None = None, *,
                 max_regions: int | None = None, options: PatchOptions | None = None,
-                target: str | None = "cortex-m") -> tuple[bytes, TileResult]:
+                target: str | None = "cortex-m", max_slowdown=...
+                ) -> tuple[bytes, TileResult]:
     """Search and write a patch-based version of the .tflite model ``src`` (path or bytes).
 
     The search's options (`memsched.patches.PatchOptions`, given whole as ``options`` or by
@@ -113,6 +114,10 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     sequence, each starting where the one before ends, each with its own grid (default 4;
     kept only when they lower the total within the one MAC budget; a forced grid, split or
     start asks for one; ``second_region``: its deprecated name, False = 1); ``padding``:
+    ``max_slowdown``: the most instructions per ``Invoke()`` the choice may run, predicted
+    for TFLite Micro with the CMSIS-NN kernels on a Cortex-M55
+    (`memsched.tflite.tflm_instructions`), as a factor of the original file's (default
+    1.10; None: no bound); ``padding``:
     ``"explicit"`` (PADs at patch borders, exact windows) or ``"margins"`` (operators keep
     their SAME padding on wider windows: no PADs, fewer crops; more MACs); default: the
     search prices both; ``time_limit``: the search's wall-clock safety net in seconds (the
@@ -128,7 +133,8 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     is (with a note)."""
     opts = entry_options(TileError, options, grid=grid, split=split, max_overhead=max_overhead,
                          time_limit=time_limit, region_start=region_start,
-                         second_region=second_region, padding=padding, max_regions=max_regions)
+                         second_region=second_region, padding=padding, max_regions=max_regions,
+                         max_slowdown=max_slowdown)
     from .reorder import reorder_model
 
     t0 = time.perf_counter()
