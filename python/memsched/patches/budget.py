@@ -81,11 +81,16 @@ class Clock:
     None: none). Read only to stop; ``stopped`` names the stage it stopped (None: it never
     did, and the result is the budgets' alone)."""
 
-    __slots__ = ("end", "stopped")
+    __slots__ = ("start", "end", "stopped")
 
     def __init__(self, time_limit: float | None):
-        self.end = None if time_limit is None else time.perf_counter() + max(0.0, time_limit)
+        self.start = time.perf_counter()
+        self.end = None if time_limit is None else self.start + max(0.0, time_limit)
         self.stopped: str | None = None
+
+    def elapsed(self) -> float:
+        """Seconds since the clock started: for reports only, never for a decision."""
+        return time.perf_counter() - self.start
 
     def out(self, stage: str) -> bool:
         """True (and ``stopped`` set to ``stage`` the first time) once the limit has passed."""
@@ -116,6 +121,10 @@ class Meter:
     def out(self, stage: str) -> bool:
         """The clock's `Clock.out`: True once the time limit has passed."""
         return self.clock.out(stage)
+
+    def elapsed(self) -> float:
+        """Seconds since the search started (`Clock.elapsed`: reports only)."""
+        return self.clock.elapsed()
 
     @property
     def stopped(self) -> str | None:

@@ -16,8 +16,6 @@ of a sequence (`evaluator.Before`), where a next region may follow its candidate
 """
 from __future__ import annotations
 
-import time
-
 from .errors import Refused
 from .evaluator import BAND_GRIDS, DEFAULT_GRIDS, Before, Evaluator  # noqa: F401 (importable)
 from .regions import Region, is_se
@@ -190,7 +188,7 @@ class FirstRegion(RegionSearch):
     step of `sequence.search_sequence` (its answer when one region is asked for)."""
 
     def run(self) -> FirstRegion:
-        t0 = time.perf_counter()  # for the report only: the budgets decide
+        t0 = self.ev.meter.elapsed()  # for the report only: the budgets decide
         ev = self.ev
         self.original = ev.unpatched()
         self.reordered = ev.reordered()
@@ -208,7 +206,7 @@ class FirstRegion(RegionSearch):
             self.choice = choose(self.frontier, self.reordered, req.max_overhead,
                                  req.max_slowdown)
         ev.meter.priced += self.priced
-        self.seconds = time.perf_counter() - t0
+        self.seconds = ev.meter.elapsed() - t0
         return self
 
     def _refine(self) -> None:
