@@ -158,19 +158,27 @@ def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
     (sum of column extents) x channels x MACs per output element. The sums along one axis
     depend on that axis's band count only: ``cache`` (a dict the caller keeps) shares them
     between the grids of one region (e.g. the rows of 2x1, 2x2, 2x3, 2x4)."""
-    passes = pass_targets(sm, region)
-    se = len(passes) > 1
+    if cache is None:
+        cache = {}
+    fixed = cache.get("fixed")
+    if fixed is None:  # what depends on the region alone, once per region
+        passes = pass_targets(sm, region)
+        se = len(passes) > 1
+        vector = sum(sm.op_macs(sm.ops[k]) for k in region.ops if sm.ops[k].cls in VECTOR)
+        # per operator computed patch by patch: its output and MACs per output cell
+        per = [(sm.ops[k].output, sm.tensors[sm.ops[k].output].channels *
+                sm.ops[k].macs_per_out) for k in region.ops
+               if not (sm.ops[k].is_pad or sm.ops[k].cls in VECTOR)]
+        fixed = cache["fixed"] = (passes, se, vector, per)
+    passes, se, total, per = fixed
     groups = (_keep_targets(passes) if keep else passes) if se else [None]
     hs = _band_sums(sm, region, 0, grid[0], groups, keep, cache)
     ws = _band_sums(sm, region, 1, grid[1], groups, keep, cache)
-    total = sum(sm.op_macs(sm.ops[k]) for k in region.ops if sm.ops[k].cls in VECTOR)
     for sh, sw in zip(hs, ws):
-        for k in region.ops:
-            op = sm.ops[k]
-            t = op.output
-            if op.is_pad or op.cls in VECTOR or t not in sh:
-                continue
-            total += sh[t] * sw[t] * sm.tensors[t].channels * op.macs_per_out
+        for t, m in per:
+            h = sh.get(t)
+            if h is not None:
+                total += h * sw[t] * m
     return total
 
 
