@@ -128,11 +128,13 @@ def run_pte(program: bytes, inputs, work: str | os.PathLike, runs: int = 1,
 
 def run_tflite(model: str | os.PathLike | bytes, inputs, work: str | os.PathLike,
                min_arena: bool = False, arena: int | None = None,
-               timeout: float = 600.0) -> tuple[dict, list[bytes] | None]:
+               timeout: float = 600.0, per_op: bool = False) -> tuple[dict, list[bytes] | None]:
     """Run a ``.tflite`` (path or bytes) in TFLite Micro on the board with ``inputs`` (arrays or raw
     bytes, one per model input, in input order): (the runner's JSON: ``status``, ``head``, ``tail``,
     ``arena_used_bytes``, ``min_arena_bytes`` with ``min_arena``, ``invoke_instructions`` ...,
-    each output's bytes, or None when the run failed)."""
+    each output's bytes, or None when the run failed). ``per_op``: run the profiling firmware,
+    which adds ``op_instructions`` (one ``{"index", "op", "instructions"}`` per operator) and
+    ``op_instructions_sum``; its ``invoke_instructions`` include the profiler's 40 per operator."""
     fw = firmware("tflm")
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
@@ -143,7 +145,7 @@ def run_tflite(model: str | os.PathLike | bytes, inputs, work: str | os.PathLike
     for i, t in enumerate(inputs):
         (work / f"x{i}.bin").write_bytes(_memory_order(t))
         files.append(str(work / f"x{i}.bin"))
-    flags = (["--min-arena"] if min_arena else []) + \
+    flags = (["--per-op"] if per_op else []) + (["--min-arena"] if min_arena else []) + \
         (["--arena", str(int(arena))] if arena else []) + ["--timeout", str(int(timeout))]
     r = subprocess.run([str(_tools() / FIRMWARES["tflm"][1]), *flags, str(fw), str(model),
                         str(work / "run"), *files], capture_output=True, text=True)

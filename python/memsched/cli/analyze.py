@@ -116,14 +116,20 @@ def _tflite_arena(args) -> dict:
     from .common import device_target
 
     target = device_target(args)
+    cpu = {}
+    if target == "cortex-m":  # one Invoke()'s instructions, predicted (no figure for host)
+        from ..tflite.tflm_instructions import model_instructions
+
+        mi = model_instructions(args.model)
+        cpu = {"cpu_instructions": mi.total, "cpu_instructions_unknown": mi.unknown}
     try:
         r = arena(args.model, target)
     except UnpricedModelError as e:
-        return {"target": target, "arena_bytes": None, "arena_unpriced": str(e)}
+        return {"target": target, "arena_bytes": None, "arena_unpriced": str(e), **cpu}
     return {"target": target, "arena_bytes": r.arena_bytes, "arena_head_bytes": r.head_bytes,
             "arena_tail_bytes": r.tail_bytes, "arena_scratch_bytes": r.scratch_bytes,
             "arena_transient_bytes": r.transient_bytes, "arena_plan_bytes": r.plan_bytes,
-            "arena_kernels": r.kernels}
+            "arena_kernels": r.kernels, **cpu}
 
 
 def _analyze_relax(args):
@@ -259,7 +265,21 @@ def _print_analysis(result: dict) -> None:
 
 
 def _arena_line(result: dict) -> str:
-    """The text line of `_tflite_arena`'s fields."""
+    """The text line of `_tflite_arena`'s fields (with the instructions per Invoke())."""
+    return _arena_text(result) + _cpu_text(result)
+
+
+def _cpu_text(result: dict) -> str:
+    if "cpu_instructions" not in result:
+        return ""
+    if result["cpu_instructions"] is None:
+        return ("; instructions per Invoke(): not computed (no cost model for "
+                f"{', '.join(result['cpu_instructions_unknown'])})")
+    return (f"; {result['cpu_instructions']:,} instructions per Invoke() on a Cortex-M55 "
+            "(CMSIS-NN MVE, predicted)")
+
+
+def _arena_text(result: dict) -> str:
     target = result["target"]
     if result["arena_bytes"] is None:
         return f"TFLite Micro arena on {target}: not computed ({result['arena_unpriced']})"

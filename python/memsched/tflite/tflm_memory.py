@@ -246,10 +246,12 @@ class TFLMMemory(RuntimeMemory):
 TFLM_MAX_CONCAT_INPUTS = 10
 
 
-def tflm_runtime(memory: RuntimeMemory) -> Runtime:
+def tflm_runtime(memory: RuntimeMemory, time=None) -> Runtime:
     """TFLite Micro as the patch search sees it (`memsched.patches.Runtime`): ``memory`` (a
     `TFLMMemory`), a copied operator keeps its SAME / VALID padding on a window (plans with
     margins), at most ten inputs per CONCATENATION (more pieces chained), and NHWC row bands
-    are contiguous slices, so taller grids are tried too. No squeeze-and-excitation rewrite."""
+    are contiguous slices, so taller grids are tried too. No squeeze-and-excitation rewrite.
+    ``time``: its instructions on the Cortex-M55 (`tflm_instructions.tflm_time` of the file;
+    None: no time model)."""
     return Runtime(memory, implicit_padding=True, padding_rule="same",
-                   max_concat_inputs=TFLM_MAX_CONCAT_INPUTS, band_grids=True)
+                   max_concat_inputs=TFLM_MAX_CONCAT_INPUTS, band_grids=True, time=time)

@@ -1,0 +1,756 @@
+"""The instructions one ``Invoke()`` of TFLite Micro runs on a Cortex-M55 with the CMSIS-NN MVE
+kernels, predicted from the ``.tflite`` file (no board needed).
+
+Each kernel's cost is a linear function of counts that follow its loop structure (calls of
+the inner loops, vector iterations over 16-byte / 4-lane channel blocks, output rows and
+pixels, MACs), with coefficients fitted on the emulated board (`memsched.board`, the
+``--per-op`` firmware; ``benchmarks/tflm_instructions.py --calibrate`` regenerates them):
+QEMU is deterministic, so the residuals are model error. A kernel or a variant no fit covers
+(float convolutions, broadcasting ADD, ...) is *unknown*: named, never guessed.
+
+* `op_instructions`: one operator, from its builtin name, shapes, dtype and options (callable
+  with synthetic shapes: the patch search prices windows).
+* `model_instructions`: every operator of a file and the whole ``Invoke()``.
+* `TFLMTime`: the same as the patch search's `memsched.patches.RuntimeTime`.
+
+What is counted (see ``../shared/notes/tflm-cortex-m55.md``): the board's ``invoke_instructions``
+is the sum of the operators' profiler windows + `PER_OP` per operator + `PER_INVOKE`; the fits
+are of the windows (kernel ``Invoke()``, ``ResetTempAllocations()``, 26 instructions of glue).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..patches import PAD_MIN, SpatialModel
+from ..patches.runtime import RuntimeTime
+
+TARGET = "Cortex-M55 (TFLite Micro, CMSIS-NN MVE)"
+PER_OP = 12  # the interpreter's loop outside an operator's profiler window (plain firmware)
+PER_INVOKE = 74  # Invoke()'s own entry and exit
+
+_ACT = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One operator's predicted instructions (``instructions``: None when ``variant`` has no
+    model: ``reason`` says why); ``index``: the operator in the file (-1: synthetic)."""
+
+    index: int
+    kind: str
+    variant: str
+    instructions: int | None
+    reason: str = ""
+
+
+@dataclass
+class ModelInstructions:
+    """`model_instructions`' result: ``total`` (one ``Invoke()``, None when some operator has
+    no model), ``ops`` (`OpCost` per operator in file order), ``unknown`` (sorted
+    ``"KIND (variant)"`` names of the kernels without a model)."""
+
+    total: int | None
+    ops: list = field(default_factory=list)
+    unknown: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"target": TARGET, "total": self.total, "unknown": list(self.unknown),
+                "ops": [{"index": c.index, "op": c.kind, "variant": c.variant,
+                         "instructions": c.instructions} for c in self.ops]}
+
+
+# ------------------------------------------------------------------------------ geometry
+def _c(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _taps_in(size: int, out: int, k: int, stride: int, dil: int, pad: int) -> int:
+    """Kernel taps inside the input along one axis, summed over the output positions."""
+    n = 0
+    for o in range(out):
+        base = o * stride - pad
+        for j in range(k):
+            n += 0 <= base + j * dil < size
+    return n
+
+
+def _same_pad(size: int, out: int, k: int, stride: int, dil: int) -> int:
+    eff = (k - 1) * dil + 1
+    return max((out - 1) * stride + eff - size, 0) // 2
+
+
+def _geometry(o: dict, ih: int, iw: int, oh: int, ow: int, kh: int, kw: int):
+    sh, sw = o.get("stride", (1, 1))
+    dh, dw = o.get("dilation", (1, 1))
+    if o.get("padding", "SAME") == "SAME":
+        ph, pw = _same_pad(ih, oh, kh, sh, dh), _same_pad(iw, ow, kw, sw, dw)
+    else:
+        ph = pw = 0
+    ty, tx = _taps_in(ih, oh, kh, sh, dh, ph), _taps_in(iw, ow, kw, sw, dw, pw)
+    return sh, sw, ph, pw, ty, tx
+
+
+def _nhwc(shape) -> tuple:
+    s = [int(d) for d in shape]
+    while len(s) < 4:
+        s.insert(0, 1)
+    return tuple(s[-4:])
+
+
+def _prod(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+# ------------------------------------------------------------------------------ features
+# Each returns (variant, {feature: count}) or (variant, None, reason) when not modelled.
+
+def _conv(ins, out, dtype, o):
+    n, ih, iw, cin = _nhwc(ins[0])
+    _, oh, ow, cout = _nhwc(out)
+    kh, kw = o.get("filter", (1, 1))
+    if dtype != "int8":
+        return "conv_" + dtype, None, f"{dtype} CONV_2D (only int8 calibrated)"
+    sh, sw, ph, pw, ty, tx = _geometry(o, ih, iw, oh, ow, kh, kw)
+    npx = n * oh * ow
+    if kh == 1 and kw == 1 and ph == 0 and pw == 0 and o.get("dilation", (1, 1)) == (1, 1):
+        c16 = _c(cin, 16)
+        if (sh, sw) == (1, 1):  # arm_convolve_1x1_s8_fast: one matrix product over all pixels
+            return "1x1", {"one": 1, **_matmul(npx, cout, c16, calls=1)}
+        # arm_convolve_1x1_s8: one matrix product per output row
+        return "1x1_strided", {"one": 1, "orows": n * oh,
+                               **_matmul(ow, cout, c16, calls=n * oh)}
+    # arm_convolve_s8 (1xN shares its im2col and product structure): im2col of 4 pixels at a
+    # time, each a 4-row matrix product over K = kh*kw*cin; the last 1-3 pixels one product
+    k16 = _c(kh * kw * cin, 16)
+    c16 = _c(cin, 16)
+    taps = npx * kh * kw
+    tin = n * ty * tx
+    mm = _matmul(4, cout, k16, calls=npx // 4)
+    if npx % 4:
+        left = _matmul(npx % 4, cout, k16, calls=1)
+        mm = {k: mm.get(k, 0) + left.get(k, 0) for k in set(mm) | set(left)}
+    return "general", {"one": 1, "px": npx, "taps": taps, "taps_in": tin,
+                       "taps_in_c16": tin * c16, "pad_c16": (taps - tin) * c16, **mm}
+
+
+def _matmul(rows: int, cout: int, k16: int, calls: int) -> dict:
+    """Counts of ``calls`` arm_nn_mat_mult_nt_t_s8(lhs_rows=rows, rhs_rows=cout): blocks of 4
+    rows x each output channel (a 16-byte MAC loop, one vector requantization), then the
+    1-3 rows left one by one (the same loop, requantized 4 channels at a time, the last
+    cout % 4 scalar)."""
+    q, r = rows // 4, rows % 4
+    return {"mm_calls": calls, "mm_quads": calls * q, "mm_quad_cout": calls * q * cout,
+            "mm_quad_k": calls * q * cout * k16, "mm_left": calls * r,
+            "mm_left_cout": calls * r * cout, "mm_left_k": calls * r * cout * k16,
+            "mm_left_c4": calls * r * (cout // 4), "mm_left_tail": calls * r * (cout % 4)}
+
+
+def _depthwise(ins, out, dtype, o):
+    n, ih, iw, cin = _nhwc(ins[0])
+    _, oh, ow, cout = _nhwc(out)
+    kh, kw = o.get("filter", (1, 1))
+    if dtype != "int8":
+        return "dw_" + dtype, None, f"{dtype} DEPTHWISE_CONV_2D (only int8 calibrated)"
+    if cin == 1 and cout > 1:  # CMSIS-NN runs it as a convolution (GCC's threshold: 1)
+        r = _conv(ins, out, dtype, o)
+        return "as_conv_" + r[0], r[1]
+    if cout != cin or n != 1 or o.get("dilation", (1, 1)) != (1, 1):
+        return "dw_generic", None, "channel multiplier, batch or dilation (arm_depthwise_conv_s8)"
+    sh, sw, ph, pw, ty, tx = _geometry(o, ih, iw, oh, ow, kh, kw)
+    npx = oh * ow
+    ks = kh * kw
+    blocks = [min(124, cin - b) for b in range(0, cin, 124)]  # CH_IN_BLOCK_MVE
+    nb = len(blocks)
+    c4 = sum(_c(a, 4) for a in blocks)
+    c16 = sum(_c(a, 16) for a in blocks)
+    taps = npx * ks
+    tin = ty * tx
+    return "opt", {"one": 1, "blocks": nb, "rows": nb * oh, "px": nb * npx,
+                   "taps": nb * taps, "pad_taps": nb * (taps - tin),
+                   "taps_c16": c16 * taps, "pad_c16": c16 * (taps - tin),
+                   "quads": nb * (npx // 4), "quads_c4": npx // 4 * c4,
+                   "quads_c4_k": npx // 4 * c4 * ks,
+                   "left_c4": npx % 4 * c4, "left_c4_k": npx % 4 * c4 * ks}
+
+
+def _fc(ins, out, dtype, o):
+    if dtype != "int8":
+        return "fc_" + dtype, None, f"{dtype} FULLY_CONNECTED (only int8 calibrated)"
+    k = int(ins[0][-1]) if ins[0] else 1
+    m = int(out[-1])
+    batches = max(1, _prod(out) // max(m, 1))
+    k16 = _c(k, 16)
+    return "int8", {"one": 1, "batches": batches, "out": batches * m,
+                    "out_k": batches * m * k16, "out4_k": batches * (m // 4) * k16,
+                    "out4": batches * (m // 4)}
+
+
+def _eltwise(ins, out, dtype, o, kind):
+    if dtype != "int8":
+        return dtype, None, f"{dtype} {kind} (only int8 calibrated)"
+    if len(ins) < 2 or tuple(ins[0]) != tuple(ins[1]):
+        return "broadcast", None, "broadcasting (TFLite Micro's reference kernel)"
+    e = _prod(out)
+    return "int8", {"one": 1, "e4": _c(e, 4), "e16": _c(e, 16)}
+
+
+def _pool(ins, out, dtype, o, kind):
+    if dtype != "int8":
+        return dtype, None, f"{dtype} {kind} (only int8 calibrated)"
+    n, ih, iw, c = _nhwc(ins[0])
+    _, oh, ow, _ = _nhwc(out)
+    kh, kw = o.get("filter", (1, 1))
+    sh, sw, ph, pw, ty, tx = _geometry(o, ih, iw, oh, ow, kh, kw)
+    npx = n * oh * ow
+    tin = n * ty * tx
+    c16 = _c(c, 16)
+    return "int8", {"one": 1, "px": npx, "px_c16": npx * c16, "taps_in": tin,
+                    "taps_in_c16": tin * c16, "taps_in_c": tin * c, "px_c": npx * c}
+
+
+def _mean(ins, out, dtype, o):
+    if dtype != "int8":
+        return dtype, None, f"{dtype} MEAN (only int8 calibrated)"
+    n, h, w, c = _nhwc(ins[0])
+    return "int8", {"one": 1, "in": _prod(ins[0]), "out": _prod(out), "px": n * h * w,
+                    "c": c}
+
+
+def _softmax(ins, out, dtype, o):
+    if dtype != "int8":
+        return dtype, None, f"{dtype} SOFTMAX (only int8 calibrated)"
+    row = int(out[-1])
+    rows = _prod(out) // max(row, 1)
+    return "int8", {"one": 1, "rows": rows, "e": rows * row, "e4": rows * _c(row, 4)}
+
+
+def _memcpy_insns(src: int, dst: int, n: int) -> int:
+    """Instructions of the firmware's newlib ``memcpy`` (v8-m.main, read from its
+    disassembly): 64-, 16- and 4-byte word loops when both ends are 4-byte aligned (or can be
+    made so), byte loops for short misaligned copies."""
+    c = 4  # mov, orr, ands, bne
+
+    def aligned(n):
+        k = 2 + 2 + 2 + 2 + 2  # the four size tests, mov + bx
+        k += 36 * (n // 64) + 12 * (n % 64 // 16) + 4 * (n % 16 // 4)
+        if n % 4:
+            k += 5 + 2 * (n % 4 >= 2)
+        return k
+
+    if (src | dst) & 3 == 0:
+        return c + aligned(n)
+    c += 2  # cmp, bcc
+    if n < 8:
+        c += 2
+        if n < 4:  # straight to the byte tail
+            return c + 2 + (5 + 2 * (n >= 2) if n else 0) + 2
+        return c + 4 * (n - 3) + 8
+    c += 2  # src aligned: word copies with unaligned stores
+    if src & 3 == 0:
+        return c + aligned(n)
+    c += 2
+    if dst & 3 == 0:
+        return c + aligned(n)
+    head = 4 - (dst & 3)
+    c += 7 + 3 * (head >= 2)
+    return c + aligned(n - head)
+
+
+def _copies(src, dst, n: int) -> int:
+    """Instructions of ``memcpy`` of ``n`` bytes at each pair of offsets (arrays): the cost
+    depends only on both offsets modulo 4."""
+    src = np.asarray(src, np.int64) & 3
+    dst = np.asarray(dst, np.int64) & 3
+    if n <= 0 or src.size == 0:
+        return 0
+    keys, counts = np.unique(src * 4 + dst, return_counts=True)
+    return int(sum(int(c) * _memcpy_insns(int(k) // 4, int(k) % 4, n)
+                   for k, c in zip(keys, counts)))
+
+
+def _copy(ins, out, dtype, o):
+    # RESHAPE / SQUEEZE: one memcpy unless input and output share the buffer
+    b = _prod(out) * o.get("itemsize", 1)
+    return "copy", {"one": 1, "memcpy": _memcpy_insns(0, 0, b)}
+
+
+def _expand_dims(ins, out, dtype, o):
+    # TFLite Micro's EXPAND_DIMS copies element by element
+    return "copy", {"one": 1, "e": _prod(out)}
+
+
+def _quantize(ins, out, dtype, o):
+    e = _prod(out)
+    return f"{dtype}_to_{o.get('out_dtype', 'int8')}", {"one": 1, "e": e}
+
+
+def _pad(ins, out, dtype, o):
+    n, ih, iw, c = _nhwc(ins[0])
+    _, oh, ow, _ = _nhwc(out)
+    isz = o.get("itemsize", 1)
+    if isz != 1:
+        return "wide", None, f"{dtype} PAD (only 1-byte types calibrated)"
+    return "s8", {"one": 1, "orows": n * oh, "irows": n * ih, "ipx": n * ih * iw,
+                  "obytes": _prod(out), "ibytes": _prod(ins[0]),
+                  "ob16": _c(_prod(out), 16), "irow16": n * ih * _c(iw * c, 16)}
+
+
+def _slice(ins, out, dtype, o):
+    # TFLite Micro's reference kernel: one memcpy of the innermost dimension's run per
+    # position of the outer dimensions (unit inner stride)
+    isz = o.get("itemsize", 1)
+    full, shape = _nhwc(ins[0]), _nhwc(out)
+    begin = tuple(o.get("begin", (0, 0, 0, 0)))
+    begin = (0,) * (4 - len(begin)) + begin[-4:]
+    if tuple(o.get("strides", (1,)))[-1] != 1:
+        return "strided", None, "inner stride other than 1"
+    n, oh, ow, c = shape
+    _, h, w, cc = full
+    rows = np.arange(n * oh)
+    b_n, b_h = rows // oh + begin[0], rows % oh + begin[1]
+    src = ((b_n[:, None] * h + b_h[:, None]) * w + begin[2] + np.arange(ow)[None, :]) * cc \
+        + begin[3]
+    dst = np.arange(n * oh * ow) * c
+    return "copy", {"one": 1, "rows": n * oh, "runs": n * oh * ow,
+                    "memcpy": _copies(src.ravel() * isz, dst * isz, c * isz)}
+
+
+def _concat(ins, out, dtype, o):
+    # TFLite Micro's reference kernel: for each outer index, one memcpy per input
+    isz = o.get("itemsize", 1)
+    axis = o.get("axis", -1) % len(out)
+    outer = _prod(out[:axis])
+    runs = [_prod(s[axis:]) * isz for s in ins]
+    step = sum(runs)
+    k = np.arange(outer)
+    cost, at = 0, 0
+    for run in runs:
+        cost += _copies(k * run, k * step + at, run)
+        at += run
+    return "copy", {"one": 1, "inputs": len(ins), "outer": outer, "copies": outer * len(ins),
+                    "memcpy": cost}
+
+
+_FEATURES = {
+    "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _depthwise, "FULLY_CONNECTED": _fc,
+    "ADD": lambda i, u, d, o: _eltwise(i, u, d, o, "ADD"),
+    "MUL": lambda i, u, d, o: _eltwise(i, u, d, o, "MUL"),
+    "AVERAGE_POOL_2D": lambda i, u, d, o: _pool(i, u, d, o, "AVERAGE_POOL_2D"),
+    "MAX_POOL_2D": lambda i, u, d, o: _pool(i, u, d, o, "MAX_POOL_2D"),
+    "MEAN": _mean, "SOFTMAX": _softmax, "RESHAPE": _copy, "SQUEEZE": _copy,
+    "EXPAND_DIMS": _expand_dims, "QUANTIZE": _quantize, "DEQUANTIZE": _quantize, "PAD": _pad,
+    "PADV2": _pad, "STRIDED_SLICE": _slice, "CONCATENATION": _concat,
+}
+
+# Fitted coefficients: {(kind, variant): {feature: instructions per unit of the feature}}.
+# Measured 2026-11-28 on the emulated Cortex-M55 (QEMU 7.2 mps3-an547, TFLite Micro 90b983c2,
+# CMSIS-NN dbf45dbf, GCC 12.2 -O2), the --per-op firmware of `memsched.board`: 39 generated
+# int8 files of 14 independent operators each (random shapes, filters 1/3/5, strides 1/2,
+# SAME / VALID, 1-200 channels, pads, slices, concatenations up to 128x128 maps), one random
+# input each; least squares per kernel variant on each operator's profiler window
+# (`benchmarks/tflm_instructions.py --calibrate` re-measures and prints this literal). Copies
+# (RESHAPE, SQUEEZE, STRIDED_SLICE, CONCATENATION) fit with coefficient 1.0 on `_memcpy_insns`.
+COEFFICIENTS = {
+    ('ADD', 'int8'):
+        {'e4': 55.0, 'one': 751.0},
+    ('AVERAGE_POOL_2D', 'int8'):
+        {'one': 55.2799,
+         'px': 38.5597,
+         'px_c': 2.0281,
+         'px_c16': 177.0626,
+         'taps_in': 0.9892,
+         'taps_in_c': -0.2803,
+         'taps_in_c16': 27.1343},
+    ('CONCATENATION', 'copy'):
+        {'copies': 16.0035, 'inputs': 217.7726, 'memcpy': 1.0, 'one': 287.6044, 'outer': 11.9954},
+    ('CONV_2D', '1x1'):
+        {'mm_calls': 228.2498,
+         'mm_left': 29.6199,
+         'mm_left_c4': -1.2736,
+         'mm_left_cout': 27.3104,
+         'mm_left_k': 4.9927,
+         'mm_left_tail': 32.4049,
+         'mm_quad_cout': 56.0002,
+         'mm_quad_k': 11.0004,
+         'mm_quads': 41.9507,
+         'one': 228.2498},
+    ('CONV_2D', '1x1_strided'):
+        {'mm_calls': 40.0056,
+         'mm_left': 24.2734,
+         'mm_left_c4': -1.3526,
+         'mm_left_cout': 27.3258,
+         'mm_left_k': 5.0094,
+         'mm_left_tail': 32.7363,
+         'mm_quad_cout': 55.9474,
+         'mm_quad_k': 10.9943,
+         'mm_quads': 61.7603,
+         'one': 377.6457,
+         'orows': 40.0056},
+    ('CONV_2D', 'general'):
+        {'mm_calls': 46.3116,
+         'mm_left': -2.3087,
+         'mm_left_c4': -6.1291,
+         'mm_left_cout': 27.8007,
+         'mm_left_k': 4.9969,
+         'mm_left_tail': 52.3171,
+         'mm_quad_cout': 56.0585,
+         'mm_quad_k': 10.9992,
+         'mm_quads': 23.3518,
+         'one': 780.9286,
+         'pad_c16': 1.9552,
+         'px': 91.0986,
+         'taps': 17.7887,
+         'taps_in': 0.4764,
+         'taps_in_c16': 3.008},
+    ('DEPTHWISE_CONV_2D', 'as_conv_general'):
+        {'mm_calls': 46.3116,
+         'mm_left': -2.3087,
+         'mm_left_c4': -6.1291,
+         'mm_left_cout': 27.8007,
+         'mm_left_k': 4.9969,
+         'mm_left_tail': 52.3171,
+         'mm_quad_cout': 56.0585,
+         'mm_quad_k': 10.9992,
+         'mm_quads': 23.3518,
+         'one': 1818.1584,
+         'pad_c16': 1.9552,
+         'px': 91.0986,
+         'taps': 17.7887,
+         'taps_in': 0.4764,
+         'taps_in_c16': 3.008},
+    ('DEPTHWISE_CONV_2D', 'opt'):
+        {'blocks': 78.7044,
+         'left_c4': 48.094,
+         'left_c4_k': 6.8533,
+         'one': 605.3687,
+         'pad_c16': -1.0499,
+         'pad_taps': -0.7919,
+         'px': 94.9449,
+         'quads': -11.4649,
+         'quads_c4': 105.0578,
+         'quads_c4_k': 16.0346,
+         'rows': 38.0782,
+         'taps': 16.164,
+         'taps_c16': 2.9574},
+    ('DEQUANTIZE', 'int8_to_float32'):
+        {'e': 8.0, 'one': 272.0},
+    ('EXPAND_DIMS', 'copy'):
+        {'e': 3.0, 'one': 134.0},
+    ('FULLY_CONNECTED', 'int8'):
+        {'batches': 248.0846,
+         'one': 248.0846,
+         'out': 36.8728,
+         'out4': -97.3158,
+         'out4_k': -24.0152,
+         'out_k': 13.5139},
+    ('MAX_POOL_2D', 'int8'):
+        {'one': 413.957,
+         'px': 35.9001,
+         'px_c': 0.4609,
+         'px_c16': 0.1117,
+         'taps_in': 17.1373,
+         'taps_in_c': 0.0381,
+         'taps_in_c16': 15.9429},
+    ('MEAN', 'int8'):
+        {'c': 24.5613, 'in': 149.0133, 'one': 972.1359, 'out': 24.5613, 'px': 10.222},
+    ('MUL', 'int8'):
+        {'e4': 27.0, 'one': 779.0},
+    ('PAD', 's8'):
+        {'ibytes': -0.0966,
+         'ipx': 0.0052,
+         'irow16': 2.4966,
+         'irows': 29.9184,
+         'ob16': 22.6976,
+         'obytes': -1.292,
+         'one': 369.4469,
+         'orows': 1.8202},
+    ('PADV2', 's8'):
+        {'ibytes': -0.1269,
+         'ipx': 0.0111,
+         'irow16': 3.0335,
+         'irows': 19.9938,
+         'ob16': -13.2447,
+         'obytes': 0.9522,
+         'one': 457.6085,
+         'orows': 9.6456},
+    ('QUANTIZE', 'float32_to_int8'):
+        {'e': 14.0, 'one': 271.0},
+    ('RESHAPE', 'copy'):
+        {'memcpy': 1.0, 'one': 160.0},
+    ('SOFTMAX', 'int8'):
+        {'e': 586.433, 'e4': -113.9669, 'one': 148.3067, 'rows': 171.7743},
+    ('SQUEEZE', 'copy'):
+        {'memcpy': 1.0, 'one': 209.0},
+    ('STRIDED_SLICE', 'copy'):
+        {'memcpy': 1.0, 'one': 825.0, 'rows': 30.0, 'runs': 36.0},
+}
+
+
+def features(kind: str, input_shapes, output_shape, dtype: str = "int8", **options):
+    """(variant, {feature: count}) of one operator, or (variant, None, reason) when the
+    kernel has no cost model. See `op_instructions` for the arguments."""
+    f = _FEATURES.get(kind)
+    if f is None:
+        return "", None, f"{kind}: no cost model"
+    if dtype == "malformed":
+        return "malformed", None, "inputs or options the kernel needs are missing"
+    ins = [tuple(int(d) for d in s) for s in input_shapes]
+    return f(ins, tuple(int(d) for d in output_shape), dtype, options)
+
+
+def op_instructions(kind: str, input_shapes, output_shape, dtype: str = "int8",
+                    **options) -> int | None:
+    """Predicted instructions of one TFLite Micro operator on the Cortex-M55 (CMSIS-NN MVE):
+    its profiler window plus `PER_OP`, what it adds to one ``Invoke()``.
+
+    Parameters
+    ----------
+    kind : str
+        TFLite builtin name (``"CONV_2D"``, ``"STRIDED_SLICE"`` ...).
+    input_shapes : list of tuple
+        Shapes of the activation inputs (NHWC for spatial operators; for CONCATENATION every
+        input; constants such as weights or slice bounds are not inputs here).
+    output_shape : tuple
+        Shape of the output.
+    dtype : str
+        The input's type: ``"int8"``, ``"float32"``, ``"int16"`` ...
+    **options
+        ``filter=(kh, kw)``, ``stride=(sh, sw)``, ``dilation=(dh, dw)``,
+        ``padding="SAME"|"VALID"`` (convolutions and pools); ``axis`` (CONCATENATION);
+        ``itemsize`` (bytes per element, copies); ``out_dtype`` (QUANTIZE / DEQUANTIZE).
+
+    Returns
+    -------
+    int or None
+        None when the kernel (or this variant of it) has no calibrated model.
+
+    Examples
+    --------
+    >>> op_instructions("CONV_2D", [(1, 8, 8, 16)], (1, 8, 8, 16), filter=(1, 1)) > 0
+    True
+    >>> op_instructions("LOGISTIC", [(1, 8)], (1, 8)) is None
+    True
+    """
+    r = features(kind, input_shapes, output_shape, dtype, **options)
+    if r[1] is None:
+        return None
+    coef = COEFFICIENTS.get((kind, r[0]))
+    if coef is None:
+        return None
+    return int(round(sum(coef.get(k, 0.0) * v for k, v in r[1].items()))) + PER_OP
+
+
+# ------------------------------------------------------------------------------ files
+_DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 7: "int16",
+           9: "int8", 17: "int4"}
+_ITEMSIZE = {"float32": 4, "float16": 2, "int32": 4, "uint8": 1, "int64": 8, "int16": 2,
+             "int8": 1, "int4": 1}
+
+
+def _const(model, t):
+    b = model.buffers[int(t.buffer)] if 0 <= int(t.buffer) < len(model.buffers or []) else None
+    if b is None or b.data is None or len(b.data) == 0:
+        return None
+    return np.frombuffer(np.asarray(b.data, np.uint8).tobytes(),
+                         dtype=np.int64 if int(t.type) == 4 else np.int32)
+
+
+def file_ops(model) -> list[tuple[int, str, dict]]:
+    """(index, builtin name, {"inputs", "output", "dtype", "options"}) per operator of
+    subgraph 0 of ``model`` (a ``memsched.tflite.read`` `TFLiteGraph` or a ``ModelT``):
+    what `op_instructions` takes."""
+    from .read import op_names
+
+    model = getattr(model, "model", model)
+    names = op_names()
+    sg = model.subgraphs[0]
+    tensors = sg.tensors or []
+    out = []
+    for v, op in enumerate(sg.operators or []):
+        try:
+            out.append(_file_op(model, names, tensors, v, op))
+        except (AttributeError, IndexError, TypeError, ValueError):  # options or inputs missing
+            code = model.operatorCodes[op.opcodeIndex]
+            kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "?")
+            out.append((v, kind, {"inputs": [], "output": (), "dtype": "malformed",
+                                  "options": {}}))
+    return out
+
+
+def _file_op(model, names, tensors, v, op):
+    code = model.operatorCodes[op.opcodeIndex]
+    kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "?")
+    ins = [int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0]
+    outs = [int(t) for t in (op.outputs if op.outputs is not None else []) if t >= 0]
+    shape = [tuple(int(d) for d in (tensors[t].shape if tensors[t].shape is not None
+                                    else [])) for t in ins]
+    oshape = tuple(int(d) for d in (tensors[outs[0]].shape
+                                     if outs and tensors[outs[0]].shape is not None else []))
+    dtype = _DTYPES.get(int(tensors[ins[0]].type), "?") if ins else "?"
+    odt = _DTYPES.get(int(tensors[outs[0]].type), "?") if outs else "?"
+    o = op.builtinOptions
+    opt: dict = {"itemsize": _ITEMSIZE.get(dtype, 1), "out_dtype": odt}
+    acts = shape[:1]
+    if kind in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        w = shape[1]
+        opt["filter"] = (w[1], w[2])
+        opt["stride"] = (int(o.strideH), int(o.strideW))
+        opt["dilation"] = (int(o.dilationHFactor or 1), int(o.dilationWFactor or 1))
+        opt["padding"] = "SAME" if int(o.padding) == 0 else "VALID"
+    elif kind in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
+        opt["filter"] = (int(o.filterHeight), int(o.filterWidth))
+        opt["stride"] = (int(o.strideH), int(o.strideW))
+        opt["padding"] = "SAME" if int(o.padding) == 0 else "VALID"
+    elif kind in ("ADD", "MUL"):
+        acts = shape[:2]
+    elif kind == "CONCATENATION":
+        acts = shape
+        opt["axis"] = int(o.axis)
+    elif kind == "STRIDED_SLICE":
+        b, st = _const(model, tensors[ins[1]]), _const(model, tensors[ins[3]])
+        if b is not None:
+            opt["begin"] = tuple(int(x) for x in b)
+        if st is not None:
+            opt["strides"] = tuple(int(x) for x in st)
+    return v, kind, {"inputs": acts, "output": oshape, "dtype": dtype, "options": opt}
+
+
+def model_instructions(model) -> ModelInstructions:
+    """Predicted instructions of one ``Invoke()`` of ``model`` in TFLite Micro on the
+    Cortex-M55 with the CMSIS-NN MVE kernels (the board's ``invoke_instructions``).
+
+    Parameters
+    ----------
+    model : TFLiteGraph, ModelT, str or bytes
+        What `memsched.tflite.read.read_tflite` gives, or a path or the file's bytes.
+
+    Returns
+    -------
+    ModelInstructions
+        ``total`` is None when an operator has no cost model; ``unknown`` names them.
+    """
+    if isinstance(model, (str, bytes, bytearray)) or hasattr(model, "__fspath__"):
+        from .read import read_tflite
+
+        model = read_tflite(model if not hasattr(model, "__fspath__") else str(model))
+    costs, unknown = [], set()
+    for v, kind, a in file_ops(model):
+        try:
+            r = features(kind, a["inputs"], a["output"], a["dtype"], **a["options"])
+        except (ValueError, IndexError, ZeroDivisionError, TypeError):  # shapes it cannot run
+            r = ("malformed", None, "shapes or options no kernel runs")
+        n = None
+        reason = r[2] if r[1] is None else ""
+        if r[1] is not None:
+            n = op_instructions(kind, a["inputs"], a["output"], a["dtype"], **a["options"])
+            if n is None:
+                reason = "not calibrated"
+        if n is None:
+            unknown.add(f"{kind} ({r[0]})" if r[0] else kind)
+        costs.append(OpCost(v, kind, r[0], n, reason))
+    total = None if unknown else sum(c.instructions for c in costs) + PER_INVOKE
+    return ModelInstructions(total, costs, sorted(unknown))
+
+
+# ------------------------------------------------------------------------------ the search
+class UnknownKernel(ValueError):
+    """A plan node whose kernel has no cost model (the message names it)."""
+
+
+class TFLMTime(RuntimeTime):
+    """TFLite Micro's instructions on the Cortex-M55 as the patch search prices them
+    (`memsched.patches.RuntimeTime`), for the file ``model`` (a `TFLiteGraph`) whose
+    `SpatialModel` the search runs on (``SOp.index`` = the file's operator). Build it with
+    `tflm_time`, which gives None for a file with an unmodelled kernel (the search then bounds
+    MACs alone). Plan nodes are priced as `memsched.tflite.tile` writes them: a copied
+    operator on its window (VALID unless it keeps its own padding), STRIDED_SLICE, PAD /
+    PADV2, CONCATENATION; each with `PER_OP`."""
+
+    name = TARGET
+
+    def __init__(self, model):
+        self.model = model
+        self.report = model_instructions(model)
+        self.args = {v: (kind, a) for v, kind, a in file_ops(model)}
+        self.cost = {c.index: c.instructions for c in self.report.ops}
+
+    def program(self, sm: SpatialModel) -> int:
+        if self.report.total is None:
+            raise UnknownKernel("no cost model for " + ", ".join(self.report.unknown))
+        return self.report.total
+
+    def op(self, sm: SpatialModel, k: int) -> int:
+        n = self.cost[sm.ops[k].index]
+        if n is None:
+            raise UnknownKernel(f"no cost model for operator {sm.ops[k].index} "
+                                f"({sm.ops[k].kind})")
+        return n
+
+    def plan(self, sm: SpatialModel, plan) -> int:
+        return sum(self.node(sm, plan, i) for i in range(len(plan.nodes)))
+
+    def node(self, sm: SpatialModel, plan, i: int) -> int:
+        """Instructions of node ``i`` of ``plan`` as written (`PER_OP` included)."""
+        from .tflm_memory import pad_constant, slice_constants
+
+        nd = plan.nodes[i]
+        ten = sm.tensors[nd.tensor]
+        c = int(ten.shape[-1])
+        isz = int(ten.itemsize)
+        dtype = _DTYPES.get(int(ten.dtype), "?")
+        win = (1, nd.win.height, nd.win.width, c)
+
+        def shape_of(src):
+            if isinstance(src, tuple):  # a region input, whole
+                return tuple(int(d) for d in sm.tensors[src[1]].shape)
+            w = plan.nodes[src].win
+            return (1, w.height, w.width, int(sm.tensors[plan.nodes[src].tensor].shape[-1]))
+
+        if nd.kind == "slice":
+            b = nd.base
+            begin, _, strides = slice_constants(nd, c)
+            r = op_instructions("STRIDED_SLICE", [(1, b.height, b.width, c)], win, dtype,
+                                itemsize=isz, begin=begin, strides=strides)
+            kind = "STRIDED_SLICE"
+        elif nd.kind == "pad":
+            top, bottom, left, right = nd.pads
+            src = (1, nd.win.height - top - bottom, nd.win.width - left - right, c)
+            kind = "PADV2" if nd.pad_value == PAD_MIN else "PAD"
+            r = op_instructions(kind, [src], win, dtype, itemsize=isz)
+        elif nd.kind == "concat":
+            kind = "CONCATENATION"
+            r = op_instructions(kind, [shape_of(s) for s in nd.inputs], win, dtype,
+                                itemsize=isz, axis=nd.axis)
+        elif nd.kind == "op":
+            sop = sm.ops[nd.op]
+            kind, a = self.args[sop.index]
+            opts = dict(a["options"])
+            if kind in ("PAD", "PADV2"):
+                opts["pads"] = pad_constant(nd)
+            elif sop.cls == "window" and not nd.implicit and "padding" in opts:
+                opts["padding"] = "VALID"  # the writer's explicit plans
+            ins = [shape_of(s) for s in nd.inputs]
+            r = op_instructions(kind, ins, win, a["dtype"], **opts)
+        else:
+            raise UnknownKernel(f"plan node kind {nd.kind!r} (TFLite Micro's writer has "
+                                "none)")
+        if r is None:
+            raise UnknownKernel(f"no cost model for {kind} on plan node {i}")
+        return r
+
+
+def tflm_time(model) -> TFLMTime | None:
+    """`TFLMTime` for ``model`` (a `TFLiteGraph`), or None when one of its kernels has no
+    cost model (`model_instructions` names them)."""
+    t = TFLMTime(model)
+    return t if t.report.total is not None else None
+
+
+__all__ = ["ModelInstructions", "OpCost", "PER_INVOKE", "PER_OP", "TARGET", "TFLMTime",
+           "UnknownKernel", "features", "file_ops", "model_instructions", "op_instructions",
+           "tflm_time"]

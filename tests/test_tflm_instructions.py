@@ -1,0 +1,148 @@
+"""`memsched.tflite.tflm_instructions`: TFLite Micro's instructions per Invoke() on the Cortex-M55
+(CMSIS-NN MVE) predicted from the file. Host: the API, unknown kernels named, hand-checked
+copies, the patch search's plan pricing equal to the written file's prediction, `analyze`'s
+fields. Board: within 5 % of the emulated M55's ``invoke_instructions`` on small generated files
+and a `memsched tile` output (the fit's own files are other shapes)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from memsched.cli import main
+from memsched.generators.tflite_synth import _Net, mobilenet_like, pad_slice_model
+from memsched.tflite import tflm_instructions as ti
+from memsched.tflite.read import NUMPY_DTYPES, read_tflite
+
+
+def small_resnet(size: int = 16) -> bytes:
+    """An MLPerf-Tiny-like ResNet block (3x3 convs, a strided 1x1 shortcut, ADD, FC)."""
+    net = _Net("small_resnet", True, 3)
+    x = net.act("x", [1, size, size, 3], 0.05, 0)
+    net.b.inputs = [x]
+    t, sh = net.conv(x, [1, size, size, 3], 8)
+    y, ysh = net.conv(t, sh, 16, stride=2)
+    y, ysh = net.conv(y, ysh, 16, relu=False)
+    sc, _ = net.conv(t, sh, 16, k=1, stride=2, relu=False)
+    t = net.add(y, sc, ysh)
+    n = ysh[1] * ysh[2] * ysh[3]
+    r, _ = net.reshape(t, [1, n])
+    net.b.outputs = [net.fc(r, n, 10)]
+    return net.b.finish()
+
+
+def test_op_instructions_api():
+    conv = ti.op_instructions("CONV_2D", [(1, 8, 8, 16)], (1, 8, 8, 32), filter=(3, 3))
+    bigger = ti.op_instructions("CONV_2D", [(1, 16, 16, 16)], (1, 16, 16, 32), filter=(3, 3))
+    assert 0 < conv < bigger
+    # a window of the same operator (what the patch search prices) is cheaper
+    win = ti.op_instructions("CONV_2D", [(1, 6, 6, 16)], (1, 4, 4, 32), filter=(3, 3),
+                             padding="VALID")
+    assert 0 < win < conv
+    assert ti.op_instructions("LOGISTIC", [(1, 8)], (1, 8)) is None
+    assert ti.op_instructions("CONV_2D", [(1, 8, 8, 16)], (1, 8, 8, 16), "float32",
+                              filter=(1, 1)) is None
+
+
+def test_copies_hand_checked():
+    # newlib memcpy, aligned, from its disassembly: 4 (alignment test) + 10 (size tests,
+    # return) + 36 per 64 B + 12 per 16 B + 4 per word + 5 (+2) for 1-3 bytes
+    assert ti._memcpy_insns(0, 0, 64) == 50
+    assert ti._memcpy_insns(0, 0, 128 + 16 + 4 + 3) == 14 + 72 + 12 + 4 + 7
+    # RESHAPE: a constant 160 + one memcpy (coefficient 1.0), + 12 per operator
+    assert ti.op_instructions("RESHAPE", [(1, 4, 4, 8)], (1, 128)) == 160 + 4 + 10 + 72 + 12
+    # STRIDED_SLICE: one memcpy per output pixel (its channels), 36 per run, 30 per row
+    got = ti.op_instructions("STRIDED_SLICE", [(1, 8, 8, 16)], (1, 4, 8, 16), begin=(0, 2, 0, 0))
+    assert got == 825 + 30 * 4 + 36 * 32 + 32 * (14 + 12) + 12
+
+
+def test_model_instructions_sums_and_names_unknown_kernels(tmp_path):
+    r = ti.model_instructions(small_resnet())
+    assert r.unknown == [] and len(r.ops) == 7
+    assert r.total == sum(c.instructions for c in r.ops) + ti.PER_INVOKE
+    assert json.loads(json.dumps(r.as_dict()))["total"] == r.total
+    net = _Net("float_fc", False, 0)
+    x = net.act("x", [1, 16])
+    net.b.inputs = [x]
+    net.b.outputs = [net.fc(x, 16, 4)]
+    r = ti.model_instructions(net.b.finish())
+    assert r.total is None and r.unknown == ["FULLY_CONNECTED (fc_float32)"]
+    assert r.ops[0].instructions is None and "float32" in r.ops[0].reason
+    assert ti.tflm_time(read_tflite(net.b.finish())) is None
+
+
+def test_plan_pricing_equals_the_written_file():
+    from memsched.patches import Described, PatchOptions, search_model
+    from memsched.tflite.spatial import spatial_model
+    from memsched.tflite.tflm_memory import TFLMMemory, tflm_runtime
+    from memsched.tflite.tile import rewrite_model
+    from memsched.tflite.write import finish_model
+
+    tg = read_tflite(mobilenet_like(blocks=4, size=32, width=8))
+    sm = spatial_model(tg)
+    time = ti.tflm_time(tg)
+    assert time.program(sm) == ti.model_instructions(tg).total
+    rt = tflm_runtime(TFLMMemory(n_tensors=len(tg.subgraph.tensors)), time=time)
+    assert rt.time is time
+    res = search_model(Described(sm, tg.graph, tg.tensor_index), rt,
+                       PatchOptions(grid="2x2", padding="explicit"))
+    plans = res.plans_of(res.choice)
+    pred = time.program(sm) + sum(time.plan(sm, p) - sum(time.op(sm, k) for k in p.region.ops)
+                                  for p in plans)
+    written = ti.model_instructions(finish_model(rewrite_model(tg, sm, plans)))
+    assert pred == written.total
+
+
+def test_analyze_reports_instructions(tmp_path, capsys):
+    p = tmp_path / "r.tflite"
+    p.write_bytes(small_resnet())
+    assert main(["analyze", str(p), "--json", "--time-limit", "5"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["cpu_instructions"] == ti.model_instructions(str(p)).total
+    assert d["cpu_instructions_unknown"] == []
+    assert main(["analyze", str(p), "--time-limit", "5"]) == 0
+    assert f"{d['cpu_instructions']:,} instructions per Invoke()" in capsys.readouterr().out
+    assert main(["analyze", str(p), "--json", "--target", "host", "--time-limit", "5"]) == 0
+    assert "cpu_instructions" not in json.loads(capsys.readouterr().out)
+
+
+# ------------------------------------------------------------------------------ the board
+@pytest.fixture(scope="module")
+def fw():
+    from memsched import board
+
+    try:
+        return board.firmware("tflm")
+    except board.BoardUnavailable as e:
+        pytest.skip(f"the board: {e}")
+
+
+def _inputs(data: bytes) -> list:
+    sg = read_tflite(data).subgraph
+    rng = np.random.default_rng(0)
+    return [rng.integers(-100, 100, [int(x) for x in sg.tensors[t].shape])
+            .astype(NUMPY_DTYPES[int(sg.tensors[t].type)]) for t in sg.inputs]
+
+
+def _tiled() -> bytes:
+    from memsched.tflite.tile import tile_tflite
+
+    data, res = tile_tflite(mobilenet_like(blocks=4, size=32, width=8), grid="2x2",
+                            offline_plan=True)
+    assert res.choice is not None
+    return data
+
+
+@pytest.mark.parametrize("name", ["small_resnet", "pad_slice", "mobilenet_like_tiled"])
+def test_prediction_within_5_percent_of_the_board(name, fw, tmp_path):
+    from memsched import board
+
+    data = {"small_resnet": small_resnet, "pad_slice": pad_slice_model,
+            "mobilenet_like_tiled": _tiled}[name]()
+    pred = ti.model_instructions(data)
+    assert pred.unknown == []
+    res, _ = board.run_tflite(data, _inputs(data), tmp_path)
+    assert res["status"] == "ok"
+    measured = res["invoke_instructions"]
+    assert abs(pred.total - measured) <= 0.05 * measured, (pred.total, measured)
