@@ -63,6 +63,14 @@ def analyze_pte(args) -> int:
 
     for name, row in program_ram(args.model, target).items():
         methods[name].update(row)
+    if target == "cortex-m":  # the time figure is for the Cortex-M55 the kernels are modelled on
+        from ..executorch.instructions import TARGET, program_instructions
+
+        for name, mi in program_instructions(args.model).items():
+            if name in methods:
+                methods[name].update({"cpu_instructions": mi.total,
+                                      "cpu_instructions_unknown": mi.unknown,
+                                      "cpu_instructions_target": TARGET})
     result = {"model": args.model, "format": "pte", "methods": methods}
     if args.plot or args.report:
         from ..executorch.model import EXECUTORCH_MODEL
@@ -90,6 +98,8 @@ def analyze_pte(args) -> int:
                  if len(sizes) > 1 else ""))
         for line in ram_lines(row):
             print(line)
+        if "cpu_instructions" in row:
+            print(instructions_line(row))
         if "error" in row:
             print(f"  not modelled: {row['error']}")
             continue
@@ -99,6 +109,16 @@ def analyze_pte(args) -> int:
               f"{row['schedule_seconds']} s")
         print(f"  written plan check: {row['plan_check']}")
     return 0
+
+
+def instructions_line(row: dict) -> str:
+    """The predicted instructions of one ``Method::execute`` (`memsched.executorch.
+    instructions`), with the kernels no model covers named."""
+    unknown = row.get("cpu_instructions_unknown") or {}
+    return (f"  instructions per execute on {row['cpu_instructions_target']}: "
+            f"{row['cpu_instructions']:,} (predicted)"
+            + (" + not modelled: " + ", ".join(f"{k} x{v}" for k, v in unknown.items())
+               if unknown else ""))
 
 
 def ram_lines(row: dict) -> list[str]:
