@@ -223,6 +223,44 @@ def calibration_models(seed: int = 1, per_model: int = 14):
                     s.DequantizeOptionsT())
                 net.b.outputs.append(y)
         finish(net, net.b.name)
+    # element-wise kernels of TFLite Micro's own (activations, SUB, broadcasting ADD / MUL)
+    for m in range(10):
+        net = new(f"unary_{m}")
+        s = net.s
+        for _ in range(per_model):
+            h, w = int(rng.integers(1, 25)), int(rng.integers(1, 25))
+            c = int(rng.choice([1, 3, 4, 8, 16, 17, 24, 32, 64, 96]))
+            shape = [1, h, w, c]
+            kind = str(rng.choice(["RELU", "RELU6", "LEAKY_RELU", "HARD_SWISH", "LOGISTIC",
+                                   "TANH", "SUB", "SUB", "ADD", "ADD", "MUL", "MUL"]))
+            x = inp(net, shape)
+            i = len(net.b.outputs)
+            if kind in ("SUB", "ADD", "MUL"):
+                other = [1, h, w, c] if kind == "SUB" and rng.integers(2) else \
+                    [1, 1, 1, c] if rng.integers(2) else [1, 1, 1, 1]
+                b = inp(net, other)
+                y = net.act(f"bin{i}", shape, 0.1, 3)
+                opts = {"SUB": (s.BuiltinOptions.SubOptions, s.SubOptionsT()),
+                        "ADD": (s.BuiltinOptions.AddOptions, s.AddOptionsT()),
+                        "MUL": (s.BuiltinOptions.MulOptions, s.MulOptionsT())}[kind]
+                _op(net, kind, [x, b], [y], *opts)
+            else:
+                if kind == "LOGISTIC":
+                    y = net.b.tensor(f"u{i}", shape, s.TensorType.INT8, scale=1 / 256,
+                                     zero_point=-128)
+                elif kind == "TANH":
+                    y = net.b.tensor(f"u{i}", shape, s.TensorType.INT8, scale=1 / 128,
+                                     zero_point=0)
+                else:
+                    y = net.act(f"u{i}", shape, 0.04, -5)
+                if kind == "LEAKY_RELU":
+                    o = s.LeakyReluOptionsT()
+                    o.alpha = 0.1
+                    _op(net, kind, [x], [y], s.BuiltinOptions.LeakyReluOptions, o)
+                else:
+                    _op(net, kind, [x], [y])
+            net.b.outputs.append(y)
+        finish(net, net.b.name)
     # the patch machinery: pads, window cuts, concatenations
     for m in range(8):
         net = new(f"cuts_{m}")
@@ -348,7 +386,7 @@ def held_out_files():
     """(name, bytes) of files the fit has not seen."""
     import importlib
 
-    from memsched.generators.tflite_synth import mobilenet_like, pad_slice_model
+    from memsched.generators.tflite_synth import mobilenet_like, pad_slice_model, se_model
     from memsched.tflite.tile import tile_tflite
 
     patches = importlib.import_module("patches")
@@ -357,8 +395,10 @@ def held_out_files():
              ("resnet20-like (3 blocks, 32x32)", resnet(3, 32)),
              ("mbv1-0.25-128", patches.mobilenet_v1(0.25, 128)),
              ("fq-mbv2-0.35-80", patches.mobilenet_v2(0.35, 80, float_input=True)),
+             ("mbv2-1.0-96", patches.mobilenet_v2(1.0, 96)),
              ("mobilenet_like-48", mobilenet_like(size=48, blocks=7)),
-             ("pad_slice_int8", pad_slice_model())]
+             ("pad_slice_int8", pad_slice_model()),
+             ("se_model (SE: MEAN, LOGISTIC, broadcast MUL)", se_model(size=32, width=16))]
     pd = "../shared/third_party/tflite-micro/tensorflow/lite/micro/models/person_detect.tflite"
     if os.path.isfile(pd):
         files.append(("person_detect", open(pd, "rb").read()))
