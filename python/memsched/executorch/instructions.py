@@ -213,11 +213,14 @@ def _quantize(args) -> tuple[str, dict]:
 
 def _cm_pad(args) -> tuple[str, dict]:
     out = args[-1]
-    return "cm_pad", {"c": 1, "n": out.numel}
+    n, h, w, c = _nhwc(out)
+    # arm_pad_s8: per output row a memset / memcpy pair, 16 bytes an MVE iteration
+    return "cm_pad", {"c": 1, "rows": n * h, "vec": n * h * _ceil(w * c, 16)}
 
 
 def _dequantize(args) -> tuple[str, dict]:
-    return "dequantize", {"c": 1, "n": args[-1].numel}
+    n = args[-1].numel  # as quantize: 16 values an MVE iteration, then one by one
+    return "dequantize", {"c": 1, "v16": n // 16, "t": n % 16}
 
 
 def _strides(sizes) -> list:
@@ -459,41 +462,41 @@ EXECUTE_INSTRUCTIONS = 95
 # ---------------------------------------------------------------------------- coefficients
 # BEGIN COEFFICIENTS (written by benchmarks/executorch_predicted_instructions.py --calibrate)
 COEFFICIENTS = {'add': {'c': 505.0, 'v4': 55.0},
- 'avgpool': {'blk': 246.5111, 'c': 983.299, 'tapv': 21.6274},
- 'cat': {'blocks': 74.9665, 'bytes': 0.5524, 'c': 653.7868, 'inputs': 336.0405},
- 'cm_pad': {'c': 684.0, 'n': 0.2656},
- 'constant_pad_nd': {'blocks': 23.1293,
-                     'bytes': 0.5576,
-                     'c': 1082.4805,
-                     'fills': 49.8183,
-                     'padv': 0.3484,
-                     'recs': 115.2809},
- 'conv': {'c': 919.6111,
-          'mac': 10.9858,
-          'mac1': 5.0032,
-          'pix': 109.0856,
-          'r1': 28.7587,
-          'r4': 56.0299,
-          'row': 37.1445,
-          'tap': 18.1093,
-          'tapv': 2.9516},
- 'conv1x1': {'c': 835.0249,
-             'mac': 11.0,
-             'mac1': 5.042,
-             'pix': 10.5371,
-             'r1': 27.4232,
-             'r4': 55.9947},
- 'depthwise': {'c': 23.618,
-               'ch4': 168.7643,
-               'dw': 8.8184,
-               'row': 89.3036,
-               'tap': 26.3077,
-               'tapv': 3.0294},
- 'dequantize': {'c': 290.0, 'n': 7.0},
- 'linear': {'c': 487.4224, 'mac': 23.9322, 'mac1': 21.586, 'r1': 20.2366, 'r4': 68.3867},
+ 'avgpool': {'blk': 219.5924, 'c': 940.3465, 'pix': 31.7532, 'tapv': 21.9273},
+ 'cat': {'blocks': 74.8802, 'bytes': 0.5518, 'c': 636.862, 'inputs': 345.0376},
+ 'cm_pad': {'c': 516.9408, 'rows': 25.1039, 'vec': 3.1184},
+ 'constant_pad_nd': {'blocks': 32.1396,
+                     'bytes': 0.5581,
+                     'c': 1085.8778,
+                     'fills': 49.7493,
+                     'padv': 0.3392,
+                     'recs': 107.5865},
+ 'conv': {'c': 890.8444,
+          'mac': 10.9893,
+          'mac1': 5.0145,
+          'pix': 109.0734,
+          'r1': 29.2606,
+          'r4': 56.015,
+          'row': 38.0211,
+          'tap': 18.1306,
+          'tapv': 2.9311},
+ 'conv1x1': {'c': 837.2328,
+             'mac': 10.9989,
+             'mac1': 5.1277,
+             'pix': 10.5369,
+             'r1': 27.3565,
+             'r4': 55.9948},
+ 'depthwise': {'c': 30.2531,
+               'ch4': 168.7536,
+               'dw': 8.8245,
+               'row': 88.9193,
+               'tap': 26.3128,
+               'tapv': 3.0226},
+ 'dequantize': {'c': 290.0, 't': 7.0, 'v16': 26.7222},
+ 'linear': {'c': 490.39, 'mac': 30.0969, 'mac1': 17.9526, 'r1': 25.0419, 'r4': 49.8128},
  'maxpool': {'c': 1257.0105, 'pix': 112.8912, 'tapv': 15.8883},
- 'quantize': {'c': 327.8324, 't': 14.2411, 'v16': 44.9986},
- 'slice_copy': {'blocks': 30.343, 'bytes': 0.5796, 'c': 755.8276},
+ 'quantize': {'c': 327.7342, 't': 14.2304, 'v16': 44.999},
+ 'slice_copy': {'blocks': 30.505, 'bytes': 0.5748, 'c': 760.1033},
  'strided': {'c': 1079.4903, 'n': 2.2563, 'rows': 84.4392},
  'strided1': {'c': 1160.3218, 'rows': 64.3468, 'vec': 18.6371},
  'view': {'c': 452.0}}
