@@ -595,7 +595,7 @@ def op_instructions(kind: str, input_shapes, output_shape, dtype: str = "int8",
     --------
     >>> op_instructions("CONV_2D", [(1, 8, 8, 16)], (1, 8, 8, 16), filter=(1, 1)) > 0
     True
-    >>> op_instructions("LOGISTIC", [(1, 8)], (1, 8)) is None
+    >>> op_instructions("GATHER", [(1, 8)], (1, 8)) is None
     True
     """
     r = features(kind, input_shapes, output_shape, dtype, **options)
