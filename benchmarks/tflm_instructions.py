@@ -395,6 +395,8 @@ def held_out_files():
              ("resnet20-like (3 blocks, 32x32)", resnet(3, 32)),
              ("mbv1-0.25-128", patches.mobilenet_v1(0.25, 128)),
              ("fq-mbv2-0.35-80", patches.mobilenet_v2(0.35, 80, float_input=True)),
+             ("mbv2-0.35-144", patches.mobilenet_v2(0.35, 144)),
+             ("mobilenet_like-96", mobilenet_like(size=96)),
              ("mbv2-1.0-96", patches.mobilenet_v2(1.0, 96)),
              ("mobilenet_like-48", mobilenet_like(size=48, blocks=7)),
              ("pad_slice_int8", pad_slice_model()),
@@ -403,7 +405,7 @@ def held_out_files():
     if os.path.isfile(pd):
         files.append(("person_detect", open(pd, "rb").read()))
     tiled = []
-    for name, data in files[:4]:
+    for name, data in files[:6]:
         try:
             t, _ = tile_tflite(data, offline_plan=True)
             tiled.append((name + " tiled", t))

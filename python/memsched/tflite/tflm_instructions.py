@@ -20,6 +20,7 @@ are of the windows (kernel ``Invoke()``, ``ResetTempAllocations()``, 26 instruct
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -598,6 +599,23 @@ def op_instructions(kind: str, input_shapes, output_shape, dtype: str = "int8",
     >>> op_instructions("GATHER", [(1, 8)], (1, 8)) is None
     True
     """
+    try:
+        key = (kind, tuple(tuple(int(d) for d in s) for s in input_shapes),
+               tuple(int(d) for d in output_shape), dtype, tuple(sorted(options.items())))
+        hash(key)
+    except TypeError:  # an unhashable option: computed, not cached
+        return _instructions(kind, input_shapes, output_shape, dtype, options)
+    return _cached(key)
+
+
+@lru_cache(maxsize=1 << 16)
+def _cached(key):
+    # the patch search prices the same windows again and again
+    kind, ins, out, dtype, options = key
+    return _instructions(kind, ins, out, dtype, dict(options))
+
+
+def _instructions(kind, input_shapes, output_shape, dtype, options):
     r = features(kind, input_shapes, output_shape, dtype, **options)
     if r[1] is None:
         return None
