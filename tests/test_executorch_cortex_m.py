@@ -153,7 +153,7 @@ def test_cortex_m_ops_described_by_what_they_compute():
     em0 = describe_graph(edge.exported_program().graph_module, planned_inputs=False)
     assert em0.graph.tensors[em0.graph.input_tensors[0]].nbytes == 0
     config = mx.backend_config(tile_patches=True, alloc_graph_input=False)
-    assert [p.planned_inputs for p in config.passes] == [False]
+    assert [p.planned_inputs for p in config.passes if hasattr(p, "planned_inputs")] == [False]
 
 
 def test_small_model_runs_bit_equal_with_zero_point_borders(kernels, m55, tmp_path):

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from ..errors import GraphError
 from .check import check_graph_module
 from .errors import UnsupportedProgramError
-from .fold_constants import fold_constants
+from .fold_constants import fold_constants as _fold_constants
 from .model import FastSignature, PlanFlags
 from .packer import ArenaReport, MemschedAlgo
 from .patch_layout import lower_layout_views
@@ -186,7 +186,7 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
                    exact_reductions: bool | None = None, padding: str | None = None,
                    max_regions: int | None = None, patch_options=None,
                    target: str | None = None, share_values: bool = False,
-                   max_slowdown=..., **executorch_config_options):
+                   max_slowdown=..., fold_constants=None, **executorch_config_options):
     """An ``ExecutorchBackendConfig`` whose memory planning is memsched's.
 
     ``time_limit``: seconds for the scheduler and for each arena's packer. ``tile_patches``:
@@ -220,17 +220,23 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     ``target`` included, raise `TilePatchesError`.
     Options named like `MemoryPlanningPass`'s (``alloc_graph_input``, ``alignment``, ...) go
     to the planning pass, the rest to ``ExecutorchBackendConfig``. The
-    report: ``report(config)`` after ``to_executorch(config)``. Computations on constants
-    (an ``nn.Linear``'s weight transpose) are folded before the passes, so that the search
-    and the plan see no arena tensor the report leaves out (`fold_constants`;
-    ``do_quant_fusion_and_const_prop=False`` keeps ExecuTorch's default).
+    report: ``report(config)`` after ``to_executorch(config)``. ``fold_constants``
+    (`memsched.executorch.fold_constants`): what is computed on constants while lowering,
+    before the passes, so that the search and the plan see no arena tensor the report leaves
+    out. "layout" (the default; True): only value-exact operators, copies and rearrangements
+    of constants (an ``nn.Linear``'s weight transpose, views, slices, cat, ...); the program
+    stays bit-equal to ExecuTorch's default program. "arithmetic": ExecuTorch's constant
+    propagation (``do_quant_fusion_and_const_prop=True``, still accepted): arithmetic on
+    constants too, a smaller program with fewer operators, but outputs equal to the default
+    program's only up to rounding. "none" (False; ``do_quant_fusion_and_const_prop=False``):
+    nothing, ExecuTorch's default.
     """
     from executorch.exir import ExecutorchBackendConfig
 
     from .patch_pass import records_target
 
     target = records_target(target)  # checked once, patches or not
-    fold_constants(executorch_config_options)
+    _fold_constants(executorch_config_options, fold_constants)
 
     if tile_patches:
         from .patch_pass import TilePatchesPass
