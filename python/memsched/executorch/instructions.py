@@ -170,13 +170,33 @@ def _depthwise(args) -> tuple[str, dict]:
     x, wt, out = args[0], args[1], args[-1]
     n, _, _, cin = _nhwc(x)
     kh, kw, c = wt.sizes[1], wt.sizes[2], wt.sizes[3]
+    if cin == 1 and c > 1:
+        # CMSIS-NN on MVE (built with GCC: threshold 1) runs it as a convolution of 1 input
+        # channel
+        return "dw_as_conv", _conv([args[0], T((c, kh, kw, 1), wt.dtype), None, args[3],
+                                    args[4], out])[1]
+    if cin != c:
+        raise ValueError("a depth multiplier > 1: arm_depthwise_conv_s8, not modelled")
     _, ho, wo, _ = _nhwc(out)
     pix = n * ho * wo
-    # arm_depthwise_conv_s8_opt: per output pixel the window's taps copied (``c`` bytes each),
-    # per 4 pixels the channels 4 int32 lanes at a time over the taps
-    return "depthwise", {"c": 1, "tap": pix * kh * kw, "tapv": pix * kh * kw * _ceil(c, 16),
-                         "dw": _ceil(pix, 4) * _ceil(c, 4) * kh * kw,
-                         "ch4": _ceil(pix, 4) * _ceil(c, 4), "pix": pix, "row": n * ho}
+    # arm_depthwise_conv_s8_opt on MVE: the channels in blocks of 124 (CH_IN_BLOCK_MVE); per
+    # block and output pixel one copy of the block's channels per tap, then per 4 pixels the
+    # channels 4 int32 lanes at a time over the taps (the pixels left over one at a time)
+    kk = kh * kw
+    f = {"c": 1, "blocks": 0, "pix": 0, "tap": 0, "tapv": 0, "dw": 0, "ch4": 0, "dw1": 0,
+         "ch1": 0}
+    for lo in range(0, c, 124):
+        act = min(124, c - lo)
+        g = _ceil(act, 4)
+        f["blocks"] += 1
+        f["pix"] += pix
+        f["tap"] += pix * kk
+        f["tapv"] += pix * kk * _ceil(act, 16)
+        f["dw"] += pix // 4 * g * kk
+        f["ch4"] += pix // 4 * g
+        f["dw1"] += pix % 4 * g * kk
+        f["ch1"] += pix % 4 * g
+    return "depthwise", f
 
 
 def _pool(args) -> tuple[str, dict]:
@@ -204,6 +224,11 @@ def _eltwise(args) -> tuple[str, dict]:
     out = args[-1]
     # the MVE loops: 4 int32 lanes per iteration
     return "eltwise", {"c": 1, "v4": _ceil(out.numel, 4)}
+
+
+def _minmax(args) -> tuple[str, dict]:
+    # cortex_m::minimum / maximum: 16 int8 lanes an MVE iteration
+    return "minmax", {"c": 1, "v16": _ceil(args[-1].numel, 16)}
 
 
 def _quantize(args) -> tuple[str, dict]:
@@ -279,7 +304,11 @@ def _as_strided(args) -> tuple[str, dict]:
 
 
 def _elementwise_copy(args) -> tuple[str, dict]:
-    return "elementwise_copy", {"c": 1, "n": args[-1].numel}
+    x, out = args[0], args[-1]
+    if isinstance(x, T) and tuple(x.dim_order or ()) == tuple(out.dim_order or ()):
+        # the same memory order in and out: one memcpy
+        return "copy", {"c": 1, "bytes": out.numel * out.itemsize}
+    return "permuting_copy", {"c": 1, "n": out.numel}  # element by element: not calibrated
 
 
 def _view(args) -> tuple[str, dict]:
@@ -292,6 +321,10 @@ def _named(model, fn):
     return f
 
 
+# models priced with another's coefficients (too few calibration calls of their own):
+# CMSIS-NN runs a depthwise convolution of 1 input channel as a convolution
+ALIASES = {"dw_as_conv": "conv"}
+
 # operator (namespace::name, no overload) -> its features
 FEATURES = {
     "cortex_m::quantized_conv2d": _conv,
@@ -301,6 +334,7 @@ FEATURES = {
     "cortex_m::quantized_linear": _linear,
     "cortex_m::quantized_add": _named("add", _eltwise),
     "cortex_m::quantized_mul": _named("mul", _eltwise),
+    "cortex_m::minimum": _minmax,
     "cortex_m::quantize_per_tensor": _quantize,
     "cortex_m::dequantize_per_tensor": _dequantize,
     "aten::constant_pad_nd": _pad_nd,
@@ -346,7 +380,7 @@ def op_features(op_name, args) -> tuple[str, dict] | None:
         model, feats = fn(list(args))
     except (IndexError, TypeError, AttributeError, ValueError, ZeroDivisionError):
         return None  # an argument list the model does not understand: unknown, not guessed
-    return (model, feats) if model in COEFFICIENTS else None
+    return (model, feats) if ALIASES.get(model, model) in COEFFICIENTS else None
 
 
 def op_instructions(op_name, args) -> int | None:
@@ -361,7 +395,7 @@ def op_instructions(op_name, args) -> int | None:
     if f is None:
         return None
     model, feats = f
-    coef = COEFFICIENTS[model]
+    coef = COEFFICIENTS[ALIASES.get(model, model)]
     return int(round(sum(coef.get(k, 0.0) * v for k, v in feats.items())))
 
 
@@ -462,41 +496,45 @@ EXECUTE_INSTRUCTIONS = 95
 # ---------------------------------------------------------------------------- coefficients
 # BEGIN COEFFICIENTS (written by benchmarks/executorch_predicted_instructions.py --calibrate)
 COEFFICIENTS = {'add': {'c': 505.0, 'v4': 55.0},
- 'avgpool': {'blk': 219.5924, 'c': 940.3465, 'pix': 31.7532, 'tapv': 21.9273},
- 'cat': {'blocks': 74.8802, 'bytes': 0.5518, 'c': 636.862, 'inputs': 345.0376},
- 'cm_pad': {'c': 516.9408, 'rows': 25.1039, 'vec': 3.1184},
- 'constant_pad_nd': {'blocks': 32.1396,
-                     'bytes': 0.5581,
-                     'c': 1085.8778,
-                     'fills': 49.7493,
-                     'padv': 0.3392,
-                     'recs': 107.5865},
- 'conv': {'c': 890.8444,
-          'mac': 10.9893,
-          'mac1': 5.0145,
-          'pix': 109.0734,
-          'r1': 29.2606,
-          'r4': 56.015,
-          'row': 38.0211,
-          'tap': 18.1306,
-          'tapv': 2.9311},
- 'conv1x1': {'c': 837.2328,
-             'mac': 10.9989,
-             'mac1': 5.1277,
-             'pix': 10.5369,
-             'r1': 27.3565,
-             'r4': 55.9948},
- 'depthwise': {'c': 30.2531,
-               'ch4': 168.7536,
-               'dw': 8.8245,
-               'row': 88.9193,
-               'tap': 26.3128,
-               'tapv': 3.0226},
+ 'avgpool': {'blk': 219.742, 'c': 937.4849, 'pix': 29.6163, 'tapv': 22.1019},
+ 'cat': {'blocks': 73.1002, 'bytes': 0.5499, 'c': 628.8177, 'inputs': 359.9262},
+ 'cm_pad': {'c': 485.4601, 'rows': 28.117, 'vec': 3.0914},
+ 'constant_pad_nd': {'blocks': 116.8666,
+                     'bytes': 0.5527,
+                     'c': 1171.9625,
+                     'fills': 52.7163,
+                     'padv': 0.4214,
+                     'recs': 22.1742},
+ 'conv': {'c': 872.9856,
+          'mac': 10.9898,
+          'mac1': 5.0275,
+          'pix': 108.974,
+          'r1': 29.476,
+          'r4': 56.0248,
+          'row': 38.9616,
+          'tap': 18.1364,
+          'tapv': 2.9269},
+ 'conv1x1': {'c': 837.5154,
+             'mac': 10.9999,
+             'mac1': 5.0959,
+             'pix': 10.5346,
+             'r1': 27.4132,
+             'r4': 55.9934},
+ 'copy': {'bytes': 0.5616, 'c': 544.8955},
+ 'depthwise': {'blocks': 246.4636,
+               'c': 1017.9513,
+               'ch4': 169.648,
+               'dw': 8.9362,
+               'dw1': 11.6859,
+               'tap': 26.5489,
+               'tapv': 2.8166},
  'dequantize': {'c': 290.0, 't': 7.0, 'v16': 26.7222},
- 'linear': {'c': 490.39, 'mac': 30.0969, 'mac1': 17.9526, 'r1': 25.0419, 'r4': 49.8128},
+ 'linear': {'c': 494.1748, 'mac': 29.9244, 'mac1': 18.1253, 'r1': 24.1377, 'r4': 49.9865},
  'maxpool': {'c': 1257.0105, 'pix': 112.8912, 'tapv': 15.8883},
- 'quantize': {'c': 327.7342, 't': 14.2304, 'v16': 44.999},
- 'slice_copy': {'blocks': 30.505, 'bytes': 0.5748, 'c': 760.1033},
+ 'minmax': {'c': 471.0, 'v16': 15.0},
+ 'mul': {'c': 372.0, 'v4': 27.0},
+ 'quantize': {'c': 327.5514, 't': 14.2454, 'v16': 44.9993},
+ 'slice_copy': {'blocks': 40.2716, 'bytes': 0.501, 'c': 797.9561},
  'strided': {'c': 1079.4903, 'n': 2.2563, 'rows': 84.4392},
  'strided1': {'c': 1160.3218, 'rows': 64.3468, 'vec': 18.6371},
  'view': {'c': 452.0}}
