@@ -50,7 +50,7 @@ def test_copies_hand_checked():
     # return) + 36 per 64 B + 12 per 16 B + 4 per word + 5 (+2) for 1-3 bytes
     assert ti._memcpy_insns(0, 0, 64) == 50
     assert ti._memcpy_insns(0, 0, 128 + 16 + 4 + 3) == 14 + 72 + 12 + 4 + 7
-    # RESHAPE: a constant 160 + one memcpy (coefficient 1.0), + 12 per operator
+    # RESHAPE of a 4-D input: 148 + 3 per input dimension + one memcpy (coefficient 1.0), + 12
     assert ti.op_instructions("RESHAPE", [(1, 4, 4, 8)], (1, 128)) == 160 + 4 + 10 + 72 + 12
     # STRIDED_SLICE: one memcpy per output pixel (its channels), 36 per run, 30 per row
     got = ti.op_instructions("STRIDED_SLICE", [(1, 8, 8, 16)], (1, 4, 8, 16), begin=(0, 2, 0, 0))
@@ -62,13 +62,15 @@ def test_model_instructions_sums_and_names_unknown_kernels(tmp_path):
     assert r.unknown == [] and len(r.ops) == 7
     assert r.total == sum(c.instructions for c in r.ops) + ti.PER_INVOKE
     assert json.loads(json.dumps(r.as_dict()))["total"] == r.total
-    net = _Net("float_fc", False, 0)
-    x = net.act("x", [1, 16])
+    net = _Net("float_conv", False, 0)
+    x = net.act("x", [1, 8, 8, 4])
     net.b.inputs = [x]
-    net.b.outputs = [net.fc(x, 16, 4)]
-    r = ti.model_instructions(net.b.finish())
-    assert r.total is None and r.unknown == ["FULLY_CONNECTED (fc_float32)"]
-    assert r.ops[0].instructions is None and "float32" in r.ops[0].reason
+    y, _ = net.conv(x, [1, 8, 8, 4], 8)
+    net.b.outputs = [net.fc(net.reshape(y, [1, 512])[0], 512, 4)]
+    r = ti.model_instructions(net.b.finish())  # float CONV_2D: TFLite's loops, not fitted
+    assert r.total is None and r.unknown == ["CONV_2D (float32)"]
+    assert r.ops[0].instructions is None and r.ops[0].reason == "not calibrated"
+    assert r.ops[2].instructions is not None  # the float FULLY_CONNECTED is
     assert ti.tflm_time(read_tflite(net.b.finish())) is None
 
 

@@ -114,10 +114,16 @@ def _conv(ins, out, dtype, o):
     n, ih, iw, cin = _nhwc(ins[0])
     _, oh, ow, cout = _nhwc(out)
     kh, kw = o.get("filter", (1, 1))
-    if dtype != "int8":
-        return "conv_" + dtype, None, f"{dtype} CONV_2D (only int8 calibrated)"
+    if dtype not in ("int8", "float32"):
+        return "conv_" + dtype, None, f"{dtype} CONV_2D (int8 and float32 calibrated)"
     sh, sw, ph, pw, ty, tx = _geometry(o, ih, iw, oh, ow, kh, kw)
     npx = n * oh * ow
+    if dtype == "float32":  # TFLite's reference loops: per output, every tap, its channels
+        tin = n * ty * tx
+        # GCC -O2 vectorizes the channel loop 4 floats at a time, the rest one by one
+        return "float32", {"one": 1, "px": npx, "outs": npx * cout,
+                           "taps": npx * cout * kh * kw, "taps_in": tin * cout,
+                           "mac4": tin * cout * (cin // 4), "mac1": tin * cout * (cin % 4)}
     if kh == 1 and kw == 1 and ph == 0 and pw == 0 and o.get("dilation", (1, 1)) == (1, 1):
         c16 = _c(cin, 16)
         if (sh, sw) == (1, 1):  # arm_convolve_1x1_s8_fast: one matrix product over all pixels
@@ -155,8 +161,13 @@ def _depthwise(ins, out, dtype, o):
     n, ih, iw, cin = _nhwc(ins[0])
     _, oh, ow, cout = _nhwc(out)
     kh, kw = o.get("filter", (1, 1))
+    if dtype == "float32":  # TFLite's reference loops
+        sh, sw, ph, pw, ty, tx = _geometry(o, ih, iw, oh, ow, kh, kw)
+        npx = n * oh * ow
+        return "float32", {"one": 1, "px": npx, "outs": npx * cout,
+                           "taps": npx * cout * kh * kw, "taps_in": n * ty * tx * cout}
     if dtype != "int8":
-        return "dw_" + dtype, None, f"{dtype} DEPTHWISE_CONV_2D (only int8 calibrated)"
+        return "dw_" + dtype, None, f"{dtype} DEPTHWISE_CONV_2D (int8, float32 calibrated)"
     if cin == 1 and cout > 1:  # CMSIS-NN runs it as a convolution (GCC's threshold: 1)
         r = _conv(ins, out, dtype, o)
         return "as_conv_" + r[0], r[1]
@@ -180,11 +191,14 @@ def _depthwise(ins, out, dtype, o):
 
 
 def _fc(ins, out, dtype, o):
-    if dtype != "int8":
-        return "fc_" + dtype, None, f"{dtype} FULLY_CONNECTED (only int8 calibrated)"
     k = int(ins[0][-1]) if ins[0] else 1
     m = int(out[-1])
     batches = max(1, _prod(out) // max(m, 1))
+    if dtype == "float32":
+        return "float32", {"one": 1, "batches": batches, "out": batches * m,
+                           "macs": batches * m * k}
+    if dtype != "int8":
+        return "fc_" + dtype, None, f"{dtype} FULLY_CONNECTED (int8, float32 calibrated)"
     k16 = _c(k, 16)
     return "int8", {"one": 1, "batches": batches, "out": batches * m,
                     "out_k": batches * m * k16, "out4_k": batches * (m // 4) * k16,
@@ -192,11 +206,15 @@ def _fc(ins, out, dtype, o):
 
 
 def _eltwise(ins, out, dtype, o, kind):
-    if dtype != "int8":
-        return dtype, None, f"{dtype} {kind} (only int8 calibrated)"
+    if dtype not in ("int8", "float32"):
+        return dtype, None, f"{dtype} {kind} (int8, float32 calibrated)"
     e = _prod(out)
     if len(ins) < 2:
         return "malformed", None, "one input"
+    if dtype == "float32":  # TFLite's reference loops, broadcasting or not
+        runs = _broadcast_runs(ins[0], ins[1], out)[0] if tuple(ins[0]) != tuple(ins[1]) \
+            else 0
+        return "float32" if not runs else "float32_broadcast", {"one": 1, "e": e, "runs": runs}
     if tuple(ins[0]) != tuple(ins[1]):  # TFLite Micro's reference broadcasting loops
         runs, inner = _broadcast_runs(ins[0], ins[1], out)
         scalar = min(_prod(ins[0]), _prod(ins[1])) == 1
@@ -231,15 +249,15 @@ def _broadcast_runs(a, b, out) -> tuple[int, int]:
 
 
 def _unary(ins, out, dtype, o, kind):
-    # TFLite Micro's reference int8 kernels, element by element
-    if dtype != "int8":
-        return dtype, None, f"{dtype} {kind} (only int8 calibrated)"
-    return "int8", {"one": 1, "e": _prod(out)}
+    # TFLite Micro's reference kernels, element by element
+    if dtype not in ("int8", "float32"):
+        return dtype, None, f"{dtype} {kind} (int8, float32 calibrated)"
+    return dtype, {"one": 1, "e": _prod(out)}
 
 
 def _pool(ins, out, dtype, o, kind):
-    if dtype != "int8":
-        return dtype, None, f"{dtype} {kind} (only int8 calibrated)"
+    if dtype not in ("int8", "float32"):
+        return dtype, None, f"{dtype} {kind} (int8, float32 calibrated)"
     n, ih, iw, c = _nhwc(ins[0])
     _, oh, ow, _ = _nhwc(out)
     kh, kw = o.get("filter", (1, 1))
@@ -247,23 +265,27 @@ def _pool(ins, out, dtype, o, kind):
     npx = n * oh * ow
     tin = n * ty * tx
     c16 = _c(c, 16)
+    if dtype == "float32":
+        return "float32", {"one": 1, "px": npx, "px_c": npx * c, "taps_in_c": tin * c}
     return "int8", {"one": 1, "px": npx, "px_c16": npx * c16, "taps_in": tin,
                     "taps_in_c16": tin * c16, "taps_in_c": tin * c, "px_c": npx * c}
 
 
 def _mean(ins, out, dtype, o):
-    if dtype != "int8":
-        return dtype, None, f"{dtype} MEAN (only int8 calibrated)"
+    if dtype not in ("int8", "float32"):
+        return dtype, None, f"{dtype} MEAN (int8, float32 calibrated)"
     n, h, w, c = _nhwc(ins[0])
-    return "int8", {"one": 1, "in": _prod(ins[0]), "out": _prod(out), "px": n * h * w,
+    return dtype, {"one": 1, "in": _prod(ins[0]), "out": _prod(out), "px": n * h * w,
                     "c": c}
 
 
 def _softmax(ins, out, dtype, o):
-    if dtype != "int8":
-        return dtype, None, f"{dtype} SOFTMAX (only int8 calibrated)"
+    if dtype not in ("int8", "float32"):
+        return dtype, None, f"{dtype} SOFTMAX (int8, float32 calibrated)"
     row = int(out[-1])
     rows = _prod(out) // max(row, 1)
+    if dtype == "float32":
+        return "float32", {"one": 1, "rows": rows, "e": rows * row}
     return "int8", {"one": 1, "rows": rows, "e": rows * row, "e4": rows * _c(row, 4)}
 
 
@@ -313,13 +335,16 @@ def _copies(src, dst, n: int) -> int:
 
 def _copy(ins, out, dtype, o):
     # RESHAPE / SQUEEZE: one memcpy unless input and output share the buffer
-    b = _prod(out) * o.get("itemsize", 1)
-    return "copy", {"one": 1, "memcpy": _memcpy_insns(0, 0, b)}
+    isz = o.get("itemsize", 1)
+    b = _prod(out) * isz
+    return "copy" if isz == 1 else f"copy{isz}", {"one": 1, "memcpy": _memcpy_insns(0, 0, b),
+                                                  "dims": len(ins[0]) if ins else 0}
 
 
 def _expand_dims(ins, out, dtype, o):
     # TFLite Micro's EXPAND_DIMS copies element by element
-    return "copy", {"one": 1, "e": _prod(out)}
+    isz = o.get("itemsize", 1)
+    return "copy" if isz == 1 else f"copy{isz}", {"one": 1, "e": _prod(out)}
 
 
 def _quantize(ins, out, dtype, o):
@@ -331,8 +356,10 @@ def _pad(ins, out, dtype, o):
     n, ih, iw, c = _nhwc(ins[0])
     _, oh, ow, _ = _nhwc(out)
     isz = o.get("itemsize", 1)
+    if isz == 4:  # TFLite's reference pad, element by element
+        return "wide", {"one": 1, "orows": n * oh, "oe": _prod(out)}
     if isz != 1:
-        return "wide", None, f"{dtype} PAD (only 1-byte types calibrated)"
+        return "wide", None, f"{dtype} PAD (1- and 4-byte types calibrated)"
     return "s8", {"one": 1, "orows": n * oh, "irows": n * ih, "ipx": n * ih * iw,
                   "obytes": _prod(out), "ibytes": _prod(ins[0]),
                   "ob16": _c(_prod(out), 16), "irow16": n * ih * _c(iw * c, 16)}
@@ -354,7 +381,7 @@ def _slice(ins, out, dtype, o):
     src = ((b_n[:, None] * h + b_h[:, None]) * w + begin[2] + np.arange(ow)[None, :]) * cc \
         + begin[3]
     dst = np.arange(n * oh * ow) * c
-    return "copy", {"one": 1, "rows": n * oh, "runs": n * oh * ow,
+    return "copy" if isz == 1 else f"copy{isz}", {"one": 1, "rows": n * oh, "runs": n * oh * ow,
                     "memcpy": _copies(src.ravel() * isz, dst * isz, c * isz)}
 
 
@@ -370,8 +397,9 @@ def _concat(ins, out, dtype, o):
     for run in runs:
         cost += _copies(k * run, k * step + at, run)
         at += run
-    return "copy", {"one": 1, "inputs": len(ins), "outer": outer, "copies": outer * len(ins),
-                    "memcpy": cost}
+    return "copy" if isz == 1 else f"copy{isz}", \
+        {"one": 1, "inputs": len(ins), "outer": outer, "copies": outer * len(ins),
+         "memcpy": cost}
 
 
 _FEATURES = {
@@ -399,6 +427,8 @@ _FEATURES = {
 COEFFICIENTS = {
     ('ADD', 'broadcast'):
         {'e': 114.5907, 'one': 837.1928, 'runs': 80.7004},
+    ('ADD', 'float32'):
+        {'e': 13.0, 'one': 382.0},
     ('ADD', 'int8'):
         {'e4': 55.0, 'one': 751.0},
     ('AVERAGE_POOL_2D', 'int8'):
@@ -411,6 +441,8 @@ COEFFICIENTS = {
          'taps_in_c16': 27.1343},
     ('CONCATENATION', 'copy'):
         {'copies': 16.0003, 'inputs': 218.2078, 'memcpy': 1.0, 'one': 285.3816, 'outer': 12.0009},
+    ('CONCATENATION', 'copy4'):
+        {'copies': 18.0002, 'inputs': 218.1864, 'memcpy': 1.0, 'one': 287.9655, 'outer': 12.0002},
     ('CONV_2D', '1x1'):
         {'mm_calls': 228.2498,
          'mm_left': 29.6199,
@@ -484,6 +516,10 @@ COEFFICIENTS = {
         {'e': 8.0, 'one': 272.0},
     ('EXPAND_DIMS', 'copy'):
         {'e': 3.0, 'one': 134.0},
+    ('EXPAND_DIMS', 'copy4'):
+        {'e': 3.0, 'one': 138.0},
+    ('FULLY_CONNECTED', 'float32'):
+        {'batches': 220.5, 'macs': 4.0, 'one': 220.5, 'out': 25.0},
     ('FULLY_CONNECTED', 'int8'):
         {'batches': 248.0846,
          'one': 248.0846,
@@ -491,10 +527,16 @@ COEFFICIENTS = {
          'out4': -97.3158,
          'out4_k': -24.0152,
          'out_k': 13.5139},
+    ('HARD_SWISH', 'float32'):
+        {'e': 15.0, 'one': 275.0},
     ('HARD_SWISH', 'int8'):
         {'e': 94.7916, 'one': 2001.0392},
+    ('LEAKY_RELU', 'float32'):
+        {'e': 8.0, 'one': 272.0},
     ('LEAKY_RELU', 'int8'):
         {'e': 50.855, 'one': 216.9871},
+    ('LOGISTIC', 'float32'):
+        {'e': 51.0, 'one': 269.0},
     ('LOGISTIC', 'int8'):
         {'e': 374.935, 'one': 295.4269},
     ('MAX_POOL_2D', 'int8'):
@@ -511,6 +553,8 @@ COEFFICIENTS = {
         {'e': 51.0442, 'one': 888.009, 'runs': 53.9695},
     ('MUL', 'broadcast_scalar'):
         {'e': 49.9666, 'one': 954.7718, 'runs': 56.0262},
+    ('MUL', 'float32'):
+        {'e': 13.0, 'one': 861.0},
     ('MUL', 'int8'):
         {'e4': 27.0, 'one': 779.0},
     ('PAD', 's8'):
@@ -533,22 +577,38 @@ COEFFICIENTS = {
          'orows': 2.8857},
     ('QUANTIZE', 'float32_to_int8'):
         {'e': 14.0, 'one': 271.0},
+    ('RELU', 'float32'):
+        {'e': 8.0, 'one': 277.0},
     ('RELU', 'int8'):
         {'e': 52.4189, 'one': -731.2618},
+    ('RELU6', 'float32'):
+        {'e': 10.5059, 'one': 274.0067},
     ('RELU6', 'int8'):
         {'e': 10.9476, 'one': 238.3385},
     ('RESHAPE', 'copy'):
-        {'memcpy': 1.0, 'one': 160.0},
+        {'dims': 3.0, 'memcpy': 1.0, 'one': 148.0},
+    ('RESHAPE', 'copy4'):
+        {'dims': 3.0, 'memcpy': 1.0, 'one': 146.0},
+    ('SOFTMAX', 'float32'):
+        {'e': 53.0, 'one': 276.0, 'rows': 30.0},
     ('SOFTMAX', 'int8'):
         {'e': 586.433, 'e4': -113.9669, 'one': 148.3067, 'rows': 171.7743},
     ('SQUEEZE', 'copy'):
-        {'memcpy': 1.0, 'one': 209.0},
+        {'dims': 83.6, 'memcpy': 1.0, 'one': 41.8},
+    ('SQUEEZE', 'copy4'):
+        {'dims': 82.0, 'memcpy': 1.0, 'one': 41.0},
     ('STRIDED_SLICE', 'copy'):
         {'memcpy': 1.0, 'one': 825.0, 'rows': 30.0, 'runs': 36.0},
-    ('SUB', 'broadcast'):
-        {'e': 116.1802, 'one': 2585.4103, 'runs': 43.1616},
+    ('STRIDED_SLICE', 'copy4'):
+        {'memcpy': 1.0, 'one': 837.0, 'rows': 30.0, 'runs': 40.0},
+    ('SUB', 'float32'):
+        {'e': 13.0, 'one': 402.0},
+    ('SUB', 'float32_broadcast'):
+        {'e': 13.9739, 'one': 1154.6024, 'runs': 64.2419},
     ('SUB', 'int8'):
         {'e': 109.0163, 'one': 632.7963},
+    ('TANH', 'float32'):
+        {'e': 99.1026, 'one': 167.2937},
     ('TANH', 'int8'):
         {'e': 382.4205, 'one': 204.5091},
 }
