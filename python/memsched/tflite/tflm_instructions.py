@@ -418,12 +418,14 @@ _FEATURES = {
 
 # Fitted coefficients: {(kind, variant): {feature: instructions per unit of the feature}}.
 # Measured 2026-11-28 on the emulated Cortex-M55 (QEMU 7.2 mps3-an547, TFLite Micro 90b983c2,
-# CMSIS-NN dbf45dbf, GCC 12.2 -O2), the --per-op firmware of `memsched.board`: 39 generated
-# int8 files of 14 independent operators each (random shapes, filters 1/3/5, strides 1/2,
-# SAME / VALID, 1-200 channels, pads, slices, concatenations up to 128x128 maps), one random
-# input each; least squares per kernel variant on each operator's profiler window
-# (`benchmarks/tflm_instructions.py --calibrate` re-measures and prints this literal). Copies
-# (RESHAPE, SQUEEZE, STRIDED_SLICE, CONCATENATION) fit with coefficient 1.0 on `_memcpy_insns`.
+# CMSIS-NN dbf45dbf, GCC 12.2 -O2), the --per-op firmware of `memsched.board`: 63 generated
+# int8 and 63 float32 files of 14 independent operators each (1,764 operators: random shapes,
+# filters 1/3/5, strides 1/2, SAME / VALID, 1-200 channels, pads, slices, concatenations up to
+# 128x128 maps), one random input each; least squares per kernel variant on each operator's
+# profiler window (`benchmarks/tflm_instructions.py --calibrate` re-measures and prints this
+# literal; a variant is kept only with 2 samples per feature and, for float / wide-element
+# reference loops, within 10 % on every sample). Copies (RESHAPE, SQUEEZE, STRIDED_SLICE,
+# CONCATENATION) fit with coefficient 1.0 on `_memcpy_insns`.
 COEFFICIENTS = {
     ('ADD', 'broadcast'):
         {'e': 114.5907, 'one': 837.1928, 'runs': 80.7004},
