@@ -70,10 +70,11 @@ def _c(a: int, b: int) -> int:
 def _taps_in(size: int, out: int, k: int, stride: int, dil: int, pad: int) -> int:
     """Kernel taps inside the input along one axis, summed over the output positions."""
     n = 0
-    for o in range(out):
-        base = o * stride - pad
-        for j in range(k):
-            n += 0 <= base + j * dil < size
+    for j in range(k):  # outputs o with 0 <= o * stride - pad + j * dil < size
+        off = j * dil - pad
+        lo = max(0, -(off // stride))
+        hi = min(out - 1, (size - 1 - off) // stride)
+        n += max(0, hi - lo + 1)
     return n
 
 
@@ -376,13 +377,19 @@ def _slice(ins, out, dtype, o):
         return "strided", None, "inner stride other than 1"
     n, oh, ow, c = shape
     _, h, w, cc = full
-    rows = np.arange(n * oh)
-    b_n, b_h = rows // oh + begin[0], rows % oh + begin[1]
-    src = ((b_n[:, None] * h + b_h[:, None]) * w + begin[2] + np.arange(ow)[None, :]) * cc \
-        + begin[3]
-    dst = np.arange(n * oh * ow) * c
+    # one memcpy per output pixel; both offsets modulo 4 (all memcpy's cost depends on)
+    # repeat with the row and the column modulo 4: count those 16 classes
+    cost = 0
+    for b in range(n):
+        for ry in range(min(4, oh)):
+            ny = len(range(ry, oh, 4))
+            for rx in range(min(4, ow)):
+                nx = len(range(rx, ow, 4))
+                src = (((b + begin[0]) * h + ry + begin[1]) * w + begin[2] + rx) * cc + begin[3]
+                dst = ((b * oh + ry) * ow + rx) * c
+                cost += ny * nx * _memcpy_insns(src * isz & 3, dst * isz & 3, c * isz)
     return "copy" if isz == 1 else f"copy{isz}", {"one": 1, "rows": n * oh, "runs": n * oh * ow,
-                    "memcpy": _copies(src.ravel() * isz, dst * isz, c * isz)}
+                                                  "memcpy": cost}
 
 
 def _concat(ins, out, dtype, o):
