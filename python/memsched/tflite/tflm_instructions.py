@@ -322,18 +322,6 @@ def _memcpy_insns(src: int, dst: int, n: int) -> int:
     return c + aligned(n - head)
 
 
-def _copies(src, dst, n: int) -> int:
-    """Instructions of ``memcpy`` of ``n`` bytes at each pair of offsets (arrays): the cost
-    depends only on both offsets modulo 4."""
-    src = np.asarray(src, np.int64) & 3
-    dst = np.asarray(dst, np.int64) & 3
-    if n <= 0 or src.size == 0:
-        return 0
-    keys, counts = np.unique(src * 4 + dst, return_counts=True)
-    return int(sum(int(c) * _memcpy_insns(int(k) // 4, int(k) % 4, n)
-                   for k, c in zip(keys, counts)))
-
-
 def _copy(ins, out, dtype, o):
     # RESHAPE / SQUEEZE: one memcpy unless input and output share the buffer
     isz = o.get("itemsize", 1)
@@ -399,10 +387,10 @@ def _concat(ins, out, dtype, o):
     outer = _prod(out[:axis])
     runs = [_prod(s[axis:]) * isz for s in ins]
     step = sum(runs)
-    k = np.arange(outer)
     cost, at = 0, 0
-    for run in runs:
-        cost += _copies(k * run, k * step + at, run)
+    for run in runs:  # the offsets modulo 4 repeat with the outer index modulo 4
+        cost += sum(len(range(k, outer, 4)) * _memcpy_insns(k * run & 3, k * step + at & 3, run)
+                    for k in range(min(4, outer)))
         at += run
     return "copy" if isz == 1 else f"copy{isz}", \
         {"one": 1, "inputs": len(ins), "outer": outer, "copies": outer * len(ins),
