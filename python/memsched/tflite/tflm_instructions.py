@@ -6,7 +6,11 @@ the inner loops, vector iterations over 16-byte / 4-lane channel blocks, output 
 pixels, MACs), with coefficients fitted on the emulated board (`memsched.board`, the
 ``--per-op`` firmware; ``benchmarks/tflm_instructions.py --calibrate`` regenerates them):
 QEMU is deterministic, so the residuals are model error. A kernel or a variant no fit covers
-(float convolutions, broadcasting ADD, ...) is *unknown*: named, never guessed.
+(float convolutions, ADD of a scalar, ...) is *unknown*: named, never guessed. A fused
+activation costs nothing extra (the CMSIS-NN kernels clamp to the activation range always;
+the calibration files mix RELU and none), and the CMSIS-NN kernels run the same instructions
+whatever the data; TFLite's element-wise reference kernels (HARD_SWISH, RELU, broadcasting
+MUL) vary a little with it.
 
 * `op_instructions`: one operator, from its builtin name, shapes, dtype and options (callable
   with synthetic shapes: the patch search prices windows).
@@ -30,9 +34,6 @@ from ..patches.runtime import RuntimeTime
 TARGET = "Cortex-M55 (TFLite Micro, CMSIS-NN MVE)"
 PER_OP = 12  # the interpreter's loop outside an operator's profiler window (plain firmware)
 PER_INVOKE = 74  # Invoke()'s own entry and exit
-
-_ACT = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
-
 
 @dataclass(frozen=True)
 class OpCost:
