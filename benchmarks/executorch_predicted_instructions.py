@@ -82,6 +82,7 @@ CALIBRATION = [
     ("m1", "nn.Sequential(cba(1, 32, 3, 1, 1), cba(32, 32, 3, 2, 32), "
      "cba(32, 48, 1, act=nn.Hardswish), cba(48, 48, 3, 1, 48, act=nn.Hardswish), "
      "nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(48, 6))", (1, 1, 28, 28), False),
+    ("v3s", "ecm.mobilenet_v3_small()", (1, 3, 64, 64), False),  # SE blocks, hard-swish
 ]
 # The committed coefficients were also fitted on MLPerf Tiny's DS-CNN default program (its
 # chain cut per prefix the same way; its first layer, a depthwise convolution of 1 input
@@ -92,6 +93,7 @@ def _module(expr: str):
     import torch
     from torch import nn  # noqa: F401 - used by the expressions
 
+    import executorch_cortex_m as ecm  # noqa: F401
     from cortex_m_models import Block, cba, stack  # noqa: F401
 
     torch.manual_seed(0)

@@ -226,6 +226,17 @@ def _eltwise(args) -> tuple[str, dict]:
     return "eltwise", {"c": 1, "v4": _ceil(out.numel, 4)}
 
 
+def _mul(args) -> tuple[str, dict]:
+    out = args[-1]
+    ts = [a for a in args[:-1] if isinstance(a, T)]
+    if all(t.numel == out.numel for t in ts[:2]):
+        return "mul", {"c": 1, "v4": _ceil(out.numel, 4)}
+    # a feature map times a per-channel vector (squeeze-and-excitation): the kernel's
+    # broadcasting path, one run of channels per spatial position
+    n, h, w, c = _nhwc(out)
+    return "mul_broadcast", {"c": 1, "v4": _ceil(out.numel, 4), "pos": n * h * w}
+
+
 def _minmax(args) -> tuple[str, dict]:
     # cortex_m::minimum / maximum: 16 int8 lanes an MVE iteration
     return "minmax", {"c": 1, "v16": _ceil(args[-1].numel, 16)}
@@ -333,7 +344,7 @@ FEATURES = {
     "cortex_m::quantized_max_pool2d": _named("maxpool", _pool),
     "cortex_m::quantized_linear": _linear,
     "cortex_m::quantized_add": _named("add", _eltwise),
-    "cortex_m::quantized_mul": _named("mul", _eltwise),
+    "cortex_m::quantized_mul": _mul,
     "cortex_m::minimum": _minmax,
     "cortex_m::quantize_per_tensor": _quantize,
     "cortex_m::dequantize_per_tensor": _dequantize,
@@ -496,45 +507,45 @@ EXECUTE_INSTRUCTIONS = 95
 # ---------------------------------------------------------------------------- coefficients
 # BEGIN COEFFICIENTS (written by benchmarks/executorch_predicted_instructions.py --calibrate)
 COEFFICIENTS = {'add': {'c': 505.0, 'v4': 55.0},
- 'avgpool': {'blk': 219.742, 'c': 937.4849, 'pix': 29.6163, 'tapv': 22.1019},
- 'cat': {'blocks': 73.1002, 'bytes': 0.5499, 'c': 628.8177, 'inputs': 359.9262},
+ 'avgpool': {'blk': 212.0025, 'c': 921.0147, 'pix': 41.6723, 'tapv': 22.207},
+ 'cat': {'blocks': 73.0139, 'bytes': 0.55, 'c': 626.5143, 'inputs': 360.9404},
  'cm_pad': {'c': 485.4601, 'rows': 28.117, 'vec': 3.0914},
- 'constant_pad_nd': {'blocks': 116.8666,
-                     'bytes': 0.5527,
-                     'c': 1171.9625,
-                     'fills': 52.7163,
-                     'padv': 0.4214,
-                     'recs': 22.1742},
- 'conv': {'c': 872.9856,
-          'mac': 10.9898,
-          'mac1': 5.0275,
-          'pix': 108.974,
-          'r1': 29.476,
-          'r4': 56.0248,
-          'row': 38.9616,
-          'tap': 18.1364,
-          'tapv': 2.9269},
- 'conv1x1': {'c': 837.5154,
-             'mac': 10.9999,
-             'mac1': 5.0959,
-             'pix': 10.5346,
-             'r1': 27.4132,
-             'r4': 55.9934},
- 'copy': {'bytes': 0.5616, 'c': 544.8955},
- 'depthwise': {'blocks': 246.4636,
-               'c': 1017.9513,
-               'ch4': 169.648,
-               'dw': 8.9362,
-               'dw1': 11.6859,
-               'tap': 26.5489,
-               'tapv': 2.8166},
- 'dequantize': {'c': 290.0, 't': 7.0, 'v16': 26.7222},
- 'linear': {'c': 494.1748, 'mac': 29.9244, 'mac1': 18.1253, 'r1': 24.1377, 'r4': 49.9865},
+ 'constant_pad_nd': {'blocks': 141.0426,
+                     'bytes': 0.5535,
+                     'c': 1186.6956,
+                     'fills': 52.7893,
+                     'padv': 0.4175},
+ 'conv': {'c': 869.0712,
+          'mac': 10.9894,
+          'mac1': 5.0475,
+          'pix': 108.97,
+          'r1': 29.3547,
+          'r4': 56.0308,
+          'row': 39.1582,
+          'tap': 18.1351,
+          'tapv': 2.9279},
+ 'conv1x1': {'c': 784.7235,
+             'mac': 11.01,
+             'mac1': 4.9956,
+             'pix': 10.6206,
+             'r1': 26.967,
+             'r4': 55.9986},
+ 'copy': {'bytes': 0.5752, 'c': 469.364},
+ 'depthwise': {'c': 1284.2732,
+               'ch4': 116.3005,
+               'dw': 14.8415,
+               'dw1': 11.5469,
+               'pix': 80.1867,
+               'tap': 17.6258,
+               'tapv': 2.8438},
+ 'dequantize': {'c': 289.6047, 't': 7.0902, 'v16': 26.2825},
+ 'linear': {'c': 493.6736, 'mac': 30.0014, 'mac1': 18.0459, 'r1': 24.4324, 'r4': 49.8778},
  'maxpool': {'c': 1257.0105, 'pix': 112.8912, 'tapv': 15.8883},
- 'minmax': {'c': 471.0, 'v16': 15.0},
- 'mul': {'c': 372.0, 'v4': 27.0},
- 'quantize': {'c': 327.5514, 't': 14.2454, 'v16': 44.9993},
- 'slice_copy': {'blocks': 40.2716, 'bytes': 0.501, 'c': 797.9561},
+ 'minmax': {'c': 462.612, 'v16': 15.0298},
+ 'mul': {'c': 363.2003, 'v4': 27.0081},
+ 'mul_broadcast': {'c': 243.0, 'pos': 64.0, 'v4': 27.0},
+ 'quantize': {'c': 327.553, 't': 14.2453, 'v16': 44.9993},
+ 'slice_copy': {'blocks': 43.5789, 'bytes': 0.4986, 'c': 753.5063},
  'strided': {'c': 1079.4903, 'n': 2.2563, 'rows': 84.4392},
  'strided1': {'c': 1160.3218, 'rows': 64.3468, 'vec': 18.6371},
  'view': {'c': 452.0}}
