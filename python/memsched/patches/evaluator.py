@@ -301,16 +301,21 @@ class Evaluator:
             self._plans[key] = plan
         return plan
 
-    def added_instructions(self, plan: PatchPlan) -> int:
+    def added_instructions(self, plan: PatchPlan) -> int | None:
         """The instructions ``plan`` adds over the region it replaces (0 without a cost
-        model): its nodes' cost less the region's operators' whole."""
+        model): its nodes' cost less the region's operators' whole; None when the cost model
+        has no kernel for one of its nodes (`RuntimeTime` raises a ``ValueError``)."""
         if self.time is None:
             return 0
         key = id(plan)  # plans are cached per (region, grid, mode): one object each
         hit = self._ins.get(key)
         if hit is None:
-            hit = self._ins[key] = (plan, int(self.time.plan(self.sm, plan)) - sum(
-                int(self.time.op(self.sm, k)) for k in plan.region.ops))
+            try:
+                added = int(self.time.plan(self.sm, plan)) - sum(
+                    int(self.time.op(self.sm, k)) for k in plan.region.ops)
+            except ValueError:  # a node the cost model has no kernel for: never guessed
+                added = None
+            hit = self._ins[key] = (plan, added)
         return hit[1]
 
     def persistent(self, plan: PatchPlan) -> int:
@@ -389,9 +394,11 @@ class Evaluator:
                       before=before.sequence)
         if before.sequence:  # the operators of the regions before, patched
             c.ops += before.ops
-        if self.base_instructions is not None:
-            c.own_instructions = self.added_instructions(plan)
-            c.instructions = self.base_instructions + before.instructions + c.own_instructions
+        added = self.added_instructions(plan)
+        if self.base_instructions is not None and added is not None and \
+                all(b.instructions is not None for b in before.sequence):
+            c.own_instructions = added
+            c.instructions = self.base_instructions + before.instructions + added
             c.slowdown = c.instructions / self.base_instructions if self.base_instructions \
                 else 1.0
         return c

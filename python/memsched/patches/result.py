@@ -226,15 +226,18 @@ def time_frontier(cands) -> list[Candidate]:
     return out
 
 
-def _ins(c: Candidate) -> int:
-    return c.instructions if c.instructions is not None else 0
+def _ins(c: Candidate) -> float:
+    """Predicted instructions; unpriced (or no cost model): the most, so a candidate the
+    model could not price never beats a priced one on time."""
+    return c.instructions if c.instructions is not None else float("inf")
 
 
 def within(c: Candidate, max_overhead: float, max_slowdown: float | None) -> bool:
-    """Whether ``c`` is within ``max_overhead`` extra MACs and (when both are given)
-    ``max_slowdown`` times the unpatched program's predicted instructions."""
+    """Whether ``c`` is within ``max_overhead`` extra MACs and ``max_slowdown`` times the
+    unpatched program's predicted instructions (None: no bound; a candidate the cost model
+    could not price is not within one)."""
     return c.overhead <= max_overhead + 1e-12 and (
-        max_slowdown is None or c.slowdown is None or c.slowdown <= max_slowdown + 1e-12)
+        max_slowdown is None or (c.slowdown is not None and c.slowdown <= max_slowdown + 1e-12))
 
 
 def choose(frontier: list[Candidate], original: Candidate, max_overhead: float,

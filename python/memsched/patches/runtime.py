@@ -70,7 +70,9 @@ class RuntimeTime:
     def plan(self, sm: SpatialModel, plan) -> int:
         """Instructions of every node the adapter writes for ``plan`` (a `PatchPlan`): the
         operators' copies on their windows, cuts, pads, concatenations, the layout views and
-        requantizations it adds, each with its per-operator fixed cost."""
+        requantizations it adds, each with its per-operator fixed cost. Raises a
+        ``ValueError`` for a node its cost model has no kernel for (the candidate is then
+        unpriced: never chosen under a time bound)."""
         raise NotImplementedError
 
 

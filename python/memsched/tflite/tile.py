@@ -41,6 +41,7 @@ from ..patches import (PAD_MIN, Candidate, Clock, Described, PatchOptions, Patch
 from .read import TFLiteModelError, graph_of, read_tflite, schema
 from .reorder import _scratch, _target_arena
 from .spatial import spatial_model
+from .tflm_instructions import tflm_time
 from .tflm_memory import (TFLM_MODEL, TFLMMemory, pad_constant, slice_constants,
                           tflm_runtime, with_scratch)
 
@@ -146,7 +147,10 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     memory, graph = _memory(tg, offline_plan, target, scratch)
     sm = _with_workspace(spatial_model(tg), scratch)
     try:
-        res = search_model(Described(sm, graph, tg.tensor_index), tflm_runtime(memory), opts)
+        # time is priced for the board the kernels' cost model was calibrated on
+        time_model = tflm_time(tg) if target == "cortex-m" else None
+        res = search_model(Described(sm, graph, tg.tensor_index),
+                           tflm_runtime(memory, time=time_model), opts)
     except Refused as e:
         raise TileError(f"cannot tile {label!r}: {e}") from None
     choice = res.choice
