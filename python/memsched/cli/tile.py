@@ -200,7 +200,7 @@ def _plot(r: dict, path: str) -> None:
     ax.legend(loc="upper right", fontsize=8)
     front = (r.get("search") or {}).get("time_frontier") or []
     if front:  # the trade the search found, and where the choice sits on it
-        ax.set_position([0.08, 0.15, 0.5, 0.75])
+        ax.set_position([0.11, 0.15, 0.47, 0.75])
         bx = fig.add_axes([0.68, 0.15, 0.3, 0.75])
         bx.step([f["slowdown"] for f in front], [f["total_bytes"] for f in front], "o-",
                 where="post", label="frontier")
