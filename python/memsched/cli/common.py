@@ -38,17 +38,17 @@ def seconds(text: str) -> float:
 
 
 def slowdown(text: str) -> float | None:
-    """argparse type of ``--max-slowdown``: a factor >= 1 of the unpatched program's
-    instructions, or ``none`` (no bound)."""
-    if text.strip().lower() in ("none", "off"):
+    """``--max-slowdown``: a factor >= 1 of the unpatched program's instructions, or ``none``
+    (no bound); a ValueError (the commands' one-line bad input) otherwise."""
+    if str(text).strip().lower() in ("none", "off"):
         return None
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 1:
-        raise argparse.ArgumentTypeError(f"must be a factor >= 1 (1.1 = +10 % instructions) "
-                                         f"or none, not {text!r}")
+        raise ValueError(f"bad --max-slowdown {text!r}: must be a factor >= 1 (1.1 = +10 % "
+                         "instructions) or none")
     return value
 
 

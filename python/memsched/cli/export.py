@@ -89,7 +89,7 @@ def cmd_export(args) -> int:
             program = load_exported_program(args.model)
             config = backend_config(time_limit=limit, tile_patches=args.tile_patches,
                                     max_overhead=args.max_overhead, grid=args.grid,
-                                    max_slowdown=args.max_slowdown,
+                                    max_slowdown=slowdown(args.max_slowdown),
                                     exact_reductions=not args.float_reductions)
             data = bytes(to_edge(program).to_executorch(config).buffer)
             default = None
@@ -156,7 +156,7 @@ def register(sub) -> None:
                    help="run the spatial prefix patch by patch (patch-based execution)")
     p.add_argument("--max-overhead", type=float, default=0.3,
                    help="--tile-patches: extra MACs allowed (default 0.3 = +30 %%)")
-    p.add_argument("--max-slowdown", type=slowdown, default=1.10,
+    p.add_argument("--max-slowdown", default="1.10",
                    help="--tile-patches: the most instructions per execute the choice may "
                         "run on a Cortex-M55, predicted from the program, as a factor of the "
                         "unpatched program's (default 1.10; none: no bound)")

@@ -67,7 +67,7 @@ def _tile(args) -> int:
                             max_overhead=args.max_overhead, offline_plan=args.offline_plan,
                             time_limit=args.time_limit, max_regions=args.max_regions,
                             padding=None if args.padding == "auto" else args.padding,
-                            target=args.target, max_slowdown=args.max_slowdown)
+                            target=args.target, max_slowdown=slowdown(args.max_slowdown))
     report = {"model": args.model, "output": out, **res.as_dict(curves=bool(args.plot))}
     if args.measure:  # before the file exists: a model that computes something else is not
         with tempfile.TemporaryDirectory(prefix="memsched-tile-") as d:
@@ -134,7 +134,7 @@ def _print(r: dict, args) -> None:
             console.print(f"chosen: {choice['cpu_instructions']:,} instructions per Invoke() "
                           f"({choice['slowdown']:.3f}x the original's "
                           f"{s['original']['cpu_instructions']:,}), within --max-slowdown "
-                          f"{args.max_slowdown if args.max_slowdown is not None else 'none'}")
+                          f"{args.max_slowdown}")
     regions = choice.get("regions") or []
     if len(regions) > 1:  # the frontier lists one-region candidates: say what was chosen
         console.print(f"chosen: {len(regions)} regions, estimated total "
@@ -229,7 +229,7 @@ def register(sub) -> None:
                         "default auto: priced both ways")
     p.add_argument("--max-overhead", type=float, default=0.3,
                    help="extra MACs allowed for the default choice (default 0.3 = +30 %%)")
-    p.add_argument("--max-slowdown", type=slowdown, default=1.10,
+    p.add_argument("--max-slowdown", default="1.10",
                    help="the most instructions per Invoke() the choice may run on a "
                         "Cortex-M55 with CMSIS-NN, predicted from the files, as a factor of "
                         "the original's (default 1.10; none: no bound)")
