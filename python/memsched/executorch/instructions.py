@@ -72,6 +72,7 @@ class T:
 
 
 def _value(plan, i: int, jsonable=False):
+    """EValue ``i`` of ``plan`` as a Python value (list items are value indices)."""
     v = plan.values[i].val
     kind = type(v).__name__
     if kind == "Tensor":
@@ -101,6 +102,8 @@ def _instr_name(plan, ins) -> str:
 
 
 def decode_args(plan, ins, jsonable=False) -> list:
+    """The arguments of kernel call ``ins`` of execution plan ``plan`` as `op_instructions`
+    takes them (``jsonable``: tensors as dicts, for the calibration files)."""
     a = ins.instr_args
     if type(a).__name__ not in ("KernelCall", "DelegateCall"):
         return []
@@ -120,10 +123,6 @@ def _prod(xs) -> int:
     for x in xs:
         n *= int(x)
     return n
-
-
-def _tensors(args) -> list:
-    return [a for a in args if isinstance(a, T)]
 
 
 def _pair(v, default=(1, 1)) -> tuple:
