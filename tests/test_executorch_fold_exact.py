@@ -274,3 +274,27 @@ def test_split_of_a_constant_returned():
     got, want = _run(et.buffer, x), _run(default.buffer, x)
     assert cfg.passes[0].folded == [2]  # a, a.t()
     assert len(got) == 2 and all(torch.equal(u, v) for u, v in zip(got, want))
+
+
+
+def test_unused_constants_are_dropped():
+    """The float weights the Cortex-M quantizer replaced stay constants no operator reads;
+    they leave the program (a value, a tensor record and data each), as under ExecuTorch's own
+    folding, even where nothing else folds: as few values as fold_constants="arithmetic"."""
+    pytest.importorskip("tosa_serializer", reason="the Cortex-M quantizer imports tosa-tools")
+    from cortex_m_models import cba, int8_edge, stack
+
+    edge, x = int8_edge(stack([cba(3, 8, 3, 2), cba(8, 8, 3, 1, 8), cba(8, 16, 1)]),
+                        (1, 3, 16, 16))
+    values = {}
+    for mode in ("layout", "arithmetic"):
+        buf = copy.deepcopy(edge).to_executorch(
+            mx.backend_config(time_limit=3, fold_constants=mode)).buffer
+        plan = _plan(buf)
+        read = set()
+        for ins in plan.chains[0].instructions:
+            read |= set(getattr(ins.instr_args, "args", None) or [])
+        values[mode] = [k for k, v in enumerate(plan.values)
+                        if type(v.val).__name__ == "Tensor" and k not in read and
+                        k not in set(plan.inputs) | set(plan.outputs)]
+    assert values["layout"] == values["arithmetic"] == []

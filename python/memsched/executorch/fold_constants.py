@@ -146,7 +146,11 @@ def fold_layout_constants(exported_program) -> int:
                 any(u not in const for u in node.users):
             del const[node]
             folded -= 1
-    if not folded:
+    # constants no operator reads (the float weights the quantizer replaced): dropped too, as
+    # ExecuTorch's own folding does -- each is a value, a tensor record and data in the .pte
+    # (136 on the int8 MLPerf MobileNetV1-0.25: 7,960 B of method allocator)
+    unused = [n for n in const if n.op == "placeholder" and not n.users]
+    if not folded and not unused:
         return 0
     signature = exported_program.graph_signature
     specs = {s.arg.name: s for s in signature.input_specs}
