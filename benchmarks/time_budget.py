@@ -191,6 +191,24 @@ def table(rows) -> str:
     return "\n".join(out)
 
 
+def summary(rows) -> str:
+    """One line per model: the board's RAM ratio (and instructions) reached at each bound."""
+    bounds = list(dict.fromkeys(r["max_slowdown"] for r in rows))
+    out = ["| runtime | model | default RAM (B) | " + " | ".join(
+        f"RAM ratio at <= {_label(b)} (instructions)" for b in bounds) + " |",
+        "|---|---|---:|" + "---:|" * len(bounds)]
+    seen: dict = {}
+    for r in rows:
+        if "ram" in r:
+            key = (r["runtime"], r["model"] + (" (input planned)" if r.get("planned") else ""))
+            seen.setdefault(key, {"default": r["ram_default"]})[r["max_slowdown"]] = \
+                f"{r['ram_default'] / r['ram']:.2f}x ({r['ins'] / r['ins_default']:.3f}x)"
+    for (rt, model), cells in seen.items():
+        out.append(f"| {rt} | {model} | {cells['default']:,} | " +
+                   " | ".join(cells.get(b, "-") for b in bounds) + " |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runtime", default="tflm,executorch")
@@ -211,6 +229,8 @@ def main(argv=None) -> int:
             elif rt == "executorch" and name in ET_MODELS:
                 rows += et_rows(name, slowdowns, args.planned)
     print(table(rows))
+    print()
+    print(summary(rows))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1, default=str)
