@@ -262,6 +262,60 @@ def test_random_cortex_m_stacks_run_bit_equal(kernels, m55, tmp_path, layers, gr
     assert rep.patches.region_ops >= 2 + len(layers)  # every random layer patched
 
 
+def test_same_bytes_leaves_out_sizes_of_one():
+    """A one-channel map is channels-last and contiguous at once; ExecuTorch labels its
+    channels-last form by sorting the strides, ``(0, 2, 1, 3)``, neither. Seeing it as NHWC
+    (or back) moves no byte, whatever the label."""
+    from memsched.executorch.patch_layout import TO_NATIVE, TO_NHWC, same_bytes
+
+    assert same_bytes((0, 2, 1, 3), TO_NHWC, (0, 1, 2, 3), (1, 1, 28, 28))
+    assert not same_bytes((0, 2, 1, 3), TO_NHWC, (0, 1, 2, 3))  # the labels alone differ
+    assert same_bytes((0, 1, 2, 3), TO_NATIVE, (0, 1, 2, 3), (1, 28, 28, 1))
+    assert same_bytes((0, 1, 2, 3), TO_NATIVE, (0, 2, 3, 1), (1, 28, 28, 1))
+    for c in (2, 3):  # more channels: only the real layout change is a view
+        assert same_bytes((0, 2, 3, 1), TO_NHWC, (0, 1, 2, 3), (1, c, 28, 28))
+        assert not same_bytes((0, 1, 2, 3), TO_NHWC, (0, 1, 2, 3), (1, c, 28, 28))
+        assert not same_bytes((0, 1, 2, 3), TO_NATIVE, (0, 1, 2, 3), (1, 28, 28, c))
+
+
+@pytest.mark.parametrize("case", ["input", "inside"])
+def test_one_channel_maps_run_bit_equal(kernels, m55, tmp_path, case):
+    """Patches that cut a one-channel map -- the model's input (1 x 1 x H x W, a grey image)
+    or a map inside the network (a 1x1 convolution to one channel, a depthwise on it) --
+    still run on views: every change of form is a ``memory.view``, no ``permute_copy`` or
+    ``_clone_dim_order`` runs, and the program is bit-equal to ExecuTorch's default on the
+    host kernels and on the M55. Before, the labels' mismatch left the view onto the NHWC
+    form a ``permute_copy``, which the portable kernel refuses ("2 input tensors have
+    different dim orders", status 18); with the permute a view, its ``_clone_dim_order``
+    back was left a copy, refused too."""
+    torch.manual_seed(3)
+    if case == "input":
+        model = nn.Sequential(_cba(1, 8, 3), _cba(8, 8, 3, 2, 8), _cba(8, 16, 1),
+                              nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 3))
+        shape = (1, 1, 24, 24)
+    else:
+        model = nn.Sequential(_cba(3, 8, 3), _cba(8, 1, 1), _cba(1, 1, 3, 1, 1),
+                              _cba(1, 8, 3, 2), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                              nn.Linear(8, 3))
+        shape = (1, 3, 24, 24)
+    edge = _edge(model, shape, isa="both")
+    gm = edge[0][0].exported_program().graph_module
+    windows = [n for n in gm.graph.nodes if n.op == "call_function" and
+               cm.is_cortex_m(n.target) and cm.op_name(n.target) in cm.WINDOW]
+    # the region ends at the stride-2 depthwise (it starts at the float input or its
+    # quantized copy: one channel), or at the depthwise on the one-channel map (its windows
+    # cut from one channel, reassembled into one)
+    split = windows[1 if case == "input" else 2].name
+    rep, ours, *_ = _runs_bit_equal(None, None, grid=(2, 2), split=split, edge=edge,
+                                    m55=m55, tmp=tmp_path)
+    region = rep.patches.regions[0]
+    sm = describe_graph(gm).sm
+    ops = sm.ops[region["region_start"]:region["region_ops"]]
+    assert 1 in {sm.tensors[t].channels for op in ops for t in op.inputs}
+    calls = pte.summary(ours)["forward"]["operators"]
+    assert not [op for op in calls if "permute_copy" in op or "_clone_dim_order" in op]
+
+
 def test_checker_accepts_exactly_the_quantize_alias():
     """The int8 output may start at most 3 bytes above the float input it overwrites (the
     kernel's forward loop); any other overlap is an error."""

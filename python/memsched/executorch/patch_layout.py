@@ -55,12 +55,19 @@ def flat_windows(plan) -> set[int]:
     return out
 
 
-def same_bytes(in_dim_order, perm, out_dim_order) -> bool:
+def same_bytes(in_dim_order, perm, out_dim_order, shape=None) -> bool:
     """Whether ``permute(x, perm)`` with output dim order ``out_dim_order`` has the same bytes
     in the same order as ``x`` with ``in_dim_order``: output dim ``d`` is input dim
-    ``perm[d]``, so walking the output's dims outermost first must walk the input's."""
-    return len(perm) == len(in_dim_order) == len(out_dim_order) and \
-        [int(perm[d]) for d in out_dim_order] == [int(d) for d in in_dim_order]
+    ``perm[d]``, so walking the output's dims outermost first must walk the input's.
+    ``shape``: ``x``'s sizes; its dims of size 1 are then left out on both sides (they move
+    no byte: a one-channel map is channels-last and contiguous at once, and ExecuTorch's
+    ``dim_order_from_stride`` labels it neither -- ``(0, 2, 1, 3)`` for ``[1, 1, H, W]``
+    channels-last -- while the NHWC form is ``(0, 1, 2, 3)``)."""
+    if not len(perm) == len(in_dim_order) == len(out_dim_order):
+        return False
+    keep = (lambda d: True) if shape is None else (lambda d: int(shape[int(d)]) != 1)
+    return [int(perm[d]) for d in out_dim_order if keep(perm[d])] == \
+        [int(d) for d in in_dim_order if keep(d)]
 
 
 def _strides(shape, dim_order) -> tuple:
@@ -83,8 +90,8 @@ def lower_layout_views(graph_module) -> int:
     * ``permute_copy.out`` whose result has its input's bytes in the same order
       (`same_bytes`): a channels-last map seen as NHWC;
     * ``_clone_dim_order.out(permute_copy.out(x, perm), dim_order=d)`` with the permute read
-      by the clone only and ``same_bytes(x, perm, d)``: NHWC bytes seen as channels-last
-      NCHW (two copies in eager, none here);
+      by the clone only and ``same_bytes(x, perm, d)`` (sizes 1 left out): NHWC bytes seen
+      as channels-last NCHW (two copies in eager, none here);
     * a window copied as ``[N, rows, W x C]`` and seen as ``[N, rows, W, C]``
       (``view_copy`` of an ``as_strided_copy``, `patch_rewrite`; ExecuTorch's own pass has
       made it a ``memory.view`` by now): a view too.
@@ -134,15 +141,26 @@ def lower_layout_views(graph_module) -> int:
             not getattr(x.meta["spec"], "const", False) and \
             not any(u.op == "output" for u in n.users)
 
+    def pair(n):
+        """(permute, its input, perm, dim order) when ``n`` is a ``_clone_dim_order`` of a
+        permute read by it alone that keeps every byte in place; else None."""
+        if not (_is(n, "_clone_dim_order") and _is(n.args[0], "permute_copy") and
+                len(n.args[0].users) == 1):
+            return None
+        p = n.args[0]
+        x, perm, d = p.args[0], p.args[1], n.kwargs.get("dim_order")
+        if d is not None and usable(n, x) and \
+                same_bytes(x.meta["spec"].dim_order, perm, d, x.meta["spec"].shape):
+            return p, x, perm, d
+        return None
+
     for n in list(graph.nodes):
         if n.graph is not graph or n.op != "call_function":
             continue
-        if _is(n, "_clone_dim_order") and _is(n.args[0], "permute_copy") and \
-                len(n.args[0].users) == 1:
-            p = n.args[0]
-            x, perm, d = p.args[0], p.args[1], n.kwargs.get("dim_order")
-            if d is not None and usable(n, x) and \
-                    same_bytes(x.meta["spec"].dim_order, perm, d):
+        if _is(n, "_clone_dim_order"):
+            found = pair(n)
+            if found is not None:
+                p, x, _, d = found
                 to_view(n, x, d, drop=(p,))
                 done += 1
         elif _is(n, "view_copy") and _is(n.args[0], "as_strided_copy") and \
@@ -152,8 +170,14 @@ def lower_layout_views(graph_module) -> int:
             done += 1
         elif _is(n, "permute_copy") and n.kwargs.get("out") is not None:
             x, perm = n.args[0], n.args[1]
+            if len(n.users) == 1 and pair(next(iter(n.users))) is not None:
+                # the first half of a pair: the clone's view takes both, with the clone's
+                # dim order (on a one-channel map the permute alone keeps the bytes too, but
+                # its contiguous result would leave the clone a real copy that checks dim
+                # orders)
+                continue
             if usable(n, x) and same_bytes(x.meta["spec"].dim_order, perm,
-                                           n.meta["spec"].dim_order):
+                                           n.meta["spec"].dim_order, x.meta["spec"].shape):
                 to_view(n, x, n.meta["spec"].dim_order)
                 done += 1
     if done:
