@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from memsched.memory import MemoryModel, Problem
+from memsched.memory import MemoryModel
 from memsched.patches import RuntimeMemory
 from memsched.patches import evaluator as evaluator_mod
 from memsched.patches.errors import Refused
@@ -39,10 +39,11 @@ def chains(draw, max_ops=5):
         assume(False)
 
 
-def _brute(sm, graph, index, max_overhead: float, max_regions: int):
+def _brute(sm, graph, index, max_overhead: float, max_regions: int, fits=None):
     """The lowest total of every sequence of up to ``max_regions`` regions (each starting where
-    the one before ends) and grids within the MAC budget that beats the unpatched file order,
-    each priced by `price_sequence`; None when none does."""
+    the one before ends) and grids within the MAC budget (and ``fits(plans)``, when given)
+    that beats the unpatched file order, each priced by `price_sequence`; None when none
+    does."""
     total_macs = sum(sm.op_macs(op) for op in sm.ops)
     from memsched.memory import Problem
 
@@ -63,7 +64,7 @@ def _brute(sm, graph, index, max_overhead: float, max_regions: int):
                 seq = plans + [p]
                 total, macs = price_sequence(sm, graph, index, MEMORY, seq)
                 if macs <= (1 + max_overhead) * total_macs + 1e-9 and total < bar and \
-                        (best is None or total < best):
+                        (best is None or total < best) and (fits is None or fits(seq)):
                     best = total
                 walk(r.length, seq)
 
@@ -162,34 +163,13 @@ def test_time_budget_equals_brute_force(deterministic, sm, max_slowdown, depth):
     kw = dict(max_overhead=1.0, time_limit=60.0, certify=False, frontier_overhead=float("inf"))
     res = search(sm, graph, index, rt, max_regions=depth, max_slowdown=max_slowdown, **kw)
     base = time.program(sm)
-    total_macs = sum(sm.op_macs(op) for op in sm.ops)
-    bar = max(Problem.from_graph(graph, MEMORY.activations).evaluate(
-        list(range(len(graph)))).steps)
-    best = None
 
     def instructions(plans):
         return base + sum(time.plan(sm, p) - sum(time.op(sm, k) for k in p.region.ops)
                           for p in plans)
 
-    def walk(start, plans):
-        nonlocal best
-        if len(plans) == depth:
-            return
-        for r in regions(sm, [start])[0]:
-            for g in GRIDS:
-                try:
-                    p = plan_patches(sm, r, g)
-                except Refused:
-                    continue
-                seq = plans + [p]
-                total, macs = price_sequence(sm, graph, index, MEMORY, seq)
-                ok = macs <= 2 * total_macs + 1e-9 and (
-                    max_slowdown is None or instructions(seq) <= max_slowdown * base + 1e-9)
-                if ok and total < bar and (best is None or total < best):
-                    best = total
-                walk(r.length, seq)
-
-    walk(0, [])
+    best = _brute(sm, graph, index, 1.0, depth, fits=lambda seq: max_slowdown is None or
+                  instructions(seq) <= max_slowdown * base + 1e-9)
     got = res.choice.total if res.choice is not None else None
     assert got == best
     assert res.original.instructions == base
