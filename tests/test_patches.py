@@ -410,6 +410,88 @@ def test_inplace_quantize_offline_plan(tmp_path):
     assert_tflite_equal_on_board(src, dst, tmp_path, count=2, never_larger=False)  # forced
 
 
+def test_tile_row_views(tmp_path):
+    """Windows of a narrow-channel map read as rows (issue 58 item 3): a RESHAPE views the
+    3-channel input as [1, H, W*C], each STRIDED_SLICE cuts rows x columns (one memcpy per
+    row) and a RESHAPE views its cut as the NHWC window. Under the offline plan every such
+    RESHAPE's output sits at its input's offset (TFLite Micro's kernel then copies nothing):
+    the independent checker accepts exactly those pairs, the search's instructions and
+    persistent bytes equal the written file's, outputs are bit-equal in LiteRT, TFLite Micro
+    and on the board, where the same plan runs fewer instructions than with 4-D slices."""
+    from memsched.generators.tflite_synth import mobilenet_like
+    from memsched.tflite import tflm
+    from memsched.tflite.check import check_model
+    from memsched.tflite.read import read_tflite
+    from memsched.tflite.tflm_arena import arena
+    from memsched.tflite.tflm_instructions import model_instructions
+    from memsched.tflite.tflm_memory import VIEW_SUFFIX, reshape_aliases
+    from memsched.tflite.tile import TileError, compare_outputs, tile_tflite
+    from memsched.tflite.write import read_offline_plan, set_offline_plan
+
+    src = tmp_path / "m.tflite"
+    src.write_bytes(mobilenet_like(blocks=4, size=48, width=8))
+    dst, plain = tmp_path / "views.tflite", tmp_path / "plain.tflite"
+    out, res = tile_tflite(str(src), str(dst), offline_plan=True, grid="2x2", views=True,
+                           padding="explicit")
+    flat, res0 = tile_tflite(str(src), str(plain), offline_plan=True, grid="2x2",
+                             views=False, padding="explicit")
+    assert res.choice is not None and res.choice.label == res0.choice.label  # the same plan
+    model = read_tflite(out).model
+    aliases = reshape_aliases(model)
+    slices = sum(op.kind == "STRIDED_SLICE" for op in read_tflite(out).graph.ops)
+    assert len(aliases) == slices + 1  # one per cut, one view of the input they share
+    offsets = read_offline_plan(model)
+    assert all(0 <= offsets[x] == offsets[y] for x, y, _ in aliases)
+    assert check_model(model).ok
+    assert res.views and any("RESHAPE view" in n for n in res.notes) and not res0.views
+    # the search priced what was written: instructions and the total arena's persistent part
+    assert model_instructions(out).total == res.choice.instructions
+    assert model_instructions(flat).total == res0.choice.instructions
+    assert res.choice.instructions < res0.choice.instructions
+    assert res.arena_bytes == arena(out).arena_bytes
+    assert res.choice.total - res0.choice.total == arena(out).tail_bytes - arena(flat).tail_bytes
+    # a view moved off its input's offset overlaps it: refused
+    x, y, _ = aliases[0]
+    bad = list(offsets)
+    bad[y] = offsets[x] + 16
+    set_offline_plan(model, bad)
+    assert not check_model(model).ok
+    # views are written under an offline plan on the Cortex-M only
+    with pytest.raises(TileError, match="offline_plan"):
+        tile_tflite(str(src), None, grid="2x2", views=True)
+    names = [t.name.decode() if isinstance(t.name, bytes) else t.name
+             for t in read_tflite(out).subgraph.tensors]
+    assert sum(n.endswith(VIEW_SUFFIX) for n in names) == len(aliases)
+    cmp = compare_outputs(str(src), str(dst), count=2, tflm=tflm.available())
+    assert cmp["litert_equal"] and cmp["tflm_equal"] in (True, None)
+    _, rb = assert_tflite_equal_on_board(src, dst, tmp_path, count=2, never_larger=False)
+    _, rp = assert_tflite_equal_on_board(src, plain, tmp_path / "plain", never_larger=False)
+    assert rb["min_arena_bytes"] == res.arena_bytes and rp["min_arena_bytes"] == res0.arena_bytes
+    assert rb["invoke_instructions"] < rp["invoke_instructions"]
+
+
+def test_tile_row_views_of_a_float_input(tmp_path):
+    """Views of float windows (4-byte elements) that each patch's QUANTIZE then reads: the
+    checker tells the view pairs from an in-place QUANTIZE's (only a QUANTIZE whose output is
+    at its input's offset overwrites); bit-equal on the host and the board."""
+    from memsched.tflite import tflm
+    from memsched.tflite.check import check_model
+    from memsched.tflite.read import read_tflite
+    from memsched.tflite.tflm_memory import reshape_aliases
+    from memsched.tflite.tile import compare_outputs, tile_tflite
+
+    src = tmp_path / "m.tflite"
+    src.write_bytes(_float_input_model())
+    dst = tmp_path / "m_views.tflite"
+    out, res = tile_tflite(str(src), str(dst), offline_plan=True, region_start=0, grid="2x2",
+                           views=True)
+    model = read_tflite(out).model
+    assert reshape_aliases(model) and check_model(model).ok
+    cmp = compare_outputs(str(src), str(dst), count=2, tflm=tflm.available())
+    assert cmp["litert_equal"] and cmp["tflm_equal"] in (True, None)
+    assert_tflite_equal_on_board(src, dst, tmp_path, count=2, never_larger=False)  # forced
+
+
 def test_tile_tflite_errors(tmp_path):
     from memsched.tflite.read import TFLiteModelError
     from memsched.tflite.tile import tile_tflite

@@ -74,8 +74,13 @@ def test_model_instructions_sums_and_names_unknown_kernels(tmp_path):
     assert ti.tflm_time(read_tflite(net.b.finish())) is None
 
 
-def test_plan_pricing_equals_the_written_file():
+@pytest.mark.parametrize("views", [False, True])
+def test_plan_pricing_equals_the_written_file(views):
+    """The search's price of a plan is the written file's prediction; ``views``: windows read
+    as rows, whose RESHAPEs run in place under the offline plan (no memcpy)."""
     from memsched.patches import Described, PatchOptions, search_model
+    from memsched.tflite.read import graph_of
+    from memsched.tflite.reorder import reorder_model
     from memsched.tflite.spatial import spatial_model
     from memsched.tflite.tflm_memory import TFLMMemory, tflm_runtime
     from memsched.tflite.tile import rewrite_model
@@ -83,17 +88,27 @@ def test_plan_pricing_equals_the_written_file():
 
     tg = read_tflite(mobilenet_like(blocks=4, size=32, width=8))
     sm = spatial_model(tg)
-    time = ti.tflm_time(tg)
+    time = ti.tflm_time(tg, views)
     assert time.program(sm) == ti.model_instructions(tg).total
-    rt = tflm_runtime(TFLMMemory(n_tensors=len(tg.subgraph.tensors)), time=time)
+    rt = tflm_runtime(TFLMMemory(n_tensors=len(tg.subgraph.tensors), views=views), time=time)
     assert rt.time is time
     res = search_model(Described(sm, tg.graph, tg.tensor_index), rt,
                        PatchOptions(grid="2x2", padding="explicit"))
     plans = res.plans_of(res.choice)
     pred = time.program(sm) + sum(time.plan(sm, p) - sum(time.op(sm, k) for k in p.region.ops)
                                   for p in plans)
-    written = ti.model_instructions(finish_model(rewrite_model(tg, sm, plans)))
-    assert pred == written.total
+    model = rewrite_model(tg, sm, plans, views=views)
+    if views:  # the offline plan puts each view at its input's offset
+        data, _ = reorder_model(graph_of(model), offline_plan=True, views=True)
+        kinds = [k for _, k, _ in ti.file_ops(read_tflite(data))]
+        assert kinds.count("RESHAPE") > 1
+    else:
+        data = finish_model(model)
+    assert pred == ti.model_instructions(data).total
+    if views:  # the same file planned without the alias copies in each view RESHAPE
+        plain, _ = reorder_model(graph_of(rewrite_model(tg, sm, plans, views=True)),
+                                 offline_plan=True, views=False)
+        assert ti.model_instructions(plain).total > pred
 
 
 def test_analyze_reports_instructions(tmp_path, capsys):
@@ -127,21 +142,23 @@ def _inputs(data: bytes) -> list:
             .astype(NUMPY_DTYPES[int(sg.tensors[t].type)]) for t in sg.inputs]
 
 
-def _tiled() -> bytes:
+def _tiled(views: bool | None = None) -> bytes:
     from memsched.tflite.tile import tile_tflite
 
     data, res = tile_tflite(mobilenet_like(blocks=4, size=32, width=8), grid="2x2",
-                            offline_plan=True)
+                            offline_plan=True, views=views)
     assert res.choice is not None
     return data
 
 
-@pytest.mark.parametrize("name", ["small_resnet", "pad_slice", "mobilenet_like_tiled"])
+@pytest.mark.parametrize("name", ["small_resnet", "pad_slice", "mobilenet_like_tiled",
+                                  "mobilenet_like_views"])
 def test_prediction_within_5_percent_of_the_board(name, fw, tmp_path):
     from memsched import board
 
     data = {"small_resnet": small_resnet, "pad_slice": pad_slice_model,
-            "mobilenet_like_tiled": _tiled}[name]()
+            "mobilenet_like_tiled": _tiled,
+            "mobilenet_like_views": lambda: _tiled(views=True)}[name]()
     pred = ti.model_instructions(data)
     assert pred.unknown == []
     res, _ = board.run_tflite(data, _inputs(data), tmp_path)

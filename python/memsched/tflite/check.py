@@ -140,6 +140,36 @@ def _first_overlap(spans: list[tuple[int, int, int, int, int]], n_steps: int,
     return len(seen), first_pair
 
 
+def _view_pairs(model, offsets) -> set[tuple[int, int]]:
+    """Pairs of tensors joined by in-place RESHAPEs (output at its input's offset, same bytes,
+    neither constant nor a subgraph output: `tflm_memory.reshape_aliases`), every pair of each
+    such chain. A group holding a tensor an in-place QUANTIZE overwrites (its output at the
+    input's offset) is left out: its other tensors would see the new bytes."""
+    from .tflm_memory import quantize_aliases, reshape_aliases
+
+    parent: dict[int, int] = {}
+
+    def find(t: int) -> int:
+        while parent.get(t, t) != t:
+            t = parent[t]
+        return t
+
+    for x, y, _ in reshape_aliases(model, named_only=False):
+        if 0 <= offsets[x] == offsets[y]:
+            parent[find(y)] = find(x)
+    groups: dict[int, list[int]] = {}
+    for t in parent:
+        groups.setdefault(find(t), []).append(t)
+    overwritten = {x for x, y, _ in quantize_aliases(model) if 0 <= offsets[x] == offsets[y]}
+    pairs = set()
+    for root, members in groups.items():
+        members = sorted(set(members) | {root})
+        if overwritten & set(members):
+            continue
+        pairs |= {(a, b) for i, a in enumerate(members) for b in members[i + 1:]}
+    return pairs
+
+
 def check_model(model, label: str = "model.tflite", arena: int | None = None) -> CheckReport:
     """Check an unpacked ``ModelT`` (see the module docstring)."""
     rep = CheckReport(label)
@@ -215,6 +245,10 @@ def check_model(model, label: str = "model.tflite", arena: int | None = None) ->
 
     allowed = {(min(x, y), max(x, y)) for x, y, _ in quantize_aliases(model)
                if 0 <= offsets[x] == offsets[y]}
+    # a RESHAPE whose output starts at its input's offset copies nothing (TFLite Micro's
+    # kernel: ``if (input->data.raw != output->data.raw) memcpy``) and nothing writes either
+    # afterwards: the tensors of a chain of such views (all at one offset) may share bytes
+    allowed |= _view_pairs(model, offsets)
     rep.planned = len(spans)
     rep.plan_extent = max((o + s for _, _, _, o, s in spans), default=0)
     rep.overlaps, pair = _first_overlap(spans, max(len(ops), 1), allowed)

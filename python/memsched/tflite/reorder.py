@@ -68,8 +68,8 @@ class ReorderResult:
 
 def offline_offsets(tg: TFLiteGraph, order, time_limit: float | None = 10.0,
                     alignment: int = TFLM_ALIGNMENT, inplace_quantize: bool = False,
-                    max_nodes: int | None = None, scratch: dict | None = None
-                    ) -> tuple[list[int], _arena.ArenaPlan]:
+                    max_nodes: int | None = None, scratch: dict | None = None,
+                    views: bool = False) -> tuple[list[int], _arena.ArenaPlan]:
     """One offset per tensor of subgraph 0 (``-1`` for what TFLM plans itself) and the plan.
     ``inplace_quantize``: a `quantize_aliases` operator that runs first and whose float input
     is live at that step only (a leading QUANTIZE of a float model input) writes its output
@@ -80,8 +80,17 @@ def offline_offsets(tg: TFLiteGraph, order, time_limit: float | None = 10.0,
     and a ``max_nodes``: offsets that depend on the input alone). ``scratch`` (file operator
     index -> bytes of each scratch buffer its kernel requests, `tflm_arena.scratch_requests`):
     packed as buffers live during their operator but not written, so the plan leaves a gap
-    where TFLite Micro's planner puts them (first fit) instead of above the plan."""
-    lts = lifetimes(tg, order)
+    where TFLite Micro's planner puts them (first fit) instead of above the plan. ``views``:
+    the patch writer's view RESHAPEs (`tflm_memory.reshape_aliases`) run in place: each output
+    gets its input's offset (one buffer, one lifetime)."""
+    roots: dict[int, int] = {}
+    if views:
+        from .tflm_memory import alias_roots, view_graph
+
+        roots = alias_roots(tg.model)
+        lts = lifetimes(tg, order, *view_graph(tg)) if roots else lifetimes(tg, order)
+    else:
+        lts = lifetimes(tg, order)
     alias: dict[int, int] = {}  # input -> output
     if inplace_quantize:
         from .tflm_memory import quantize_aliases
@@ -123,7 +132,8 @@ def offline_offsets(tg: TFLiteGraph, order, time_limit: float | None = 10.0,
             arena = max(plan.arena, _arena.align_up(hi, alignment))
             if best is None or arena < best[0]:
                 best = (arena, offs)
-        plain = offline_offsets(tg, order, time_limit, alignment, False, max_nodes, scratch)
+        plain = offline_offsets(tg, order, time_limit, alignment, False, max_nodes, scratch,
+                                views)
         if best is None or best[0] >= plain[1].arena:
             return plain  # no gain: the input planned as any tensor
         arena, offs = best
@@ -133,6 +143,8 @@ def offline_offsets(tg: TFLiteGraph, order, time_limit: float | None = 10.0,
         plan = _arena.ArenaPlan(arena, list(offs[:n_written]), plan.lower_bound,
                                 plan.optimal and arena == plan.arena, plan.method + "+inplace",
                                 alignment, plan.live_peak, plan.seconds, dict(plan.stats))
+    for y, r in roots.items():  # a view shares its root's buffer
+        offsets[y] = offsets[r]
     return offsets, plan
 
 
@@ -180,8 +192,8 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
                   offline_plan: bool = False, algorithm: str = "auto",
                   time_limit: float | None = 60.0, arena_time_limit: float | None = 10.0,
                   inplace_quantize: bool = False, schedule_options: dict | None = None,
-                  arena_nodes: int | None = None, target: str | None = None
-                  ) -> tuple[bytes, ReorderResult]:
+                  arena_nodes: int | None = None, target: str | None = None,
+                  views: bool = False) -> tuple[bytes, ReorderResult]:
     """`reorder_tflite` of a model already in memory (``tg``: a parsed file, or a rewrite's
     model through `memsched.tflite.read.graph_of`); ``tg.model`` is reordered in place.
     ``inplace_quantize``: the offline plan runs float-to-int8 QUANTIZE operators in place
@@ -189,7 +201,9 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
     ``time_limit`` (`memsched.patches.budget.Budget.final_options`: bounded by work, so the
     order depends on the model alone); ``arena_nodes``: the offline packer's node budget
     (with ``arena_time_limit=None``: offsets that depend on the model alone). ``target``: as
-    in `reorder_tflite` (None here: tensors only). Returns (checked file bytes, result)."""
+    in `reorder_tflite` (None here: tensors only). ``views`` (with ``offline_plan``): the patch
+    writer's view RESHAPEs share their input's buffer (`tflm_memory.reshape_aliases`), in the
+    order and the offsets. Returns (checked file bytes, result)."""
     from ..schedulers import schedule
 
     t0 = time.perf_counter()
@@ -211,6 +225,10 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
         from .tflm_memory import TFLM_INPLACE, inplace_quantize_graph
 
         g, mm = inplace_quantize_graph(tg), TFLM_INPLACE
+    if views and offline_plan:  # the writer's view RESHAPEs share their input's buffer
+        from .tflm_memory import view_graph
+
+        g = view_graph(tg, g)[0]
     scratch = _scratch(tg, target)
     g = with_scratch(g, scratch)  # the kernels' scratch buffers: priced in the order
     problem = Problem.from_graph(g, mm)
@@ -251,7 +269,8 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
         best = None
         for reserve in ([scratch, None] if scratch else [None]):
             offsets, plan = offline_offsets(tg, order, arena_time_limit, max_nodes=arena_nodes,
-                                            inplace_quantize=inplace_quantize, scratch=reserve)
+                                            inplace_quantize=inplace_quantize, scratch=reserve,
+                                            views=views)
             set_offline_plan(model, offsets)
             total = _target_arena(pack_model(model), target) if scratch else None
             if best is None or (total is not None and total < best[2]):

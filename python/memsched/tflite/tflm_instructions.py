@@ -324,10 +324,12 @@ def _memcpy_insns(src: int, dst: int, n: int) -> int:
 
 
 def _copy(ins, out, dtype, o):
-    # RESHAPE / SQUEEZE: one memcpy unless input and output share the buffer
+    # RESHAPE / SQUEEZE: one memcpy unless input and output share the buffer (``aliased``: the
+    # offline plan puts the output at the input's offset; RESHAPE then skips its memcpy)
     isz = o.get("itemsize", 1)
     b = _prod(out) * isz
-    return "copy" if isz == 1 else f"copy{isz}", {"one": 1, "memcpy": _memcpy_insns(0, 0, b),
+    copied = 0 if o.get("aliased") else _memcpy_insns(0, 0, b)
+    return "copy" if isz == 1 else f"copy{isz}", {"one": 1, "memcpy": copied,
                                                   "dims": len(ins[0]) if ins else 0}
 
 
@@ -702,16 +704,22 @@ def file_ops(model) -> list[tuple[int, str, dict]]:
     """(index, builtin name, {"inputs", "output", "dtype", "options"}) per operator of
     subgraph 0 of ``model`` (a ``memsched.tflite.read`` `TFLiteGraph` or a ``ModelT``):
     what `op_instructions` takes."""
-    from .read import op_names
+    from .read import TFLiteModelError, op_names, read_offline_plan
 
     model = getattr(model, "model", model)
     names = op_names()
     sg = model.subgraphs[0]
     tensors = sg.tensors or []
+    try:  # offsets: a RESHAPE whose output is at its input's offset copies nothing
+        aliased = read_offline_plan(model)
+    except TFLiteModelError:
+        aliased = None
+    if aliased is not None and len(aliased) < len(tensors):
+        aliased = None
     out = []
     for v, op in enumerate(sg.operators or []):
         try:
-            out.append(_file_op(model, names, tensors, v, op))
+            out.append(_file_op(model, names, tensors, v, op, aliased))
         except (AttributeError, IndexError, TypeError, ValueError):  # options or inputs missing
             code = model.operatorCodes[op.opcodeIndex]
             kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "?")
@@ -720,7 +728,7 @@ def file_ops(model) -> list[tuple[int, str, dict]]:
     return out
 
 
-def _file_op(model, names, tensors, v, op):
+def _file_op(model, names, tensors, v, op, aliased=None):
     code = model.operatorCodes[op.opcodeIndex]
     kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "?")
     ins = [int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0]
@@ -749,6 +757,9 @@ def _file_op(model, names, tensors, v, op):
     elif kind == "CONCATENATION":
         acts = shape
         opt["axis"] = int(o.axis)
+    elif kind == "RESHAPE" and aliased is not None and outs and \
+            0 <= aliased[ins[0]] == aliased[outs[0]]:
+        opt["aliased"] = True  # the offline plan shares the buffer: no copy
     elif kind == "STRIDED_SLICE":
         b, st = _const(model, tensors[ins[1]]), _const(model, tensors[ins[3]])
         if b is not None:
@@ -811,8 +822,9 @@ class TFLMTime(RuntimeTime):
 
     name = TARGET
 
-    def __init__(self, model):
+    def __init__(self, model, views: bool = False):
         self.model = model
+        self.views = views  # slices read as row views where that pays (an offline plan)
         self.report = model_instructions(model)
         self.args = {v: (kind, a) for v, kind, a in file_ops(model)}
         self.cost = {c.index: c.instructions for c in self.report.ops}
@@ -830,11 +842,25 @@ class TFLMTime(RuntimeTime):
         return n
 
     def plan(self, sm: SpatialModel, plan) -> int:
-        return sum(self.node(sm, plan, i) for i in range(len(plan.nodes)))
+        from .tflm_memory import view_shapes, view_slices
 
-    def node(self, sm: SpatialModel, plan, i: int) -> int:
-        """Instructions of node ``i`` of ``plan`` as written (`PER_OP` included)."""
-        from .tflm_memory import pad_constant, slice_constants
+        viewed, sources = view_slices(sm, plan.nodes, self.views)
+        n = sum(self.node(sm, plan, i, i in viewed) for i in range(len(plan.nodes)))
+        # one in-place RESHAPE per source read as rows, shared by its slices
+        for src in sources:
+            k = next(k for k in viewed if plan.nodes[k].inputs[0] == src)
+            nd = plan.nodes[k]
+            ten = sm.tensors[nd.tensor]
+            c = int(ten.shape[-1])
+            n += aliased_reshape((1, nd.base.height, nd.base.width, c),
+                                 view_shapes(nd, c)[0], int(ten.itemsize))
+        return n
+
+    def node(self, sm: SpatialModel, plan, i: int, view: bool | None = None) -> int:
+        """Instructions of node ``i`` of ``plan`` as written (`PER_OP` included); ``view``:
+        a slice read as rows (`tflm_memory.view_slices`; None: decided here), with the
+        in-place RESHAPE of its cut (the source's RESHAPE is the plan's, `plan`)."""
+        from .tflm_memory import pad_constant
 
         nd = plan.nodes[i]
         ten = sm.tensors[nd.tensor]
@@ -850,10 +876,11 @@ class TFLMTime(RuntimeTime):
             return (1, w.height, w.width, int(sm.tensors[plan.nodes[src].tensor].shape[-1]))
 
         if nd.kind == "slice":
-            b = nd.base
-            begin, _, strides = slice_constants(nd, c)
-            r = op_instructions("STRIDED_SLICE", [(1, b.height, b.width, c)], win, dtype,
-                                itemsize=isz, begin=begin, strides=strides)
+            if view is None:
+                from .tflm_memory import view_slices
+
+                view = bool(view_slices(sm, [nd], self.views)[0])
+            r = slice_instructions(nd, c, isz, dtype, view)
             kind = "STRIDED_SLICE"
         elif nd.kind == "pad":
             top, bottom, left, right = nd.pads
@@ -882,13 +909,48 @@ class TFLMTime(RuntimeTime):
         return r
 
 
-def tflm_time(model) -> TFLMTime | None:
+def aliased_reshape(src_shape, out_shape, itemsize: int = 1) -> int:
+    """Instructions of a RESHAPE whose output shares its input's buffer (no memcpy)."""
+    return op_instructions("RESHAPE", [src_shape], out_shape, "int8", itemsize=itemsize,
+                           aliased=True)
+
+
+def slice_instructions(nd, channels: int, itemsize: int, dtype: str, view: bool) -> int | None:
+    """Instructions of a plan's slice node as written (`PER_OP` included): a 4-D
+    STRIDED_SLICE of its source window, or (``view``) the STRIDED_SLICE of the source's row
+    view [1, H, W*C] and the in-place RESHAPE of its cut to [1, h, w, C]."""
+    from .tflm_memory import slice_constants, view_shapes
+
+    b, c, isz = nd.base, channels, itemsize
+    win = (1, nd.win.height, nd.win.width, c)
+    begin, _, strides = slice_constants(nd, c, view)
+    if not view:
+        return op_instructions("STRIDED_SLICE", [(1, b.height, b.width, c)], win, dtype,
+                               itemsize=isz, begin=begin, strides=strides)
+    src, cut = view_shapes(nd, c)
+    r = op_instructions("STRIDED_SLICE", [src], cut, dtype, itemsize=isz, begin=begin,
+                        strides=strides)
+    return None if r is None else r + aliased_reshape(cut, win, isz)
+
+
+def view_pays(nd, channels: int, itemsize: int, dtype: int) -> bool:
+    """Whether a plan's slice node costs fewer instructions read as rows (its STRIDED_SLICE
+    on the row view plus the in-place RESHAPE of its cut) than as a 4-D STRIDED_SLICE: where
+    a window cuts a map's columns or rows into more than one run per row."""
+    name = _DTYPES.get(int(dtype), "?")
+    flat = slice_instructions(nd, channels, itemsize, name, False)
+    rows = slice_instructions(nd, channels, itemsize, name, True)
+    return flat is not None and rows is not None and rows < flat
+
+
+def tflm_time(model, views: bool = False) -> TFLMTime | None:
     """`TFLMTime` for ``model`` (a `TFLiteGraph`), or None when one of its kernels has no
-    cost model (`model_instructions` names them)."""
-    t = TFLMTime(model)
+    cost model (`model_instructions` names them); ``views``: the writer reads slices as row
+    views where that pays (with an offline plan)."""
+    t = TFLMTime(model, views)
     return t if t.report.total is not None else None
 
 
 __all__ = ["ModelInstructions", "OpCost", "PER_INVOKE", "PER_OP", "TARGET", "TFLMTime",
-           "UnknownKernel", "features", "file_ops", "model_instructions", "op_instructions",
-           "tflm_time"]
+           "UnknownKernel", "aliased_reshape", "features", "file_ops", "model_instructions",
+           "op_instructions", "slice_instructions", "tflm_time", "view_pays"]

@@ -79,6 +79,121 @@ def quantize_aliases(model) -> list[tuple[int, int, int]]:
     return found
 
 
+# Row views (`memsched.tflite.tile` with an offline plan): TFLite Micro's STRIDED_SLICE copies
+# one innermost run per position of the outer dimensions, so a window of a narrow-channel NHWC
+# map [1, H, W, C] costs one memcpy of C elements per pixel. The writer reads it as rows
+# instead: a RESHAPE views the source as [1, H, W*C] (one per source, shared by its slices),
+# the STRIDED_SLICE cuts rows x columns [w0*C, w1*C) (one memcpy per row) and a RESHAPE views
+# that as [1, h, w, C]. TFLite Micro's RESHAPE copies nothing when its input and output share
+# the buffer (`kernels/reshape.cc`: ``if (input->data.raw != output->data.raw) memcpy``): the
+# offline plan gives each such RESHAPE's output its input's offset (`reshape_aliases`), the
+# order and the plan see one buffer (`view_graph`), the checker accepts exactly those pairs.
+VIEW_SUFFIX = "/view"  # the names of the tensors the writer's view RESHAPEs write
+
+
+def reshape_aliases(model, named_only: bool = True) -> list[tuple[int, int, int]]:
+    """(input, output, operator) of subgraph 0's RESHAPE operators that can run in place in
+    TFLite Micro (output at the input's offset: the kernel skips its copy): an activation input
+    (neither constant nor variable) and an output of the same bytes that is neither constant,
+    variable nor a subgraph output. ``named_only``: only the view RESHAPEs the patch writer
+    adds (input or output named ``...`` + `VIEW_SUFFIX`), the ones the offline plan aliases;
+    False: every RESHAPE that may share its input's bytes (what the checker accepts)."""
+    from .check import _nbytes
+    from .read import op_names
+
+    names = op_names()
+    sg = model.subgraphs[0]
+    tensors = sg.tensors or []
+    buffers = model.buffers or []
+    codes = model.operatorCodes or []
+    outs = {int(t) for t in (sg.outputs if sg.outputs is not None else [])}
+
+    def const(t: int) -> bool:
+        b = int(tensors[t].buffer)
+        buf = buffers[b] if 0 <= b < len(buffers) else None
+        return bool(tensors[t].isVariable) or (buf is not None and (
+            (buf.data is not None and len(buf.data) > 0) or (buf.offset > 1 and buf.size > 0)))
+
+    found = []
+    for v, op in enumerate(sg.operators or []):
+        code = codes[op.opcodeIndex]
+        if names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode))) != "RESHAPE":
+            continue
+        ins = [int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0]
+        o = [int(t) for t in (op.outputs if op.outputs is not None else []) if t >= 0]
+        if not ins or len(o) != 1 or ins[0] == o[0]:
+            continue
+        x, y = ins[0], o[0]
+        if const(x) or const(y) or y in outs or _nbytes(tensors[x]) != _nbytes(tensors[y]):
+            continue
+        if named_only and not (_name(tensors[y]).endswith(VIEW_SUFFIX) or
+                               _name(tensors[x]).endswith(VIEW_SUFFIX)):
+            continue
+        found.append((x, y, v))
+    return found
+
+
+def _name(t) -> str:
+    n = t.name
+    return n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n or "")
+
+
+def alias_roots(model, named_only: bool = True) -> dict[int, int]:
+    """{tensor: the tensor whose buffer it shares} for the outputs of `reshape_aliases`
+    (chains followed to their first tensor)."""
+    parent = {y: x for x, y, _ in reshape_aliases(model, named_only)}
+    roots = {}
+    for y in parent:
+        r = y
+        while r in parent:
+            r = parent[r]
+        roots[y] = r
+    return roots
+
+
+def view_graph(tg: TFLiteGraph, graph=None):
+    """``graph`` (default ``tg.graph``; one op per operator of subgraph 0, e.g.
+    `inplace_quantize_graph`) with the view RESHAPEs of `reshape_aliases` as alias ops (their
+    output is their input's buffer: readers of the view read it), and the file tensor of each
+    of its tensors (the view's root for a shared buffer). Returns (graph, tensor_index)."""
+    from ..graph import GraphBuilder
+
+    g = tg.graph if graph is None else graph
+    # by the tensors they write (``tg.model`` may be reordered already, ``graph`` not)
+    views = {y for _, y, _ in reshape_aliases(tg.model)}
+    if not views:
+        return g, list(tg.tensor_index)
+    b = GraphBuilder(g.name)
+    tmap: dict[int, int] = {}
+    index: list[int] = []
+    deps: dict[int, list[int]] = {}  # graph tensor -> the alias op that defines it
+    for t, ten in enumerate(g.tensors):
+        if ten.producer is None:
+            tmap[t] = b.input(ten.name, ten.nbytes)
+            index.append(tg.tensor_index[t])
+    for v, op in enumerate(g.ops):
+        reads = [tmap[t] for t in op.inputs]
+        preds = [p for t in op.inputs for p in deps.get(t, [])]
+        if len(op.inputs) == 1 and len(op.outputs) == 1 and \
+                tg.tensor_index[op.outputs[0]] in views:
+            vid = b.op(op.name, op.kind, reads, [], workspace=op.workspace, alias=True,
+                       source=op.source, extra_preds=preds)
+            tmap[op.outputs[0]] = tmap[op.inputs[0]]
+            deps[op.outputs[0]] = deps.get(op.inputs[0], []) + [vid]
+            continue
+        vid = b.op(op.name, op.kind, reads,
+                   [(g.tensors[t].name, g.tensors[t].nbytes) for t in op.outputs],
+                   workspace=op.workspace, source=op.source, extra_preds=preds,
+                   inplace=[tmap[t] for t in op.inplace])
+        for t, nt in zip(op.outputs, b.ops[vid].outputs):
+            tmap[t] = nt
+            index.append(tg.tensor_index[t])
+    for t, ten in enumerate(g.tensors):
+        if ten.is_output:
+            b.mark_output(tmap[t])
+    return b.build(), index
+
+
 def with_scratch(graph, scratch: dict[int, list[int]]):
     """``graph`` (an `OpGraph` of a TFLite subgraph) with each operator's workspace = the
     scratch buffers its kernel requests (`tflm_arena.scratch_requests`: file operator index ->
@@ -109,9 +224,13 @@ def inplace_quantize_graph(tg: TFLiteGraph):
     return OpGraph(ops, g.tensors, g.name)
 
 
-def lifetimes(tg: TFLiteGraph, order) -> list[tuple[int, _arena.Lifetime]]:
-    """(file tensor index, TFLM lifetime in steps of ``order``) of every planned activation."""
-    g = tg.graph
+def lifetimes(tg: TFLiteGraph, order, graph=None, tensor_index=None
+              ) -> list[tuple[int, _arena.Lifetime]]:
+    """(file tensor index, TFLM lifetime in steps of ``order``) of every planned activation;
+    ``graph`` / ``tensor_index``: another graph of the file's operators and the file tensor of
+    each of its tensors (`view_graph`: one lifetime per shared buffer, its root's index)."""
+    g = tg.graph if graph is None else graph
+    index = tg.tensor_index if tensor_index is None else tensor_index
     pos = {v: k for k, v in enumerate(order)}
     last = len(order) - 1
     out = []
@@ -125,7 +244,7 @@ def lifetimes(tg: TFLiteGraph, order) -> list[tuple[int, _arena.Lifetime]]:
             end = max(pos[c] for c in ten.consumers)
         else:
             end = start
-        out.append((tg.tensor_index[t], _arena.Lifetime(ten.nbytes, start, max(start, end))))
+        out.append((index[t], _arena.Lifetime(ten.nbytes, start, max(start, end))))
     return out
 
 
@@ -169,12 +288,45 @@ NEW_CONSTS = {"slice": 2, "pad": 1, "concat": 0, "op": 0}
 NODE_KIND = {"slice": "STRIDED_SLICE", "pad": "PAD", "concat": "CONCATENATION"}
 
 
-def slice_constants(nd, channels: int) -> tuple[tuple, tuple, tuple]:
+def slice_constants(nd, channels: int, view: bool = False) -> tuple[tuple, tuple, tuple]:
     """The begin, end and strides a plan's slice node is written with (`memsched.tflite.tile`:
-    a ``STRIDED_SLICE`` of its NHWC source window ``base``)."""
+    a ``STRIDED_SLICE`` of its NHWC source window ``base``; ``view``: of its row view
+    [1, H, W*C], rows x columns [w0*C, w1*C))."""
     b, w = nd.base, nd.win
+    if view:
+        return ((0, w.h0 - b.h0, (w.w0 - b.w0) * channels),
+                (1, w.h1 - b.h0, (w.w1 - b.w0) * channels), (1, 1, 1))
     return ((0, w.h0 - b.h0, w.w0 - b.w0, 0), (1, w.h1 - b.h0, w.w1 - b.w0, channels),
             (1, 1, 1, 1))
+
+
+def view_shapes(nd, channels: int) -> tuple[tuple, tuple]:
+    """The row-view shapes of a slice node: its source [1, H, W*C] and its cut [1, h, w*C]."""
+    b, w = nd.base, nd.win
+    return (1, b.height, b.width * channels), (1, w.height, w.width * channels)
+
+
+def view_slices(sm: SpatialModel, nodes, views: bool = True) -> tuple[frozenset, list]:
+    """Which slice nodes of a plan the writer reads as row views (``views``: the file gets an
+    offline plan, where the view RESHAPEs run in place), and the distinct sources they read
+    (each viewed once, by one RESHAPE shared by its slices): a slice is a view where that
+    costs fewer instructions on the Cortex-M55 than the 4-D slice, its in-place RESHAPE
+    included (`tflm_instructions.view_pays`)."""
+    if not views:
+        return frozenset(), []
+    from .tflm_instructions import view_pays
+
+    chosen, sources = [], []
+    for k, nd in enumerate(nodes):
+        if nd.kind != "slice":
+            continue
+        ten = sm.tensors[nd.tensor]
+        if view_pays(nd, int(ten.shape[-1]), int(ten.itemsize), int(ten.dtype)):
+            chosen.append(k)
+            src = nd.inputs[0]
+            if src not in sources:
+                sources.append(src)
+    return frozenset(chosen), sources
 
 
 def pad_constant(nd) -> tuple:
@@ -184,14 +336,18 @@ def pad_constant(nd) -> tuple:
     return ((0, 0), (top, bottom), (left, right), (0, 0))
 
 
-def new_constants(sm: SpatialModel, nodes) -> int:
+def new_constants(sm: SpatialModel, nodes, views: bool = False) -> int:
     """How many constant tensors the writer (`memsched.tflite.tile`) adds for these plan nodes:
     one per distinct unquantized value (a slice's begin, end and strides, a pad's amounts, a
-    copied PAD's amounts), one per quantized pad value (PADV2's minimum)."""
+    copied PAD's amounts), one per quantized pad value (PADV2's minimum). ``views``: as
+    `view_slices`."""
     values, quantized = set(), 0
-    for nd in nodes:
+    nodes = list(nodes)
+    viewed = view_slices(sm, nodes, views)[0]
+    for k, nd in enumerate(nodes):
         if nd.kind == "slice":
-            values.update(slice_constants(nd, int(sm.tensors[nd.tensor].shape[3])))
+            values.update(slice_constants(nd, int(sm.tensors[nd.tensor].shape[3]),
+                                          k in viewed))
         elif nd.kind == "pad" or (nd.kind == "op" and sm.ops[nd.op].kind in ("PAD", "PADV2")):
             values.add(pad_constant(nd))
             quantized += nd.kind == "pad" and nd.pad_value == PAD_MIN
@@ -209,6 +365,8 @@ class TFLMMemory(RuntimeMemory):
     n_tensors: int = 0
     quantized: bool = True
     price: TFLMPersistent = PERSISTENT
+    # slices read as row views where that pays (`view_slices`): an offline plan is written
+    views: bool = False
 
     def model_persistent(self, sm: SpatialModel) -> int:
         n = self.n_tensors or len(sm.tensors)
@@ -229,13 +387,19 @@ class TFLMMemory(RuntimeMemory):
             op = sm.ops[nd.op]
             return self.price.op(op.kind, op.cout, self.quantized, 1)
         n = NEW_CONSTS[nd.kind] + (nd.kind == "pad" and nd.pad_value == PAD_MIN) if consts else 0
-        return self.price.op(NODE_KIND[nd.kind], 0, self.quantized, 1 + n)
+        own = self.price.op(NODE_KIND[nd.kind], 0, self.quantized, 1 + n)
+        if nd.kind == "slice" and view_slices(sm, [nd], self.views)[0]:
+            own += self.price.op("RESHAPE", 0, self.quantized, 1)  # [1, h, w*C] -> NHWC
+        return own
 
     def plan_persistent_delta(self, sm: SpatialModel, plan: PatchPlan) -> int:
         price, quantized = self.price, self.quantized
         # each node with its output tensor; the constants once per distinct value, as written
         add = sum(self.node_persistent(sm, nd, consts=False) for nd in plan.nodes)
-        add += price.eval_tensor * new_constants(sm, plan.nodes)
+        add += price.eval_tensor * new_constants(sm, plan.nodes, self.views)
+        # one RESHAPE (and its output tensor) per source read as rows
+        add += len(view_slices(sm, plan.nodes, self.views)[1]) * \
+            price.op("RESHAPE", 0, quantized, 1)
         removed = sum(price.op(sm.ops[k].kind, sm.ops[k].cout, quantized, 1)
                       for k in plan.region.ops)
         removed -= price.eval_tensor * len(plan.region.split)  # split tensors keep their index

@@ -75,6 +75,8 @@ class TileResult:
     # persistent bytes + the largest of the model input, the operators before the region and
     # the largest operator after it
     bound: dict = field(default_factory=dict)
+    # the written slices of narrow-channel maps read as rows (`tflm_memory.view_slices`)
+    views: bool = False
 
     def as_dict(self, curves: bool = False) -> dict:
         """JSON-ready summary; ``curves``: also the memory curves (bytes live per step under
@@ -87,6 +89,7 @@ class TileResult:
              "target": self.target, "arena_bytes": self.arena_bytes,
              "original_arena_bytes": self.original_arena_bytes,
              "seconds": round(self.seconds, 3), "notes": self.notes, "bound": self.bound,
+             "views": self.views,
              "search": self.search.as_dict(),
              # the regions after the first (the choice's ``regions`` lists them all)
              "second_region": self.choice.sequence[1].region_dict()
@@ -103,8 +106,8 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                 time_limit: float | None = None, region_start: int | None = None,
                 second_region: bool | None = None, padding: str | None = None, *,
                 max_regions: int | None = None, options: PatchOptions | None = None,
-                target: str | None = "cortex-m", max_slowdown=...
-                ) -> tuple[bytes, TileResult]:
+                target: str | None = "cortex-m", max_slowdown=...,
+                views: bool | None = None) -> tuple[bytes, TileResult]:
     """Search and write a patch-based version of the .tflite model ``src`` (path or bytes).
 
     The search's options (`memsched.patches.PatchOptions`, given whole as ``options`` or by
@@ -127,6 +130,11 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     the CMSIS-NN kernels: the search prices TFLM's persistent bytes at 32-bit sizes and each
     copied kernel's scratch buffers, and the offline plan leaves room for them), ``host`` (the
     ``tflite-micro`` package's reference kernels) or None (tensors only, 64-bit prices).
+    ``views``: read slices of narrow-channel maps as rows (`tflm_memory.view_slices`: a
+    RESHAPE of the source to [1, H, W*C], one memcpy per row, a RESHAPE of the cut back; both
+    in place under the offline plan, each costing its persistent bytes); only with
+    ``offline_plan`` on ``cortex-m``. None (default): under a time bound the search runs with
+    and without them and the lower total wins; True / False: always / never.
     Returns (file bytes, `TileResult`: ``arena_bytes`` is TFLite Micro's minimal arena of the
     written file on ``target``, computed from it); writes ``dst`` atomically when given. When
     no candidate lowers the total arena within the budget, the model is only reordered; a
@@ -144,15 +152,30 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     # TFLM's CONV_2D / DEPTHWISE_CONV_2D allocate the per-channel multiplier and shift arrays
     # for float models too (measured: same persistent bytes for the float and int8 model)
     scratch = _scratch(tg, target)
-    memory, graph = _memory(tg, offline_plan, target, scratch)
     sm = _with_workspace(spatial_model(tg), scratch)
-    try:
-        # time is priced for the board the kernels' cost model was calibrated on
-        time_model = tflm_time(tg) if target == "cortex-m" else None
-        res = search_model(Described(sm, graph, tg.tensor_index),
-                           tflm_runtime(memory, time=time_model), opts)
-    except Refused as e:
-        raise TileError(f"cannot tile {label!r}: {e}") from None
+    # row views (`tflm_memory.view_slices`): their RESHAPEs run in place under an offline plan
+    # only, priced in time on the Cortex-M. They buy instructions with a RESHAPE's persistent
+    # bytes each, so under a time bound the search runs with and without them and the lower
+    # total wins (ties: fewer instructions); without a bound it asks for RAM alone: none.
+    able = bool(offline_plan and target == "cortex-m")
+    if views and not able:
+        raise TileError("views need offline_plan=True and target='cortex-m' (their RESHAPEs "
+                        "run in place under the offline plan only)")
+    tried = [False]
+    if views or (views is None and able and opts.max_slowdown is not None):
+        tried = [True] if views else [True, False]
+    res = None
+    for v in tried:
+        memory, graph = _memory(tg, offline_plan, target, scratch, v)
+        try:
+            # time is priced for the board the kernels' cost model was calibrated on
+            time_model = tflm_time(tg, v) if target == "cortex-m" else None
+            r = search_model(Described(sm, graph, tg.tensor_index),
+                             tflm_runtime(memory, time=time_model), opts)
+        except Refused as e:
+            raise TileError(f"cannot tile {label!r}: {e}") from None
+        if res is None or _better(r, res):
+            res, views = r, v
     choice = res.choice
     out = TileResult(res, choice, len(sm.ops), len(sm.ops))
     if res.stopped:  # the safety net, not the work budgets: another machine may differ
@@ -167,7 +190,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
         written = tg
     else:
         try:
-            model = rewrite_model(tg, sm, res.plans_of(choice))
+            model = rewrite_model(tg, sm, res.plans_of(choice), views=views)
         except Refused as e:
             raise TileError(f"cannot tile {label!r}: {e}") from None
         from .write import remove_offline_plan
@@ -188,7 +211,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                              schedule_options=work.final_options(),
                              arena_time_limit=None if native_available() else
                              max(0.5, (opts.time_limit or 10.0) / 4),
-                             arena_nodes=work.arena_nodes, target=target)
+                             arena_nodes=work.arena_nodes, target=target, views=views)
     if target is not None:
         out.target, out.arena_bytes = target, rr.arena_bytes
         out.original_arena_bytes = _target_arena(tg.data, target)
@@ -214,12 +237,25 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     out.peak, out.lower_bound, out.optimal = rr.peak, rr.lower_bound, rr.optimal
     out.offline_arena = rr.offline_arena
     out.notes += list(getattr(rr, "notes", []))
+    if views and choice is not None:
+        from .tflm_memory import reshape_aliases
+
+        n = len(reshape_aliases(written.model))
+        out.views = n > 0
+        if n:
+            out.notes.append(f"windows read as rows: {n} RESHAPE view(s) in place under the "
+                             "offline plan (one memcpy per row instead of one per pixel)")
     if choice is not None and not offline_plan:
         out.notes.append("TFLite Micro's own planner may place the patched tensors in more than "
                          "the certified peak; offline_plan=True writes offsets that reach it")
     out.bound = res.bound(choice)
+    patched_graph = written.graph
+    if views and choice is not None:  # the view RESHAPEs share their input's buffer
+        from .tflm_memory import view_graph
+
+        patched_graph = view_graph(written)[0]
     out.curves = {"original": original_curve,  # the kernels' scratch included, as priced
-                  "patched": _curve(with_scratch(written.graph, _scratch(written, target)),
+                  "patched": _curve(with_scratch(patched_graph, _scratch(written, target)),
                                     rr.order)}
     out.seconds = time.perf_counter() - t0
     if dst is not None:
@@ -229,12 +265,23 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     return data, out
 
 
-def _memory(tg, inplace: bool, target: str | None = None, scratch: dict | None = None):
+def _better(a: SearchResult, b: SearchResult) -> bool:
+    """Whether search ``a``'s choice beats ``b``'s: a lower total (the unpatched model's in
+    its best order where there is none), then fewer predicted instructions."""
+    def key(r: SearchResult):
+        c = r.choice if r.choice is not None else (r.reordered or r.original)
+        return c.total, c.instructions if c.instructions is not None else float("inf")
+    return key(a) < key(b)
+
+
+def _memory(tg, inplace: bool, target: str | None = None, scratch: dict | None = None,
+            views: bool = False):
     """TFLite Micro's memory model for the search and the graph it prices: with ``inplace``
     (an offline plan will be written) float-to-int8 QUANTIZE operators run in place
     (`tflm_memory.quantize_aliases`); persistent bytes at ``target``'s sizes
     (`tflm_arena.persistent_price`; None: the measured 64-bit host prices) and each
-    operator's ``scratch`` buffers as its workspace."""
+    operator's ``scratch`` buffers as its workspace; ``views``: slices read as row views
+    where that pays (`tflm_memory.view_slices`)."""
     from .tflm_memory import PERSISTENT, TFLM_INPLACE, inplace_quantize_graph
 
     n = len(tg.subgraph.tensors)
@@ -245,7 +292,8 @@ def _memory(tg, inplace: bool, target: str | None = None, scratch: dict | None =
         price = persistent_price(target)
     if inplace:
         return (TFLMMemory(activations=TFLM_INPLACE, n_tensors=n, quantized=True,
-                           price=price), with_scratch(inplace_quantize_graph(tg), scratch))
+                           price=price, views=views),
+                with_scratch(inplace_quantize_graph(tg), scratch))
     return TFLMMemory(n_tensors=n, quantized=True, price=price), with_scratch(tg.graph, scratch)
 
 
@@ -261,11 +309,15 @@ def _with_workspace(sm: SpatialModel, scratch: dict | None) -> SpatialModel:
 
 
 # ---------------------------------------------------------------------------- rewrite
-def rewrite_model(tg, sm: SpatialModel, plans):
+def rewrite_model(tg, sm: SpatialModel, plans, views: bool = False):
     """A new ``ModelT``: each patched region (`PatchPlan` nodes, in patch order; ``plans``: one
     plan or several, in model order) in place of its operators ``plan.region.start .. length -
     1``, the rest unchanged, unused tensors dropped. A region's split tensors are reassembled
-    into their own tensor indices, which the next region reads like any region input."""
+    into their own tensor indices, which the next region reads like any region input.
+    ``views``: the slices `tflm_memory.view_slices` picks are read as rows (a RESHAPE of the
+    source to [1, H, W*C] shared by its slices, a STRIDED_SLICE of rows x columns, a RESHAPE
+    of the cut back to NHWC): for a file with an offline plan, where the RESHAPEs run in
+    place."""
     plans = [plans] if isinstance(plans, PatchPlan) else list(plans)
     s = schema()
     model = copy.deepcopy(tg.model)
@@ -313,7 +365,7 @@ def rewrite_model(tg, sm: SpatialModel, plans):
     for i, plan in enumerate(plans):
         segments += old_ops[at:plan.region.start]
         segments += _patched_ops(s, plan, sm, tensors, old_ops, opcode, const, like,
-                                 f"/r{i}" if i else "")
+                                 f"/r{i}" if i else "", views)
         at = plan.region.length
     sg.operators = segments + old_ops[at:]
     sg.tensors = tensors
@@ -324,13 +376,32 @@ def rewrite_model(tg, sm: SpatialModel, plans):
 
 
 def _patched_ops(s, plan: PatchPlan, sm: SpatialModel, tensors: list, old_ops: list, opcode,
-                 const, like, tag: str = "") -> list:
+                 const, like, tag: str = "", views: bool = False) -> list:
     """The operators of one patched region (`rewrite_model`; ``opcode`` / ``const`` / ``like``
     add operator codes, constant tensors and window tensors to the model being written;
     ``tag`` ends the new tensors' names, unique per region)."""
+    from .tflm_memory import VIEW_SUFFIX, view_shapes, view_slices
+
     final = {k: t for t, k in plan.result.items()}  # node -> original tensor it becomes
     node_t: list[int] = []
     new_ops = []
+    viewed = view_slices(sm, plan.nodes, views)[0]
+    rows: dict = {}  # a slice's source -> its row view tensor (one RESHAPE per source)
+
+    def reshape(src: int, shape, name: str) -> int:
+        """A RESHAPE of tensor ``src`` to ``shape`` (one input; the shape in its options)
+        into a new tensor named ``name`` + `VIEW_SUFFIX` (the offline plan aliases it)."""
+        t = tensors[src]
+        tensors.append(s.TensorT(shape=list(shape), type=t.type, buffer=0,
+                                 name=name + VIEW_SUFFIX,
+                                 quantization=copy.deepcopy(t.quantization)))
+        o = s.ReshapeOptionsT()
+        o.newShape = list(shape)
+        new_ops.append(s.OperatorT(opcodeIndex=opcode("RESHAPE"), inputs=[src],
+                                   outputs=[len(tensors) - 1],
+                                   builtinOptionsType=s.BuiltinOptions.ReshapeOptions,
+                                   builtinOptions=o))
+        return len(tensors) - 1
     for k, nd in enumerate(plan.nodes):
         ins = [r[1] if isinstance(r, tuple) else node_t[r] for r in nd.inputs]
         name = f"{_tname(tensors[nd.tensor])}/p{nd.patch}/{nd.kind}{k}{tag}"
@@ -343,15 +414,36 @@ def _patched_ops(s, plan: PatchPlan, sm: SpatialModel, tensors: list, old_ops: l
             # cut (no Init, no options) but copies element by element, where STRIDED_SLICE
             # copies each contiguous run at once (measured on the M55: +8-27 % instructions
             # on the MobileNet rows of docs/patches.md for 0.1-2 % of arena)
-            begin, end, step = slice_constants(nd, int(tensors[nd.tensor].shape[3]))
+            c = int(tensors[nd.tensor].shape[3])
+            view = k in viewed
+            begin, end, step = slice_constants(nd, c, view)
             bt = const(name + "/begin", np.array(begin, np.int32), s.TensorType.INT32)
             et = const(name + "/end", np.array(end, np.int32), s.TensorType.INT32)
             strides = const("memsched/patch_strides", np.array(step, np.int32),
                             s.TensorType.INT32)
+            src, cut = ins[0], out
+            if view:  # rows of the source's [1, H, W*C] view, one memcpy per row
+                src_shape, cut_shape = view_shapes(nd, c)
+                key = nd.inputs[0]
+                if key not in rows:
+                    rows[key] = reshape(ins[0], src_shape, f"{_tname(tensors[ins[0]])}/rows{tag}")
+                src = rows[key]
+                t = tensors[out]
+                tensors.append(s.TensorT(shape=list(cut_shape), type=t.type, buffer=0,
+                                         name=name + "/rows" + VIEW_SUFFIX,
+                                         quantization=copy.deepcopy(t.quantization)))
+                cut = len(tensors) - 1
             new_ops.append(s.OperatorT(opcodeIndex=opcode("STRIDED_SLICE"),
-                                       inputs=[ins[0], bt, et, strides], outputs=[out],
+                                       inputs=[src, bt, et, strides], outputs=[cut],
                                        builtinOptionsType=s.BuiltinOptions.StridedSliceOptions,
                                        builtinOptions=s.StridedSliceOptionsT()))
+            if view:  # the cut seen as its NHWC window, in place
+                o = s.ReshapeOptionsT()
+                o.newShape = [int(d) for d in tensors[out].shape]
+                new_ops.append(s.OperatorT(opcodeIndex=opcode("RESHAPE"), inputs=[cut],
+                                           outputs=[out],
+                                           builtinOptionsType=s.BuiltinOptions.ReshapeOptions,
+                                           builtinOptions=o))
         elif nd.kind == "pad":
             pads = np.array(pad_constant(nd), np.int32)
             pt = const(name + "/paddings", pads, s.TensorType.INT32)
