@@ -52,9 +52,17 @@ def output_spec(node):
 
 def may_share(in_spec, out_spec, off_in: int, off_out: int) -> bool:
     """Whether the output placed at ``off_out`` may overlap the input at ``off_in``: the rule
-    of the kernel's forward loop (module docstring)."""
-    a, b = _itemsize(in_spec.dtype), _itemsize(out_spec.dtype)
+    of the kernel's forward loop (module docstring). The specs: ExecuTorch's ``TensorSpec``
+    or anything with ``element_bytes`` (`pte.plan_graph`'s storages)."""
+    a, b = _element_bytes(in_spec), _element_bytes(out_spec)
     return off_out <= off_in + (a - b)
+
+
+def _element_bytes(spec) -> int:
+    """A spec's element size: ``element_bytes`` when it has one (a `.pte`'s tensors, read
+    without torch), else its torch ``dtype``'s."""
+    n = getattr(spec, "element_bytes", None)
+    return int(n) if n is not None else _itemsize(spec.dtype)
 
 
 def pairs(graph_module) -> list[tuple]:

@@ -1,0 +1,189 @@
+"""`memsched analyze` on the Cortex-M programs memsched writes (issue 60, item 1).
+
+The written-plan check (`pte.check_written_plan`) and the liveness model (`pte.plan_graph`)
+must explain what memsched's writer does:
+
+* patched programs whose equal values `share_values` made one: a patch's copy of an operator
+  writes the value all copies share (a new tensor each time), a layout view names the pad
+  output of its own patch, equal CMSIS-NN scratch buffers of several calls are one value
+  (each call's scratch lives for that call);
+* the in-place Cortex-M quantize: its int8 output written over the float model input it reads
+  last (the input planned), as the kernel's forward loop allows (`inplace.may_share`).
+
+Every program memsched writes passes the check, and the certified optimum analyze prints is
+never above the bytes the program plans; a corrupted plan still fails. Host only: small int8
+models, no kernels run.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+
+pytest.importorskip("executorch")
+pytest.importorskip("tosa_serializer", reason="the Cortex-M quantizer imports tosa-tools")
+
+from cortex_m_models import Block, cba, int8_edge, stack  # noqa: E402
+from torch import nn  # noqa: E402
+
+import memsched.executorch as mx  # noqa: E402
+from memsched.executorch import pte, pte_format  # noqa: E402
+
+MODELS = {
+    # a stem, a depthwise and a pointwise layer (MobileNetV1-like)
+    "stack": (lambda: stack(["conv3s2", "dw3", "conv1"]), (1, 3, 32, 32)),
+    # inverted residuals (an add), through a stride-2 block
+    "blocks": (lambda: nn.Sequential(cba(3, 8, 3, 2), Block(8, 8, 1), Block(8, 16, 2),
+                                     nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4)),
+               (1, 3, 48, 48)),
+    # a stride-2 stem on few channels: the float input is the peak, quantized in place
+    "stem": (lambda: nn.Sequential(cba(3, 4, 3, 2), cba(4, 4, 3, 1, 4), nn.AdaptiveAvgPool2d(1),
+                                   nn.Flatten(), nn.Linear(4, 3)), (1, 3, 32, 32)),
+}
+
+
+@pytest.fixture(scope="module")
+def edges():
+    import torch
+
+    torch.manual_seed(0)
+    return {name: int8_edge(make(), shape, isa="mve")[0]
+            for name, (make, shape) in MODELS.items()}
+
+
+def _program(edge, patched: bool, shared: bool, planned: bool) -> bytes:
+    """The program memsched writes: patched (``tile_patches``, patches forced by a generous
+    overhead) or not, its equal values shared or not, the float input planned or the
+    caller's."""
+    kw = dict(alloc_graph_input=planned, time_limit=3.0)
+    if patched:
+        kw.update(tile_patches=True, share_values=shared, grid="2x2", max_overhead=10.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        buf = copy.deepcopy(edge).to_executorch(mx.backend_config(**kw)).buffer
+    return mx.share_values(buf)[0] if shared else buf
+
+
+_CASES = [(m, p, s, i) for m in MODELS for p in (True, False) for s in (True, False)
+          for i in (False, True)]
+_programs: dict = {}
+
+
+def _cached(edges, case) -> bytes:
+    if case not in _programs:
+        m, p, s, i = case
+        _programs[case] = _program(edges[m], p, s, i)
+    return _programs[case]
+
+
+@pytest.mark.parametrize("case", _CASES, ids=[
+    f"{m}-{'patched' if p else 'plain'}-{'shared' if s else 'unshared'}-"
+    f"{'input-planned' if i else 'caller-input'}" for m, p, s, i in _CASES])
+def test_analyze_explains_memsched_programs(edges, case):
+    """The check passes, and the certified optimum (and the file order's peak) is at most the
+    planned bytes: the model allows what the program does. A patched program has more
+    instructions than the plain one (the patches applied)."""
+    m, patched, shared, planned = case
+    data = _cached(edges, case)
+    row = pte.analyze(data, time_limit=5)["forward"]
+    assert "error" not in row, row.get("error")
+    assert row["plan_check"] == "passed", row["plan_check"]
+    assert row["optimum_peak"] <= row["file_order_peak"] <= row["planned_bytes"]
+    if patched:
+        plain = pte.summary(_cached(edges, (m, False, shared, planned)))["forward"]
+        assert row["instructions"] > plain["instructions"]
+    # reordering such a program never makes it larger (a value standing for several
+    # tensors leaves it as written)
+    out, report = pte.reorder(data, time_limit=5, measure=False)
+    pte.read_program(out)
+    assert report["forward"]["planned_after"] <= report["forward"]["planned_before"]
+
+
+def _quantize_in_place(plan):
+    """(float input, int8 output) values of the first quantize written over its input."""
+    for ins in plan.chains[0].instructions:
+        a = ins.instr_args
+        if plan.operators[a.op_index].name != "cortex_m::quantize_per_tensor":
+            continue
+        x, y = a.args[0], a.args[-1]
+        ax, ay = plan.values[x].val.allocation_info, plan.values[y].val.allocation_info
+        if ax is not None and ay is not None and ax.memory_id == ay.memory_id and \
+                ax.memory_offset_low == ay.memory_offset_low:
+            return x, y
+    return None
+
+
+def _set_offset(plan, v, off):
+    a = plan.values[v].val.allocation_info
+    a.memory_offset_low, a.memory_offset_high = off & 0xFFFFFFFF, off >> 32
+
+
+@pytest.mark.parametrize("case", [("blocks", True, True, True), ("blocks", True, False, True),
+                                  ("stem", False, False, True)],
+                         ids=["patched-shared", "patched-unshared", "plain"])
+def test_in_place_quantize_only_under_the_kernels_rule(edges, case):
+    """With the input planned, the quantize's int8 output sits on the float input it reads
+    last (the check passes, above). Moved 16 B up -- past the ``a - b`` = 3 B the forward loop
+    allows -- the same overlap is an error."""
+    data = _cached(edges, case)
+    pf = pte_format.read_pte(data)
+    plan = pf.program.execution_plan[0]
+    pair = _quantize_in_place(plan)
+    assert pair is not None, "no in-place quantize in a program with the input planned"
+    _x, y = pair
+    off = plan.values[y].val.allocation_info.memory_offset_low
+    _set_offset(plan, y, off + 16)
+    row = pte.analyze(pte_format.write_pte(pf), time_limit=5)["forward"]
+    assert row["plan_check"] != "passed" and "overlap" in row["plan_check"]
+
+
+def _overlapping_pair(plan):
+    """Two tensors written by instructions and live at once in different bytes of one arena
+    (a call's input and output), each named by its own value only: (value to move, offset
+    to move it to)."""
+    graph, info = pte.plan_graph(plan)
+    n = len(graph.ops)
+    insts = info["instances"]
+    names = {}  # instance -> the values that name it
+    for res in info["resolved"]:
+        for v, i in res:
+            names.setdefault(id(info["by_index"][i]), set()).add(v)
+    made = {}
+    for s in insts:
+        made[s.value] = made.get(s.value, 0) + 1
+    spans = []
+    for t, s in enumerate(insts):
+        ten = graph.tensors[t]
+        lo = -1 if ten.producer is None else ten.producer
+        hi = n if ten.is_output else max([lo] + list(ten.consumers))
+        spans.append((lo, hi))
+    sizes = plan.non_const_buffer_sizes
+    for a, (sa, (la, ha)) in enumerate(zip(insts, spans)):
+        for b, (sb, (lb, hb)) in enumerate(zip(insts, spans)):
+            if a == b or sa.kind != "written" or sb.kind != "written" or sa.mem != sb.mem:
+                continue
+            if names[id(sb)] != {sb.value} or made[sb.value] != 1 or sb.hi == sb.lo:
+                continue
+            apart = sa.hi <= sb.lo or sb.hi <= sa.lo
+            if apart and la < lb <= ha and sa.lo + (sb.hi - sb.lo) <= sizes[sa.mem]:
+                return sb.value, sa.lo
+    return None
+
+
+@pytest.mark.parametrize("case", [("stack", True, True, False), ("blocks", True, True, True),
+                                  ("blocks", False, False, False)],
+                         ids=["patched-shared", "patched-shared-planned", "plain"])
+def test_a_corrupted_plan_fails(edges, case):
+    """Two live tensors moved onto each other: the check fails (the model explains memsched's
+    programs, it does not accept everything)."""
+    data = _cached(edges, case)
+    assert pte.analyze(data, time_limit=5)["forward"]["plan_check"] == "passed"
+    pf = pte_format.read_pte(data)
+    plan = pf.program.execution_plan[0]
+    found = _overlapping_pair(plan)
+    assert found is not None
+    v, off = found
+    _set_offset(plan, v, off)
+    row = pte.analyze(pte_format.write_pte(pf), time_limit=5)["forward"]
+    assert row["plan_check"] != "passed" and "overlap" in row["plan_check"], row["plan_check"]
