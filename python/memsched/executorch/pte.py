@@ -156,12 +156,16 @@ def plan_graph(plan, alignment: int = 16):
     * a write starts a new instance (plan inputs: one, from the start), unless the call also
       reads the value (in place: ``copy_`` back to a buffer) or it is state;
     * a read names the latest earlier write of exactly its bytes (the value itself, or the
-      base of a view: ExecuTorch's views are reshapes at the base's offset); else, for a value
-      never written and named by kernel calls only -- by one call, or as a byte buffer right
-      before each call's written block (CMSIS-NN scratch; several calls' equal ones shared)
-      -- that call's scratch (written by the call first: lives for the call); else the
+      base of a view: ExecuTorch's views are reshapes at the base's offset); else, for a
+      one-dimensional value never written and named by kernel calls only, always right
+      before the call's written block (a CMSIS-NN scratch buffer; several calls' equal ones
+      shared), that call's scratch (written by the call first: lives for the call); else the
       latest earlier write containing its bytes (a view; that tensor lives on); else
-      persistent state (a mutable buffer: the whole run).
+      persistent state (a mutable buffer: the whole run). A value written before names its
+      own latest instance -- or, when values are shared (several calls write one value), a
+      later write of exactly its bytes with another description of them (a shared value
+      that is, in a later patch, a layout view of a new tensor); nothing else: what
+      overwrote it clobbered it, and the check says so.
 
     An instance lives from the instruction that makes it to its last reference (plan outputs
     and state: to the end). The Cortex-M ``quantize_per_tensor`` may write its int8 output
@@ -225,16 +229,14 @@ def plan_graph(plan, alignment: int = 16):
     written_somewhere = {v for r in refs for v, w in r if w is not False}
 
     def scratch_like(v) -> bool:
-        # never written and named by kernel calls only: a kernel's scratch buffer when one
-        # call names it (``[..., scratch, out, out]``), or when it is a byte buffer (what
-        # ``exir.memory.alloc`` gives a CMSIS-NN kernel) right before each call's written
-        # block (`share.share_values` leaves one value for the equal scratch of several calls)
+        # never written, one-dimensional, and named by kernel calls only, each time as the
+        # argument right before the call's written block: a kernel's scratch buffer
+        # (``[..., scratch, out, out]``, what ``exir.memory.alloc`` gives a CMSIS-NN kernel),
+        # or the one value `share.share_values` left for the equal scratch of several calls
         s = sites.get(v, [])
         if v in written_somewhere or v in inputs or v in outputs or not s or None in s:
             return False
-        t = values[v].val
-        return len({k for k, _ in s}) == 1 or (
-            int(t.scalar_type) == 0 and len(t.sizes) == 1 and all(last for _, last in s))
+        return len(values[v].val.sizes) == 1 and all(last for _, last in s)
 
     insts: list[_Storage] = []
     by_mem: dict[int, list] = {}  # memory id -> (instruction, lo, hi, instance) of each write
@@ -256,6 +258,16 @@ def plan_graph(plan, alignment: int = 16):
         if planned(v):  # spec starts at node 0), not from its first reader
             fixed[v] = new(v, -1, "input")
 
+    written_by: dict[int, int] = {}  # value -> the latest instance its own write made
+    # values shared: a planned value that several calls write without reading it (the
+    # emitter writes one value per FX node; only in-place calls write one again)
+    writers: dict[int, set] = {}
+    for k, r in enumerate(refs):
+        for v, w in r:
+            if w and v not in named[k] and planned(v):
+                writers.setdefault(v, set()).add(k)
+    shared = any(len(ks) > 1 for ks in writers.values())
+
     def holder(v, k):
         """The instance whose bytes ``v`` names at instruction ``k`` (before ``k`` writes):
         the latest earlier write of exactly its bytes (itself, or a view's base: ExecuTorch's
@@ -272,10 +284,26 @@ def plan_graph(plan, alignment: int = 16):
         best = max(inside, key=lambda x: (x[0], x[3])) if inside else None
         return (None if best is None else best[3]), False
 
+    def described(v):  # what a kernel sees of a tensor value besides its bytes
+        t = values[v].val
+        return (int(t.scalar_type), tuple(t.sizes), tuple(t.dim_order))
+
     def read(v, k) -> int:
         if v in fixed:
             return fixed[v]
         i, exact = holder(v, k)
+        own = written_by.get(v)
+        if own is not None:
+            # a value written before names its own bytes; in a program with shared values
+            # (`share_values` made one value of a tensor and, in a later patch, a view of
+            # equal description), also a later write of exactly its bytes with another
+            # description of them. Never a tensor of its own description or one that only
+            # overlaps: those clobbered it
+            if exact and (insts[i].value == v or (
+                    shared and described(insts[i].value)[0] == described(v)[0] and
+                    described(insts[i].value) != described(v))):
+                return i
+            return own
         if exact:
             return i
         if scratch_like(v):  # written by the call before it reads it: lives for the call
@@ -312,7 +340,7 @@ def plan_graph(plan, alignment: int = 16):
                     mem, off = _alloc(values[v])
                     by_mem[mem].append((k, off, off + _nbytes(values[v].val, 1), i))
             else:
-                i = new(v, k, "written")
+                i = written_by[v] = new(v, k, "written")
             res[v] = i
         resolved.append(sorted(res.items()))
     last_inst: dict[int, int] = {}
