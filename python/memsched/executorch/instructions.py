@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..patches.runtime import RuntimeTime
+from ..patches import RuntimeTime
 
 # ExecuTorch ScalarType codes -> (name, bytes per element)
 SCALAR_TYPES = {0: ("uint8", 1), 1: ("int8", 1), 2: ("int16", 2), 3: ("int32", 4),

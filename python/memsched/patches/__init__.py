@@ -55,9 +55,9 @@ from .options import (MAX_REGIONS, PatchOptions, PatchOptionsError, entry_option
                       unmet_grid)
 from .errors import Refused
 from .plans import PatchPlan, plan_patches
-from .request import Described, search_model
+from .request import Described, search_model, search_ways
 from .result import Candidate, Deferred, SearchResult
-from .runtime import Layout, Runtime, RuntimeMemory
+from .runtime import Layout, Runtime, RuntimeMemory, RuntimeTime
 from .se import classify_se, partial_se_blocks
 from .evaluator import BAND_GRIDS, DEFAULT_GRIDS
 from .patched import patched_graph
@@ -68,7 +68,7 @@ from .regions import Region, regions  # noqa: E402, I001
 __all__ = ["BAND_GRIDS", "Budget", "Candidate", "Clock", "DEFAULT_GRIDS", "Deferred",
            "Described", "INT_RANGES", "Layout", "MAX_REGIONS", "PAD_MIN", "PAD_NONE", "PAD_ZERO",
            "PatchOptions", "PatchOptionsError", "PatchPlan", "Refused", "Region", "Runtime",
-           "RuntimeMemory", "SOp", "STensor", "SearchResult", "SpatialModel", "Win",
+           "RuntimeMemory", "RuntimeTime", "SOp", "STensor", "SearchResult", "SpatialModel", "Win",
            "classify_se", "inexact_reduction", "parse_grid", "partial_se_blocks",
            "patched_graph", "plan_patches", "region_starts", "regions", "same_padding",
-           "search_model", "valid_size", "unmet_grid", "entry_options"]
+           "search_model", "search_ways", "valid_size", "unmet_grid", "entry_options"]

@@ -20,7 +20,7 @@ from .result import SearchResult
 from .runtime import Runtime, runtime_of
 from .sequence import search_sequence
 
-__all__ = ["Described", "search_model"]
+__all__ = ["Described", "search_model", "search_ways"]
 
 
 def search_model(model: Described, runtime: Runtime, options: PatchOptions | None = None
@@ -33,3 +33,22 @@ def search_model(model: Described, runtime: Runtime, options: PatchOptions | Non
     rt = runtime_of(runtime)
     with collector_paused():
         return search_sequence(Evaluator(model, rt, resolve(options, rt, model.sm)))
+
+
+def search_ways(ways: list[tuple[Described, Runtime]], options: PatchOptions | None = None
+                ) -> tuple[int, SearchResult]:
+    """The search under each of an adapter's ways to write one model (``ways``: its
+    description and runtime each, e.g. TFLite Micro's window slices copied or read as row
+    views: the same plans priced otherwise), and the best answer by the one objective: the
+    lowest total of the choice (the unpatched model's in its best order where there is none),
+    then fewer predicted instructions, then the first way. Returns (the way's index, its
+    result)."""
+    best = None
+    for i, (model, runtime) in enumerate(ways):
+        res = search_model(model, runtime, options)
+        c = res.choice if res.choice is not None else (res.reordered or res.original)
+        key = (c.total, c.instructions if c.instructions is not None else float("inf"))
+        if best is None or key < best[0]:
+            best = (key, i, res)
+    return best[1], best[2]
+

@@ -28,8 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..patches import PAD_MIN, SpatialModel
-from ..patches.runtime import RuntimeTime
+from ..patches import PAD_MIN, RuntimeTime, SpatialModel
 
 TARGET = "Cortex-M55 (TFLite Micro, CMSIS-NN MVE)"
 PER_OP = 12  # the interpreter's loop outside an operator's profiler window (plain firmware)
@@ -842,7 +841,7 @@ class TFLMTime(RuntimeTime):
         return n
 
     def plan(self, sm: SpatialModel, plan) -> int:
-        from .tflm_memory import view_shapes, view_slices
+        from .tflm_nodes import view_shapes
 
         viewed, sources = view_slices(sm, plan.nodes, self.views)
         n = sum(self.node(sm, plan, i, i in viewed) for i in range(len(plan.nodes)))
@@ -858,9 +857,9 @@ class TFLMTime(RuntimeTime):
 
     def node(self, sm: SpatialModel, plan, i: int, view: bool | None = None) -> int:
         """Instructions of node ``i`` of ``plan`` as written (`PER_OP` included); ``view``:
-        a slice read as rows (`tflm_memory.view_slices`; None: decided here), with the
+        a slice read as rows (`view_slices`; None: decided here), with the
         in-place RESHAPE of its cut (the source's RESHAPE is the plan's, `plan`)."""
-        from .tflm_memory import pad_constant
+        from .tflm_nodes import pad_constant
 
         nd = plan.nodes[i]
         ten = sm.tensors[nd.tensor]
@@ -877,7 +876,6 @@ class TFLMTime(RuntimeTime):
 
         if nd.kind == "slice":
             if view is None:
-                from .tflm_memory import view_slices
 
                 view = bool(view_slices(sm, [nd], self.views)[0])
             r = slice_instructions(nd, c, isz, dtype, view)
@@ -919,7 +917,7 @@ def slice_instructions(nd, channels: int, itemsize: int, dtype: str, view: bool)
     """Instructions of a plan's slice node as written (`PER_OP` included): a 4-D
     STRIDED_SLICE of its source window, or (``view``) the STRIDED_SLICE of the source's row
     view [1, H, W*C] and the in-place RESHAPE of its cut to [1, h, w, C]."""
-    from .tflm_memory import slice_constants, view_shapes
+    from .tflm_nodes import slice_constants, view_shapes
 
     b, c, isz = nd.base, channels, itemsize
     win = (1, nd.win.height, nd.win.width, c)
@@ -943,6 +941,27 @@ def view_pays(nd, channels: int, itemsize: int, dtype: int) -> bool:
     return flat is not None and rows is not None and rows < flat
 
 
+def view_slices(sm: SpatialModel, nodes, views: bool = True) -> tuple[frozenset, list]:
+    """Which slice nodes of a plan the writer reads as row views (``views``: the file gets an
+    offline plan, where the view RESHAPEs run in place), and the distinct sources they read
+    (each viewed once, by one RESHAPE shared by its slices): a slice is a view where that
+    costs fewer instructions on the Cortex-M55 than the 4-D slice, its in-place RESHAPE
+    included (`tflm_instructions.view_pays`)."""
+    if not views:
+        return frozenset(), []
+    chosen, sources = [], []
+    for k, nd in enumerate(nodes):
+        if nd.kind != "slice":
+            continue
+        ten = sm.tensors[nd.tensor]
+        if view_pays(nd, int(ten.shape[-1]), int(ten.itemsize), int(ten.dtype)):
+            chosen.append(k)
+            src = nd.inputs[0]
+            if src not in sources:
+                sources.append(src)
+    return frozenset(chosen), sources
+
+
 def tflm_time(model, views: bool = False) -> TFLMTime | None:
     """`TFLMTime` for ``model`` (a `TFLiteGraph`), or None when one of its kernels has no
     cost model (`model_instructions` names them); ``views``: the writer reads slices as row
@@ -953,4 +972,4 @@ def tflm_time(model, views: bool = False) -> TFLMTime | None:
 
 __all__ = ["ModelInstructions", "OpCost", "PER_INVOKE", "PER_OP", "TARGET", "TFLMTime",
            "UnknownKernel", "aliased_reshape", "features", "file_ops", "model_instructions",
-           "op_instructions", "slice_instructions", "tflm_time", "view_pays"]
+           "op_instructions", "slice_instructions", "tflm_time", "view_pays", "view_slices"]

@@ -19,6 +19,8 @@ from .. import arena as _arena
 from ..memory import MemoryModel
 from ..patches import PAD_MIN, PatchPlan, Runtime, RuntimeMemory, SOp, SpatialModel
 from .read import TFLiteGraph
+from .tflm_instructions import view_slices
+from .tflm_nodes import pad_constant, slice_constants, view_shapes  # noqa: F401 (importable)
 
 TFLM_ALIGNMENT = 16  # MicroArenaBufferAlignment()
 TFLM_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=False, workspace=True,
@@ -98,8 +100,7 @@ def reshape_aliases(model, named_only: bool = True) -> list[tuple[int, int, int]
     variable nor a subgraph output. ``named_only``: only the view RESHAPEs the patch writer
     adds (input or output named ``...`` + `VIEW_SUFFIX`), the ones the offline plan aliases;
     False: every RESHAPE that may share its input's bytes (what the checker accepts)."""
-    from .check import _nbytes
-    from .read import op_names
+    from .read import op_names, tensor_nbytes
 
     names = op_names()
     sg = model.subgraphs[0]
@@ -124,7 +125,8 @@ def reshape_aliases(model, named_only: bool = True) -> list[tuple[int, int, int]
         if not ins or len(o) != 1 or ins[0] == o[0]:
             continue
         x, y = ins[0], o[0]
-        if const(x) or const(y) or y in outs or _nbytes(tensors[x]) != _nbytes(tensors[y]):
+        if const(x) or const(y) or y in outs or \
+                tensor_nbytes(tensors[x]) != tensor_nbytes(tensors[y]):
             continue
         if named_only and not (_name(tensors[y]).endswith(VIEW_SUFFIX) or
                                _name(tensors[x]).endswith(VIEW_SUFFIX)):
@@ -286,54 +288,6 @@ PERSISTENT = TFLMPersistent()
 # new constant tensors per inserted node: STRIDED_SLICE begin/end (strides shared), PAD paddings
 NEW_CONSTS = {"slice": 2, "pad": 1, "concat": 0, "op": 0}
 NODE_KIND = {"slice": "STRIDED_SLICE", "pad": "PAD", "concat": "CONCATENATION"}
-
-
-def slice_constants(nd, channels: int, view: bool = False) -> tuple[tuple, tuple, tuple]:
-    """The begin, end and strides a plan's slice node is written with (`memsched.tflite.tile`:
-    a ``STRIDED_SLICE`` of its NHWC source window ``base``; ``view``: of its row view
-    [1, H, W*C], rows x columns [w0*C, w1*C))."""
-    b, w = nd.base, nd.win
-    if view:
-        return ((0, w.h0 - b.h0, (w.w0 - b.w0) * channels),
-                (1, w.h1 - b.h0, (w.w1 - b.w0) * channels), (1, 1, 1))
-    return ((0, w.h0 - b.h0, w.w0 - b.w0, 0), (1, w.h1 - b.h0, w.w1 - b.w0, channels),
-            (1, 1, 1, 1))
-
-
-def view_shapes(nd, channels: int) -> tuple[tuple, tuple]:
-    """The row-view shapes of a slice node: its source [1, H, W*C] and its cut [1, h, w*C]."""
-    b, w = nd.base, nd.win
-    return (1, b.height, b.width * channels), (1, w.height, w.width * channels)
-
-
-def view_slices(sm: SpatialModel, nodes, views: bool = True) -> tuple[frozenset, list]:
-    """Which slice nodes of a plan the writer reads as row views (``views``: the file gets an
-    offline plan, where the view RESHAPEs run in place), and the distinct sources they read
-    (each viewed once, by one RESHAPE shared by its slices): a slice is a view where that
-    costs fewer instructions on the Cortex-M55 than the 4-D slice, its in-place RESHAPE
-    included (`tflm_instructions.view_pays`)."""
-    if not views:
-        return frozenset(), []
-    from .tflm_instructions import view_pays
-
-    chosen, sources = [], []
-    for k, nd in enumerate(nodes):
-        if nd.kind != "slice":
-            continue
-        ten = sm.tensors[nd.tensor]
-        if view_pays(nd, int(ten.shape[-1]), int(ten.itemsize), int(ten.dtype)):
-            chosen.append(k)
-            src = nd.inputs[0]
-            if src not in sources:
-                sources.append(src)
-    return frozenset(chosen), sources
-
-
-def pad_constant(nd) -> tuple:
-    """The paddings a plan's pad node (or a copied PAD) is written with: NHWC, (before, after)
-    per dim."""
-    top, bottom, left, right = nd.pads
-    return ((0, 0), (top, bottom), (left, right), (0, 0))
 
 
 def new_constants(sm: SpatialModel, nodes, views: bool = False) -> int:

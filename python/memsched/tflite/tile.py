@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..patches import (PAD_MIN, Candidate, Clock, Described, PatchOptions, PatchPlan, Refused,
-                       SearchResult, SpatialModel, entry_options, search_model, unmet_grid)
+                       SearchResult, SpatialModel, entry_options, search_ways, unmet_grid)
 from .read import TFLiteModelError, graph_of, read_tflite, schema
 from .reorder import _scratch, _target_arena
 from .spatial import spatial_model
@@ -75,7 +75,7 @@ class TileResult:
     # persistent bytes + the largest of the model input, the operators before the region and
     # the largest operator after it
     bound: dict = field(default_factory=dict)
-    # the written slices of narrow-channel maps read as rows (`tflm_memory.view_slices`)
+    # the written slices of narrow-channel maps read as rows (`tflm_instructions.view_slices`)
     views: bool = False
 
     def as_dict(self, curves: bool = False) -> dict:
@@ -130,7 +130,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     the CMSIS-NN kernels: the search prices TFLM's persistent bytes at 32-bit sizes and each
     copied kernel's scratch buffers, and the offline plan leaves room for them), ``host`` (the
     ``tflite-micro`` package's reference kernels) or None (tensors only, 64-bit prices).
-    ``views``: read slices of narrow-channel maps as rows (`tflm_memory.view_slices`: a
+    ``views``: read slices of narrow-channel maps as rows (`tflm_instructions.view_slices`: a
     RESHAPE of the source to [1, H, W*C], one memcpy per row, a RESHAPE of the cut back; both
     in place under the offline plan, each costing its persistent bytes); only with
     ``offline_plan`` on ``cortex-m``. None (default): under a time bound the search runs with
@@ -153,7 +153,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     # for float models too (measured: same persistent bytes for the float and int8 model)
     scratch = _scratch(tg, target)
     sm = _with_workspace(spatial_model(tg), scratch)
-    # row views (`tflm_memory.view_slices`): their RESHAPEs run in place under an offline plan
+    # row views (`tflm_instructions.view_slices`): their RESHAPEs run in place under an offline plan
     # only, priced in time on the Cortex-M. They buy instructions with a RESHAPE's persistent
     # bytes each, so under a time bound the search runs with and without them and the lower
     # total wins (ties: fewer instructions); without a bound it asks for RAM alone: none.
@@ -164,18 +164,18 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     tried = [False]
     if views or (views is None and able and opts.max_slowdown is not None):
         tried = [True] if views else [True, False]
-    res = None
+    ways = []
     for v in tried:
         memory, graph = _memory(tg, offline_plan, target, scratch, v)
-        try:
-            # time is priced for the board the kernels' cost model was calibrated on
-            time_model = tflm_time(tg, v) if target == "cortex-m" else None
-            r = search_model(Described(sm, graph, tg.tensor_index),
-                             tflm_runtime(memory, time=time_model), opts)
-        except Refused as e:
-            raise TileError(f"cannot tile {label!r}: {e}") from None
-        if res is None or _better(r, res):
-            res, views = r, v
+        # time is priced for the board the kernels' cost model was calibrated on
+        time_model = tflm_time(tg, v) if target == "cortex-m" else None
+        ways.append((Described(sm, graph, tg.tensor_index),
+                     tflm_runtime(memory, time=time_model)))
+    try:
+        way, res = search_ways(ways, opts)
+    except Refused as e:
+        raise TileError(f"cannot tile {label!r}: {e}") from None
+    views = tried[way]
     choice = res.choice
     out = TileResult(res, choice, len(sm.ops), len(sm.ops))
     if res.stopped:  # the safety net, not the work budgets: another machine may differ
@@ -265,15 +265,6 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     return data, out
 
 
-def _better(a: SearchResult, b: SearchResult) -> bool:
-    """Whether search ``a``'s choice beats ``b``'s: a lower total (the unpatched model's in
-    its best order where there is none), then fewer predicted instructions."""
-    def key(r: SearchResult):
-        c = r.choice if r.choice is not None else (r.reordered or r.original)
-        return c.total, c.instructions if c.instructions is not None else float("inf")
-    return key(a) < key(b)
-
-
 def _memory(tg, inplace: bool, target: str | None = None, scratch: dict | None = None,
             views: bool = False):
     """TFLite Micro's memory model for the search and the graph it prices: with ``inplace``
@@ -281,7 +272,7 @@ def _memory(tg, inplace: bool, target: str | None = None, scratch: dict | None =
     (`tflm_memory.quantize_aliases`); persistent bytes at ``target``'s sizes
     (`tflm_arena.persistent_price`; None: the measured 64-bit host prices) and each
     operator's ``scratch`` buffers as its workspace; ``views``: slices read as row views
-    where that pays (`tflm_memory.view_slices`)."""
+    where that pays (`tflm_instructions.view_slices`)."""
     from .tflm_memory import PERSISTENT, TFLM_INPLACE, inplace_quantize_graph
 
     n = len(tg.subgraph.tensors)
@@ -314,7 +305,7 @@ def rewrite_model(tg, sm: SpatialModel, plans, views: bool = False):
     plan or several, in model order) in place of its operators ``plan.region.start .. length -
     1``, the rest unchanged, unused tensors dropped. A region's split tensors are reassembled
     into their own tensor indices, which the next region reads like any region input.
-    ``views``: the slices `tflm_memory.view_slices` picks are read as rows (a RESHAPE of the
+    ``views``: the slices `tflm_instructions.view_slices` picks are read as rows (a RESHAPE of the
     source to [1, H, W*C] shared by its slices, a STRIDED_SLICE of rows x columns, a RESHAPE
     of the cut back to NHWC): for a file with an offline plan, where the RESHAPEs run in
     place."""
@@ -380,7 +371,9 @@ def _patched_ops(s, plan: PatchPlan, sm: SpatialModel, tensors: list, old_ops: l
     """The operators of one patched region (`rewrite_model`; ``opcode`` / ``const`` / ``like``
     add operator codes, constant tensors and window tensors to the model being written;
     ``tag`` ends the new tensors' names, unique per region)."""
-    from .tflm_memory import VIEW_SUFFIX, view_shapes, view_slices
+    from .tflm_instructions import view_slices
+    from .tflm_memory import VIEW_SUFFIX
+    from .tflm_nodes import view_shapes
 
     final = {k: t for t, k in plan.result.items()}  # node -> original tensor it becomes
     node_t: list[int] = []
