@@ -52,13 +52,15 @@ def edges():
             for name, (make, shape) in MODELS.items()}
 
 
-def _program(edge, patched: bool, shared: bool, planned: bool) -> bytes:
-    """The program memsched writes: patched (``tile_patches``, patches forced by a generous
-    overhead) or not, its equal values shared or not, the float input planned or the
-    caller's."""
+def _program(edge, patched: bool, shared: bool, planned: bool, forced: bool = True) -> bytes:
+    """The program memsched writes: patched (``tile_patches``; ``forced``: a 2x2 grid at a
+    generous overhead, so small models are patched too) or not, its equal values shared or
+    not, the float input planned or the caller's."""
     kw = dict(alloc_graph_input=planned, time_limit=3.0)
     if patched:
-        kw.update(tile_patches=True, share_values=shared, grid="2x2", max_overhead=10.0)
+        kw.update(tile_patches=True, share_values=shared)
+        if forced:
+            kw.update(grid="2x2", max_overhead=10.0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         buf = copy.deepcopy(edge).to_executorch(mx.backend_config(**kw)).buffer
@@ -98,6 +100,16 @@ def test_analyze_explains_memsched_programs(edges, case):
     out, report = pte.reorder(data, time_limit=5, measure=False)
     pte.read_program(out)
     assert report["forward"]["planned_after"] <= report["forward"]["planned_before"]
+
+
+@pytest.mark.parametrize("planned", [False, True], ids=["caller-input", "input-planned"])
+def test_analyze_explains_the_default_options(edges, planned):
+    """``backend_config(tile_patches=True, share_values=True)`` as a user writes it, then
+    ``mx.share_values``: the check passes, the optimum is at most the planned bytes."""
+    data = _program(edges["blocks"], True, True, planned, forced=False)
+    row = pte.analyze(data, time_limit=5)["forward"]
+    assert row["plan_check"] == "passed", row["plan_check"]
+    assert row["optimum_peak"] <= row["file_order_peak"] <= row["planned_bytes"]
 
 
 def _quantize_in_place(plan):
