@@ -440,3 +440,212 @@ def se_model(quantized: bool = True, size: int = 16, width: int = 8, seed: int =
     h = reduce_mean(p, [1, 2 * width], "head/mean", False)
     net.b.outputs = [net.fc(h, 2 * width, 4)]
     return net.b.finish()
+
+
+# ---------------------------------------------------------------------------------------------
+# small models around the data-movement and matrix operators TFLite Micro's arena prices
+# (`memsched.tflite.tflm_arena`): each mixes them with convolutions, int8 or float32
+
+
+def _op_net(name: str, quantized: bool, seed: int, size: int = 8, channels: int = 8):
+    net = _Net(f"{name}_{'int8' if quantized else 'f32'}", quantized, seed)
+    x = net.act("x", [1, size, size, 3], 0.04, 0)
+    net.b.inputs = [x]
+    a, shape = net.conv(x, [1, size, size, 3], channels)
+    return net, x, a, shape
+
+
+def _op_finish(net: _Net, t: int, shape) -> bytes:
+    y, _ = net.conv(t, shape, 4, k=1, relu=False)
+    net.b.outputs = [y]
+    return net.b.finish()
+
+
+def _data_op(net: _Net, kind: str, inputs, out_shapes, options_type=0, options=None,
+             like=None) -> list[int]:
+    """One operator whose outputs keep the quantization of ``like`` (data movement)."""
+    outs = [net.act(f"{kind.lower()}{net.n}_{i}", list(s), like=like)
+            for i, s in enumerate(out_shapes)]
+    net.n += 1
+    net.b.op(kind, inputs, outs, options_type, options)
+    return outs
+
+
+def transpose_model(quantized: bool = True, seed: int = 0, size: int = 8,
+                    channels: int = 16) -> bytes:
+    """conv3x3 -> TRANSPOSE (swap H and W) -> depthwise -> TRANSPOSE to NCHW -> TRANSPOSE back
+    to NHWC -> conv1x1: layout changes as TinyEngine-style and converted PyTorch models have."""
+    net, _, a, shape = _op_net("transpose", quantized, seed, size, channels)
+    s = net.s
+
+    def transpose(t, shp, perm):
+        out = [shp[p] for p in perm]
+        return _data_op(net, "TRANSPOSE", [t, net.const_i32(f"perm{net.n}", perm)], [out],
+                        s.BuiltinOptions.TransposeOptions, s.TransposeOptionsT(), like=t)[0], out
+
+    t, shape = transpose(a, shape, [0, 2, 1, 3])
+    d, shape = net.conv(t, shape, channels, depthwise=True)
+    t, tshape = transpose(d, shape, [0, 3, 1, 2])
+    t, shape = transpose(t, tshape, [0, 2, 3, 1])
+    return _op_finish(net, t, shape)
+
+
+def resize_model(quantized: bool = True, seed: int = 0, size: int = 8,
+                 channels: int = 8) -> bytes:
+    """A detection-neck-like upsampling: conv3x3 -> conv3x3/2 -> RESIZE_NEAREST_NEIGHBOR (x2)
+    -> ADD (the full-resolution branch) -> RESIZE_NEAREST_NEIGHBOR (x2, half-pixel centers) ->
+    conv1x1."""
+    net, _, a, shape = _op_net("resize", quantized, seed, size, channels)
+    s = net.s
+    low, lshape = net.conv(a, shape, channels, stride=2)
+
+    def resize(t, shp, hw, half=False):
+        o = s.ResizeNearestNeighborOptionsT()
+        o.halfPixelCenters = half
+        out = [shp[0], hw[0], hw[1], shp[3]]
+        return _data_op(net, "RESIZE_NEAREST_NEIGHBOR", [t, net.const_i32(f"size{net.n}", hw)],
+                        [out], s.BuiltinOptions.ResizeNearestNeighborOptions, o, like=t)[0], out
+
+    up, _ = resize(low, lshape, [size, size])
+    m = net.add(up, a, shape)
+    up2, shape = resize(m, shape, [2 * size, 2 * size], half=True)
+    return _op_finish(net, up2, shape)
+
+
+def split_model(quantized: bool = True, seed: int = 0, size: int = 8, channels: int = 8,
+                kind: str = "SPLIT") -> bytes:
+    """conv3x3 -> SPLIT (two halves of the channels) or SPLIT_V (3 and 5 channels) -> a conv on
+    each part -> CONCATENATION -> conv1x1."""
+    net, _, a, shape = _op_net(kind.lower(), quantized, seed, size, channels)
+    s = net.s
+    axis = net.b.tensor(f"split{net.n}/axis", [], s.TensorType.INT32,
+                        net.b.buffer(np.array(3, np.int32)))
+    if kind == "SPLIT":
+        o = s.SplitOptionsT()
+        o.numSplits = 2
+        sizes = [channels // 2, channels - channels // 2]
+        parts = _data_op(net, "SPLIT", [axis, a], [shape[:3] + [c] for c in sizes],
+                         s.BuiltinOptions.SplitOptions, o, like=a)
+    else:
+        o = s.SplitVOptionsT()
+        o.numSplits = 2
+        sizes = [3, channels - 3]
+        parts = _data_op(net, "SPLIT_V", [a, net.const_i32(f"split{net.n}/sizes", sizes), axis],
+                         [shape[:3] + [c] for c in sizes], s.BuiltinOptions.SplitVOptions, o,
+                         like=a)
+    convs = [net.conv(p, shape[:3] + [c], 4, k=3 - 2 * i)[0] for i, (p, c) in
+             enumerate(zip(parts, sizes))]
+    cat = net.act(f"cat{net.n}", shape[:3] + [8], 0.05, 0)
+    co = s.ConcatenationOptionsT()
+    co.axis = 3
+    if net.q:  # CONCATENATION keeps one scale: requantize the parts to it
+        for c in convs:
+            net.b.tensors[c].quantization = net.b.tensors[cat].quantization
+    net.b.op("CONCATENATION", convs, [cat], s.BuiltinOptions.ConcatenationOptions, co)
+    return _op_finish(net, cat, shape[:3] + [8])
+
+
+def unpack_model(quantized: bool = True, seed: int = 0, size: int = 8,
+                 channels: int = 8) -> bytes:
+    """conv3x3 -> UNPACK along the rows (``size`` outputs, half of them unused) -> ADD of row
+    pairs -> CONCATENATION -> RESHAPE -> conv1x1."""
+    net, _, a, shape = _op_net("unpack", quantized, seed, size, channels)
+    s = net.s
+    o = s.UnpackOptionsT()
+    o.num, o.axis = size, 1
+    rows = _data_op(net, "UNPACK", [a], [[1, size, channels]] * size,
+                    s.BuiltinOptions.UnpackOptions, o, like=a)
+    sums = [net.add(rows[i], rows[i + 1], [1, size, channels]) for i in range(0, size // 2, 2)]
+    cat = net.act(f"cat{net.n}", [1, size, channels * len(sums)], 0.12, -5)
+    co = s.ConcatenationOptionsT()
+    co.axis = 2
+    net.b.op("CONCATENATION", sums, [cat], s.BuiltinOptions.ConcatenationOptions, co)
+    r, rshape = net.reshape(cat, [1, len(sums), size, channels])
+    return _op_finish(net, r, rshape)
+
+
+def pack_op_model(quantized: bool = True, seed: int = 0, size: int = 8,
+               channels: int = 8) -> bytes:
+    """Two convolutions of the input -> PACK along a new last axis -> RESHAPE (interleaved
+    channels) -> conv1x1."""
+    net, x, a, shape = _op_net("pack", quantized, seed, size, channels)
+    s = net.s
+    b, _ = net.conv(x, [1, size, size, 3], channels, k=1)
+    if net.q:
+        net.b.tensors[b].quantization = net.b.tensors[a].quantization
+    o = s.PackOptionsT()
+    o.valuesCount, o.axis = 2, 4
+    p = _data_op(net, "PACK", [a, b], [shape + [2]], s.BuiltinOptions.PackOptions, o,
+                 like=a)[0]
+    r, rshape = net.reshape(p, shape[:3] + [2 * channels])
+    return _op_finish(net, r, rshape)
+
+
+def gather_model(quantized: bool = True, seed: int = 0, size: int = 8,
+                 channels: int = 8) -> bytes:
+    """conv3x3 -> GATHER of 6 channels (repeats) -> conv3x3 -> GATHER of every other row ->
+    conv1x1."""
+    net, _, a, shape = _op_net("gather", quantized, seed, size, channels)
+    s = net.s
+
+    def gather(t, shp, axis, idx):
+        o = s.GatherOptionsT()
+        o.axis = axis
+        out = list(shp)
+        out[axis] = len(idx)
+        return _data_op(net, "GATHER", [t, net.const_i32(f"idx{net.n}", idx)], [out],
+                        s.BuiltinOptions.GatherOptions, o, like=t)[0], out
+
+    g, gshape = gather(a, shape, 3, [channels - 1, 0, 3, 3, 5, 1])
+    c, cshape = net.conv(g, gshape, channels)
+    g2, gshape = gather(c, cshape, 1, list(range(0, size, 2)))
+    return _op_finish(net, g2, gshape)
+
+
+def batch_matmul_model(quantized: bool = True, seed: int = 0, size: int = 8,
+                       channels: int = 8) -> bytes:
+    """Attention-like: two convolutions -> RESHAPE to (1, H*W, C) -> BATCH_MATMUL by a constant
+    (C, 16) (its transposed copy kept), BATCH_MATMUL q by k (adj_y) and, adj_x, of k's
+    (1, C, H*W) view by the constant -> RESHAPE -> conv1x1 each, ADD -> conv1x1."""
+    net, x, a, shape = _op_net("batch_matmul", quantized, seed, size, channels)
+    s = net.s
+    T = s.TensorType
+    k_, _ = net.conv(x, [1, size, size, 3], channels, k=1)
+    hw = size * size
+    q, _ = net.reshape(a, [1, hw, channels])
+    k, _ = net.reshape(k_, [1, hw, channels])
+    kt, _ = net.reshape(k_, [1, channels, hw])
+    wf = net.rng.normal(0, 1 / np.sqrt(channels), size=(channels, 16)).astype(np.float32)
+    if net.q:
+        wq, wsc = _quantize(wf, None)
+        w = net.b.tensor("bmm/w", [channels, 16], T.INT8, net.b.buffer(wq), scale=wsc,
+                         zero_point=0)
+    else:
+        w = net.b.tensor("bmm/w", [channels, 16], T.FLOAT32, net.b.buffer(wf))
+
+    def bmm(lhs, rhs, out, adj_x=False, adj_y=False):
+        o = s.BatchMatMulOptionsT()
+        o.adjX, o.adjY = adj_x, adj_y
+        y = net.act(f"bmm{net.n}", out, 0.2, 1)
+        net.n += 1
+        net.b.op("BATCH_MATMUL", [lhs, rhs], [y], s.BuiltinOptions.BatchMatMulOptions, o)
+        return y
+
+    p1 = bmm(q, w, [1, hw, 16])
+    p2 = bmm(q, k, [1, hw, hw], adj_y=True)
+    p3 = bmm(kt, w, [1, hw, 16], adj_x=True)
+    r1, _ = net.reshape(p1, [1, size, size, 16])
+    r2, _ = net.reshape(p2, [1, size, size, hw])
+    r3, _ = net.reshape(p3, [1, size, size, 16])
+    c2, cshape = net.conv(r2, [1, size, size, hw], 16, k=1)
+    m = net.add(net.add(r1, c2, cshape), r3, cshape)
+    return _op_finish(net, m, cshape)
+
+
+def op_models(quantized: bool = True) -> dict[str, bytes]:
+    """One small model per operator above (its name -> the file's bytes)."""
+    return {"TRANSPOSE": transpose_model(quantized),
+            "RESIZE_NEAREST_NEIGHBOR": resize_model(quantized),
+            "SPLIT": split_model(quantized), "SPLIT_V": split_model(quantized, kind="SPLIT_V"),
+            "UNPACK": unpack_model(quantized), "PACK": pack_op_model(quantized),
+            "GATHER": gather_model(quantized), "BATCH_MATMUL": batch_matmul_model(quantized)}

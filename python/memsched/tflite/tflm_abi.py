@@ -55,6 +55,8 @@ _BUILTIN_32 = {
     "SOFTMAX": (4, 4), "ADD": (2, 1), "MUL": (1, 1), "CONCATENATION": (8, 4),
     "STRIDED_SLICE": (24, 4), "SQUEEZE": (36, 4), "MEAN": (1, 1), "SUM": (1, 1),
     "REDUCE_MAX": (1, 1), "REDUCE_MIN": (1, 1), "LEAKY_RELU": (4, 4), "SUB": (2, 1),
+    "RESIZE_NEAREST_NEIGHBOR": (2, 1), "SPLIT": (4, 4), "SPLIT_V": (4, 4), "PACK": (8, 4),
+    "UNPACK": (8, 4), "GATHER": (8, 4), "BATCH_MATMUL": (3, 1),
 }
 _BUILTIN_64 = dict(_BUILTIN_32, FULLY_CONNECTED=(32, 8), ADD=(8, 4), MUL=(4, 4), SUB=(8, 4))
 
@@ -63,13 +65,16 @@ _OP_DATA_COMMON = {
     "MUL": 36, "PAD": 56, "PADV2": 56, "STRIDED_SLICE": 84, "RELU": 28, "RELU6": 8,
     "LOGISTIC": 16, "MEAN": 44, "SUM": 44, "REDUCE_MAX": 44, "REDUCE_MIN": 44, "QUANTIZE": 32,
     "DEQUANTIZE": 32, "HARD_SWISH": 20, "LEAKY_RELU": 24, "SUB": 52, "TANH": 16,
-    "RESHAPE": None, "SQUEEZE": None, "EXPAND_DIMS": None,
+    "RESHAPE": None, "SQUEEZE": None, "EXPAND_DIMS": None, "TRANSPOSE": None,
+    "RESIZE_NEAREST_NEIGHBOR": None, "SPLIT": None, "SPLIT_V": None, "PACK": None,
+    "UNPACK": None, "GATHER": None,
 }
 _OP_DATA_CMSIS = dict(_OP_DATA_COMMON, CONV_2D=60, DEPTHWISE_CONV_2D=60, FULLY_CONNECTED=72,
                       ADD=60, AVERAGE_POOL_2D=36, MAX_POOL_2D=36, SOFTMAX=64,
-                      CONCATENATION=24)
+                      CONCATENATION=24, BATCH_MATMUL=36)
 _OP_DATA_REF = dict(_OP_DATA_COMMON, CONV_2D=80, DEPTHWISE_CONV_2D=80, FULLY_CONNECTED=72,
-                    ADD=60, AVERAGE_POOL_2D=32, MAX_POOL_2D=32, SOFTMAX=80, CONCATENATION=80)
+                    ADD=60, AVERAGE_POOL_2D=32, MAX_POOL_2D=32, SOFTMAX=80, CONCATENATION=80,
+                    BATCH_MATMUL=32)
 
 ABIS = {
     "cortex-m": Abi("cortex-m", "cmsis-nn", 4, ((52, 4), (44, 4), (124, 4)), (8, 4), (8, 4),

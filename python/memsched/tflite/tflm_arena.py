@@ -24,10 +24,11 @@ section growing down from its end (``SingleArenaBufferAllocator``):
   op data (``Init``: 16-byte aligned), what the kernels' ``Prepare`` keeps (per-channel output
   multipliers and shifts, 4 B per channel each, for quantized CONV_2D / DEPTHWISE_CONV_2D /
   per-channel FULLY_CONNECTED; CMSIS-NN's FULLY_CONNECTED kernel sums, 4 B per output channel;
-  int16 softmax tables; a RESHAPE's resolved dims), the scratch-buffer handles (one pointer
-  each), variable tensors without an offline offset, and at the end the ``TfLiteTensor`` (+
-  quantization: ``TfLiteAffineQuantization`` and a zero-point array of 4 + 4 x channels B) of
-  every model input and output plus the two pointer arrays to them.
+  int16 softmax tables; a RESHAPE's resolved dims; a GATHER's output dims; BATCH_MATMUL's
+  transposed operand copies, output dims and quantization record), the scratch-buffer
+  handles (one pointer each), variable tensors without an offline offset, and at the end the
+  ``TfLiteTensor`` (+ quantization: ``TfLiteAffineQuantization`` and a zero-point array of 4 +
+  4 x channels B) of every model input and output plus the two pointer arrays to them.
 * *head* (non-persistent): after ``AllocateTensors`` exactly the memory plan, i.e. the greedy
   planner's maximum of offset + size over the planned buffers: every non-constant,
   non-variable tensor of non-zero size and every scratch buffer a kernel requested, each
@@ -55,8 +56,9 @@ input, else im2col ``4 x ceil(C_in x K_w x K_h / 16) x 16``; DEPTHWISE_CONV_2D: 
 K_w x K_h`` when C_in == C_out, batch 1 and no dilation, or (one input channel) the
 convolution's size plus the filter's; FULLY_CONNECTED: ``8 x C_out`` when the output has more
 than two dimensions and the depth is a multiple of 4 (per-tensor quantization), else the
-kernel sums go to the tail; AVERAGE_POOL_2D: 0 with MVE. The reference kernels (``host``) ask
-for none (MEAN / SUM ask for their accumulators on both).
+kernel sums go to the tail; BATCH_MATMUL: ``4 x`` the output's columns; AVERAGE_POOL_2D: 0
+with MVE. The reference kernels (``host``) ask for none (MEAN / SUM ask for their
+accumulators on both).
 
 **The planner** (``GreedyMemoryPlanner``, `greedy_plan`): buffers with an offline offset (the
 ``OfflineMemoryAllocation`` metadata) are placed at it first, in tensor order; the others,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .read import TFLiteGraph, TFLiteModelError
-from .tflm_abi import (ALIGN, FLOAT32, INT4, INT8, INT16, TYPE_BYTES,
+from .tflm_abi import (ALIGN, FLOAT32, INT4, INT8, INT16, INT32, TYPE_BYTES,
                        UnpricedModelError)
 
 # ---------------------------------------------------------------------------------------------
@@ -343,6 +343,104 @@ def _tanh(n: Node, cmsis: bool):
     n.tin(0), n.tin(0), n.tout(0)
 
 
+def _transpose(n: Node, cmsis: bool):
+    """TransposePrepare (reference and CMSIS-NN alike): the input, the permutation and the
+    output as temporaries; nothing kept."""
+    x, perm, y = n.inp(0), n.inp(1), n.out(0)
+    n.need(x, perm, y)
+    if not perm.const or len(x.shape) > 5 or x.type != y.type or \
+            perm.shape != (len(x.shape),):
+        raise UnpricedModelError(f"operator {n.v} (TRANSPOSE): TFLite Micro takes a constant "
+                                 "permutation of a 1-D to 5-D tensor only")
+    n.tin(0), n.tin(1), n.tout(0)
+
+
+def _resize_nearest(n: Node, cmsis: bool):
+    x, size, y = n.inp(0), n.inp(1), n.out(0)
+    n.need(x, size, y)
+    if len(x.shape) != 4 or not size.const or size.type != INT32 or size.shape != (2,):
+        raise UnpricedModelError(f"operator {n.v} (RESIZE_NEAREST_NEIGHBOR): TFLite Micro "
+                                 "takes a 4-D input and a constant int32 size of 2 only")
+    n.tin(0), n.tin(1), n.tout(0)
+
+
+def _split(n: Node, cmsis: bool):
+    """SPLIT reads its axis (input 0), SPLIT_V its axis (input 2) in Prepare; both must be
+    constant."""
+    i = 0 if n.kind == "SPLIT" else 2
+    if n.kind == "SPLIT_V" and len(n.ins) != 3:
+        raise UnpricedModelError(f"operator {n.v} (SPLIT_V) has {len(n.ins)} inputs, not 3")
+    axis = n.inp(i)
+    n.need(axis)
+    if not axis.const:
+        raise UnpricedModelError(f"operator {n.v} ({n.kind}): a non-constant axis, which "
+                                 "TFLite Micro rejects")
+    n.tin(i)
+
+
+def _gather(n: Node, cmsis: bool):
+    """GatherPrepare: three temporaries, then a persistent copy of the output's dims."""
+    x, idx, y = n.inp(0), n.inp(1), n.out(0)
+    n.need(x, idx, y)
+    if idx.type != INT32 or x.type not in (FLOAT32, INT8):
+        raise UnpricedModelError(f"operator {n.v} (GATHER): float32 or int8 data with int32 "
+                                 "indices only")
+    # ParseGather: 0 and 0 without options
+    axis, batch_dims = (0, 0) if n.options is None else (n.opt("axis"), n.opt("batchDims"))
+    axis += len(x.shape) if axis < 0 else 0
+    batch_dims += len(idx.shape) if batch_dims < 0 else 0
+    rank = len(x.shape) + len(idx.shape) - 1 - batch_dims
+    if not (0 <= batch_dims <= axis < len(x.shape)) or len(y.shape) != rank:
+        raise UnpricedModelError(f"operator {n.v} (GATHER): axis, batch dims or output rank "
+                                 "TFLite Micro rejects")
+    n.tin(0), n.tin(1), n.tout(0)
+    n.persist(4 + 4 * len(y.shape))  # CreateWritableTensorDimsWithCopy
+
+
+def _batch_matmul(n: Node, cmsis: bool):
+    """BATCH_MATMUL's Prepare keeps a transposed copy (eval tensor, dims, data) of the left
+    operand when adj_x and of the right one unless adj_y, the output's dims, and for int8 the
+    quantization record; CMSIS-NN (int8) asks for the kernel sums as scratch (4 B per output
+    column). The order of these requests differs between the two kernels."""
+    x, w, y = n.inp(0), n.inp(1), n.out(0)
+    n.need(x, w, y)
+    if not x.type == w.type == y.type or x.type not in (FLOAT32, INT8):
+        raise UnpricedModelError(f"operator {n.v} (BATCH_MATMUL): float32 or int8 operands "
+                                 "only")
+    if not (2 <= len(x.shape) <= (4 if cmsis else 5) and
+            2 <= len(w.shape) <= (4 if cmsis else 5)):
+        raise UnpricedModelError(f"operator {n.v} (BATCH_MATMUL): operand ranks TFLite Micro "
+                                 "rejects")
+    rank = max(len(x.shape), len(w.shape))
+    if len(y.shape) < rank:
+        raise UnpricedModelError(f"operator {n.v} (BATCH_MATMUL): output rank below the "
+                                 "operands'")
+    adj_x, adj_y = bool(getattr(n.options, "adjX", False)), \
+        bool(getattr(n.options, "adjY", False))
+    quant = x.type == INT8
+    n.tin(0), n.tin(1), n.tout(0)
+    eval_tensor = n.abi.eval_tensor[0]
+
+    def transposed(t):
+        n.persist(eval_tensor), n.persist(4 + 4 * len(t.shape)), n.persist(t.bytes)
+
+    if quant and not cmsis:
+        n.persist(28)  # QuantizationOpDataBatchMatmul
+    if adj_x:
+        transposed(x)
+    if not adj_y:
+        transposed(w)
+    n.persist(4 + 4 * len(y.shape))  # the output's dims (CreateWritableTensorDimsWithCopy)
+    if quant and cmsis:
+        n.persist(28)
+        ws = (1,) * (rank - len(w.shape)) + tuple(w.shape)
+        n.scratch(4 * (ws[-2] if adj_y else ws[-1]))  # arm_fully_connected_s8_get_buffer_size
+
+
+def _no_prepare(n: Node, cmsis: bool):  # PACK, UNPACK: no Prepare
+    pass
+
+
 PREPARE = {
     "CONV_2D": _conv, "DEPTHWISE_CONV_2D": _conv, "FULLY_CONNECTED": _fully_connected,
     "SOFTMAX": _softmax, "MEAN": _reduce, "SUM": _reduce, "REDUCE_MAX": _reduce,
@@ -357,4 +455,7 @@ PREPARE = {
     "LOGISTIC": _simple(("i", 0), ("o", 0)), "QUANTIZE": _simple(("i", 0), ("o", 0)),
     "DEQUANTIZE": _simple(("i", 0), ("o", 0)), "HARD_SWISH": _simple(("i", 0), ("o", 0)),
     "LEAKY_RELU": _simple(("i", 0), ("o", 0)),
+    "TRANSPOSE": _transpose, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "SPLIT": _split,
+    "SPLIT_V": _split, "GATHER": _gather, "BATCH_MATMUL": _batch_matmul, "PACK": _no_prepare,
+    "UNPACK": _no_prepare,
 }
