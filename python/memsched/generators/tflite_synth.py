@@ -642,10 +642,58 @@ def batch_matmul_model(quantized: bool = True, seed: int = 0, size: int = 8,
     return _op_finish(net, m, cshape)
 
 
+def svdf_model(quantized: bool = True, seed: int = 0, size: int = 4, channels: int = 8,
+               layers=((2, 8, 10), (1, 8, 4))) -> bytes:
+    """A keyword-spotting-like stack: conv3x3 -> RESHAPE to (1, features) -> SVDF layers
+    ((rank, units, memory) each; int8 with an int16 state and int16 time weights, as the
+    converter writes them, or float32) -> FULLY_CONNECTED."""
+    net, _, a, shape = _op_net("svdf", quantized, seed, size, channels)
+    s = net.s
+    T = s.TensorType
+    b = net.b
+    feats = size * size * channels
+    x, _ = net.reshape(a, [1, feats])
+    for i, (rank, units, memory) in enumerate(layers):
+        filters = rank * units
+        wf = net.rng.normal(0, 1 / np.sqrt(feats), size=(filters, feats)).astype(np.float32)
+        wt_f = net.rng.normal(0, 0.3, size=(filters, memory)).astype(np.float32)
+        bf = net.rng.normal(0, 0.1, units).astype(np.float32)
+        if net.q:
+            wq, wsc = _quantize(wf, None)
+            w = b.tensor(f"svdf{i}/wf", [filters, feats], T.INT8, b.buffer(wq), scale=wsc,
+                         zero_point=0)
+            st = float(np.abs(wt_f).max()) / 32767
+            w_t = b.tensor(f"svdf{i}/wt", [filters, memory], T.INT16,
+                           b.buffer(np.round(wt_f / st).astype(np.int16)), scale=st,
+                           zero_point=0)
+            sa = 0.002
+            state = b.tensor(f"svdf{i}/state", [1, memory * filters], T.INT16, scale=sa,
+                             zero_point=0)
+            bscale = np.float32(sa) * np.float32(st)
+            bias = b.tensor(f"svdf{i}/b", [units], T.INT32,
+                            b.buffer(np.round(bf / bscale).astype(np.int32)), scale=bscale,
+                            zero_point=0)
+        else:
+            w = b.tensor(f"svdf{i}/wf", [filters, feats], T.FLOAT32, b.buffer(wf))
+            w_t = b.tensor(f"svdf{i}/wt", [filters, memory], T.FLOAT32, b.buffer(wt_f))
+            state = b.tensor(f"svdf{i}/state", [1, memory * filters], T.FLOAT32)
+            bias = b.tensor(f"svdf{i}/b", [units], T.FLOAT32, b.buffer(bf))
+        b.tensors[state].isVariable = True
+        y = net.act(f"svdf{i}", [1, units], 0.08, -3)
+        o = s.SVDFOptionsT()
+        o.rank = rank
+        o.fusedActivationFunction = s.ActivationFunctionType.RELU
+        b.op("SVDF", [x, w, w_t, bias, state], [y], s.BuiltinOptions.SVDFOptions, o)
+        x, feats = y, units
+    b.outputs = [net.fc(x, feats, 4)]
+    return b.finish()
+
+
 def op_models(quantized: bool = True) -> dict[str, bytes]:
     """One small model per operator above (its name -> the file's bytes)."""
     return {"TRANSPOSE": transpose_model(quantized),
             "RESIZE_NEAREST_NEIGHBOR": resize_model(quantized),
             "SPLIT": split_model(quantized), "SPLIT_V": split_model(quantized, kind="SPLIT_V"),
             "UNPACK": unpack_model(quantized), "PACK": pack_op_model(quantized),
-            "GATHER": gather_model(quantized), "BATCH_MATMUL": batch_matmul_model(quantized)}
+            "GATHER": gather_model(quantized), "BATCH_MATMUL": batch_matmul_model(quantized),
+            "SVDF": svdf_model(quantized)}

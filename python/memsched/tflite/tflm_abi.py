@@ -56,9 +56,10 @@ _BUILTIN_32 = {
     "STRIDED_SLICE": (24, 4), "SQUEEZE": (36, 4), "MEAN": (1, 1), "SUM": (1, 1),
     "REDUCE_MAX": (1, 1), "REDUCE_MIN": (1, 1), "LEAKY_RELU": (4, 4), "SUB": (2, 1),
     "RESIZE_NEAREST_NEIGHBOR": (2, 1), "SPLIT": (4, 4), "SPLIT_V": (4, 4), "PACK": (8, 4),
-    "UNPACK": (8, 4), "GATHER": (8, 4), "BATCH_MATMUL": (3, 1),
+    "UNPACK": (8, 4), "GATHER": (8, 4), "BATCH_MATMUL": (3, 1), "SVDF": (8, 4),
 }
-_BUILTIN_64 = dict(_BUILTIN_32, FULLY_CONNECTED=(32, 8), ADD=(8, 4), MUL=(4, 4), SUB=(8, 4))
+_BUILTIN_64 = dict(_BUILTIN_32, FULLY_CONNECTED=(32, 8), ADD=(8, 4), MUL=(4, 4), SUB=(8, 4),
+                   SVDF=(12, 4))
 
 # op data: sizeof of what each kernel's Init allocates (16-byte aligned); None: no Init
 _OP_DATA_COMMON = {
@@ -71,10 +72,10 @@ _OP_DATA_COMMON = {
 }
 _OP_DATA_CMSIS = dict(_OP_DATA_COMMON, CONV_2D=60, DEPTHWISE_CONV_2D=60, FULLY_CONNECTED=72,
                       ADD=60, AVERAGE_POOL_2D=36, MAX_POOL_2D=36, SOFTMAX=64,
-                      CONCATENATION=24, BATCH_MATMUL=36)
+                      CONCATENATION=24, BATCH_MATMUL=36, SVDF=40)
 _OP_DATA_REF = dict(_OP_DATA_COMMON, CONV_2D=80, DEPTHWISE_CONV_2D=80, FULLY_CONNECTED=72,
                     ADD=60, AVERAGE_POOL_2D=32, MAX_POOL_2D=32, SOFTMAX=80, CONCATENATION=80,
-                    BATCH_MATMUL=32)
+                    BATCH_MATMUL=32, SVDF=36)
 
 ABIS = {
     "cortex-m": Abi("cortex-m", "cmsis-nn", 4, ((52, 4), (44, 4), (124, 4)), (8, 4), (8, 4),

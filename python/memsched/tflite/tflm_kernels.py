@@ -437,6 +437,37 @@ def _batch_matmul(n: Node, cmsis: bool):
         n.scratch(4 * (ws[-2] if adj_y else ws[-1]))  # arm_fully_connected_s8_get_buffer_size
 
 
+def _svdf(n: Node, cmsis: bool):
+    """SVDF's Prepare (CMSIS-NN's and the reference one read the same temporaries): scratch
+    for the feature products (4 B per batch x filter) and, int8, for the output (4 B per
+    batch x unit); CMSIS-NN (MVE, optimized for speed) keeps the feature weights' kernel
+    sums (4 B per filter)."""
+    x, wf, wt, bias, state, y = (n.inp(0), n.inp(1), n.inp(2), n.inp(3), n.inp(4), n.out(0))
+    n.need(x, wf, wt, state, y)
+    rank = n.opt("rank", True)
+    if len(n.ins) != 5 or len(n.outs) != 1 or len(x.shape) != 2 or len(wf.shape) != 2 or \
+            len(wt.shape) != 2 or len(y.shape) != 2 or not state.variable:
+        raise UnpricedModelError(f"operator {n.v} (SVDF): a layout TFLite Micro rejects")
+    batch, filters = x.shape[0], wf.shape[0]
+    if filters % rank or y.shape != (batch, filters // rank):
+        raise UnpricedModelError(f"operator {n.v} (SVDF): filters, rank and units disagree")
+    quant = x.type == INT8
+    if not (quant and wf.type == INT8 and wt.type in (INT8, INT16) and
+            state.type in (INT8, INT16) and y.type == INT8 and bias is not None) and \
+            not (x.type == wf.type == wt.type == state.type == y.type == FLOAT32):
+        raise UnpricedModelError(f"operator {n.v} (SVDF): types outside int8 (with a bias) "
+                                 "and float32")
+    n.tin(0), n.tin(1), n.tin(2), n.tin(3), n.tin(4), n.tout(0)
+    n.scratch(4 * batch * filters)
+    if quant:
+        n.scratch(4 * batch * (filters // rank))
+        if cmsis:
+            if not wf.const:
+                raise UnpricedModelError(f"operator {n.v} (SVDF): CMSIS-NN needs constant "
+                                         "feature weights")
+            n.persist(4 * filters)  # arm_svdf_s8_get_buffer_size_mve: kernel sums
+
+
 def _no_prepare(n: Node, cmsis: bool):  # PACK, UNPACK: no Prepare
     pass
 
@@ -457,5 +488,5 @@ PREPARE = {
     "LEAKY_RELU": _simple(("i", 0), ("o", 0)),
     "TRANSPOSE": _transpose, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "SPLIT": _split,
     "SPLIT_V": _split, "GATHER": _gather, "BATCH_MATMUL": _batch_matmul, "PACK": _no_prepare,
-    "UNPACK": _no_prepare,
+    "UNPACK": _no_prepare, "SVDF": _svdf,
 }
