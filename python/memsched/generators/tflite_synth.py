@@ -689,6 +689,57 @@ def svdf_model(quantized: bool = True, seed: int = 0, size: int = 4, channels: i
     return b.finish()
 
 
+def lstm_model(quantized: bool = True, seed: int = 0, size: int = 4, channels: int = 8,
+               units: int = 8) -> bytes:
+    """conv3x3 -> RESHAPE to a sequence (1, H*W, C) -> UNIDIRECTIONAL_SEQUENCE_LSTM (the
+    standard one TFLite Micro runs: 4 gates, no peephole, projection or layer norm; float32,
+    or int8 with an int16 cell state) -> RESHAPE -> conv1x1."""
+    net, _, a, shape = _op_net("lstm", quantized, seed, size, channels)
+    s = net.s
+    T = s.TensorType
+    b = net.b
+    steps = size * size
+    x, _ = net.reshape(a, [1, steps, channels])
+    ins = [x]
+    sx = net.scale[x][0] if net.q else None
+    h_scale = 1 / 128
+    for i, n_in in enumerate([channels] * 4 + [units] * 4):  # input, then recurrent weights
+        wf = net.rng.normal(0, 1 / np.sqrt(n_in), size=(units, n_in)).astype(np.float32)
+        if net.q:
+            wq, wsc = _quantize(wf, None)
+            ins.append(b.tensor(f"lstm/w{i}", [units, n_in], T.INT8, b.buffer(wq), scale=wsc,
+                                zero_point=0))
+        else:
+            ins.append(b.tensor(f"lstm/w{i}", [units, n_in], T.FLOAT32, b.buffer(wf)))
+    ins += [-1, -1, -1]  # no peephole
+    for i in range(4):
+        bf = net.rng.normal(0, 0.1, units).astype(np.float32)
+        if net.q:
+            bscale = np.float32(sx * b.tensors[ins[1 + i]].quantization.scale[0])
+            ins.append(b.tensor(f"lstm/b{i}", [units], T.INT32,
+                                b.buffer(np.round(bf / bscale).astype(np.int32)),
+                                scale=bscale, zero_point=0))
+        else:
+            ins.append(b.tensor(f"lstm/b{i}", [units], T.FLOAT32, b.buffer(bf)))
+    ins += [-1, -1]  # no projection
+    if net.q:
+        h = b.tensor("lstm/h", [1, units], T.INT8, scale=h_scale, zero_point=0)
+        c = b.tensor("lstm/c", [1, units], T.INT16, scale=2.0 ** -11, zero_point=0)
+    else:
+        h = b.tensor("lstm/h", [1, units], T.FLOAT32)
+        c = b.tensor("lstm/c", [1, units], T.FLOAT32)
+    b.tensors[h].isVariable = b.tensors[c].isVariable = True
+    ins += [h, c, -1, -1, -1, -1]  # no layer norm
+    y = net.act("lstm/out", [1, steps, units], h_scale, 0)
+    o = s.UnidirectionalSequenceLSTMOptionsT()
+    o.fusedActivationFunction = s.ActivationFunctionType.TANH
+    o.timeMajor = False
+    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ins, [y],
+         s.BuiltinOptions.UnidirectionalSequenceLSTMOptions, o)
+    r, rshape = net.reshape(y, [1, size, size, units])
+    return _op_finish(net, r, rshape)
+
+
 def op_models(quantized: bool = True) -> dict[str, bytes]:
     """One small model per operator above (its name -> the file's bytes)."""
     return {"TRANSPOSE": transpose_model(quantized),
@@ -696,4 +747,5 @@ def op_models(quantized: bool = True) -> dict[str, bytes]:
             "SPLIT": split_model(quantized), "SPLIT_V": split_model(quantized, kind="SPLIT_V"),
             "UNPACK": unpack_model(quantized), "PACK": pack_op_model(quantized),
             "GATHER": gather_model(quantized), "BATCH_MATMUL": batch_matmul_model(quantized),
-            "SVDF": svdf_model(quantized)}
+            "SVDF": svdf_model(quantized),
+            "UNIDIRECTIONAL_SEQUENCE_LSTM": lstm_model(quantized)}

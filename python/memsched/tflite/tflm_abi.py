@@ -57,6 +57,7 @@ _BUILTIN_32 = {
     "REDUCE_MAX": (1, 1), "REDUCE_MIN": (1, 1), "LEAKY_RELU": (4, 4), "SUB": (2, 1),
     "RESIZE_NEAREST_NEIGHBOR": (2, 1), "SPLIT": (4, 4), "SPLIT_V": (4, 4), "PACK": (8, 4),
     "UNPACK": (8, 4), "GATHER": (8, 4), "BATCH_MATMUL": (3, 1), "SVDF": (8, 4),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": (16, 4),
 }
 _BUILTIN_64 = dict(_BUILTIN_32, FULLY_CONNECTED=(32, 8), ADD=(8, 4), MUL=(4, 4), SUB=(8, 4),
                    SVDF=(12, 4))
@@ -72,10 +73,11 @@ _OP_DATA_COMMON = {
 }
 _OP_DATA_CMSIS = dict(_OP_DATA_COMMON, CONV_2D=60, DEPTHWISE_CONV_2D=60, FULLY_CONNECTED=72,
                       ADD=60, AVERAGE_POOL_2D=36, MAX_POOL_2D=36, SOFTMAX=64,
-                      CONCATENATION=24, BATCH_MATMUL=36, SVDF=40)
+                      CONCATENATION=24, BATCH_MATMUL=36, SVDF=40,
+                      UNIDIRECTIONAL_SEQUENCE_LSTM=912)
 _OP_DATA_REF = dict(_OP_DATA_COMMON, CONV_2D=80, DEPTHWISE_CONV_2D=80, FULLY_CONNECTED=72,
                     ADD=60, AVERAGE_POOL_2D=32, MAX_POOL_2D=32, SOFTMAX=80, CONCATENATION=80,
-                    BATCH_MATMUL=32, SVDF=36)
+                    BATCH_MATMUL=32, SVDF=36, UNIDIRECTIONAL_SEQUENCE_LSTM=688)
 
 ABIS = {
     "cortex-m": Abi("cortex-m", "cmsis-nn", 4, ((52, 4), (44, 4), (124, 4)), (8, 4), (8, 4),

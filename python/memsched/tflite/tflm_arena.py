@@ -23,8 +23,8 @@ section growing down from its end (``SingleArenaBufferAllocator``):
   builtin options (``TfLiteConvParams`` ...: size and alignment of the C struct), each kernel's
   op data (``Init``: 16-byte aligned), what the kernels' ``Prepare`` keeps (per-channel output
   multipliers and shifts, 4 B per channel each, for quantized CONV_2D / DEPTHWISE_CONV_2D /
-  per-channel FULLY_CONNECTED; CMSIS-NN's FULLY_CONNECTED and SVDF kernel sums, 4 B per output
-  channel or filter;
+  per-channel FULLY_CONNECTED; CMSIS-NN's FULLY_CONNECTED, SVDF and int8 LSTM kernel sums, 4 B
+  per output channel, filter or (8 vectors) unit;
   int16 softmax tables; a RESHAPE's resolved dims; a GATHER's output dims; BATCH_MATMUL's
   transposed operand copies, output dims and quantization record), the scratch-buffer
   handles (one pointer each), variable tensors without an offline offset, and at the end the
@@ -59,7 +59,8 @@ convolution's size plus the filter's; FULLY_CONNECTED: ``8 x C_out`` when the ou
 than two dimensions and the depth is a multiple of 4 (per-tensor quantization), else the
 kernel sums go to the tail; BATCH_MATMUL: ``4 x`` the output's columns; AVERAGE_POOL_2D: 0
 with MVE. The reference kernels (``host``) ask for none (MEAN / SUM ask for their
-accumulators on both, SVDF for its feature products and int8 outputs on both).
+accumulators on both, SVDF for its feature products and int8 outputs on both, LSTM for 4
+buffers of its cell state, 3 with CMSIS-NN in int8).
 
 **The planner** (``GreedyMemoryPlanner``, `greedy_plan`): buffers with an offline offset (the
 ``OfflineMemoryAllocation`` metadata) are placed at it first, in tensor order; the others,

@@ -452,11 +452,11 @@ def _svdf(n: Node, cmsis: bool):
     if filters % rank or y.shape != (batch, filters // rank):
         raise UnpricedModelError(f"operator {n.v} (SVDF): filters, rank and units disagree")
     quant = x.type == INT8
-    if not (quant and wf.type == INT8 and wt.type in (INT8, INT16) and
-            state.type in (INT8, INT16) and y.type == INT8 and bias is not None) and \
+    if not (quant and wf.type == INT8 and wt.type == INT16 and state.type == INT16 and
+            y.type == INT8 and bias is not None) and \
             not (x.type == wf.type == wt.type == state.type == y.type == FLOAT32):
-        raise UnpricedModelError(f"operator {n.v} (SVDF): types outside int8 (with a bias) "
-                                 "and float32")
+        raise UnpricedModelError(f"operator {n.v} (SVDF): types outside float32 and int8 "
+                                 "(with int16 time weights and state, and a bias)")
     n.tin(0), n.tin(1), n.tin(2), n.tin(3), n.tin(4), n.tout(0)
     n.scratch(4 * batch * filters)
     if quant:
@@ -466,6 +466,42 @@ def _svdf(n: Node, cmsis: bool):
                 raise UnpricedModelError(f"operator {n.v} (SVDF): CMSIS-NN needs constant "
                                          "feature weights")
             n.persist(4 * filters)  # arm_svdf_s8_get_buffer_size_mve: kernel sums
+
+
+def _lstm(n: Node, cmsis: bool):
+    """UNIDIRECTIONAL_SEQUENCE_LSTM's Prepare (the standard LSTM only: no peephole, projection
+    or layer norm): the 24 inputs present and the output as temporaries, then 4 scratch
+    buffers of batch x state cells (the cell state's type); CMSIS-NN's int8 kernel (int16
+    cell state) instead keeps 8 kernel-sum vectors (4 B per state cell each) and asks for 3."""
+    if len(n.ins) != 24 or len(n.outs) != 1:
+        raise UnpricedModelError(f"operator {n.v} (UNIDIRECTIONAL_SEQUENCE_LSTM): "
+                                 f"{len(n.ins)} inputs, {len(n.outs)} outputs, not 24 and 1")
+    x, h, c, y = n.inp(0), n.inp(18), n.inp(19), n.out(0)
+    n.need(x, h, c, y, *[n.inp(i) for i in (*range(1, 9), *range(12, 16))])
+    if any(n.inp(i) is not None for i in (9, 10, 11, 16, 17, 20, 21, 22, 23)):
+        raise UnpricedModelError(f"operator {n.v} (UNIDIRECTIONAL_SEQUENCE_LSTM): peephole, "
+                                 "projection or layer-norm tensors, which TFLite Micro rejects")
+    if not (h.variable and c.variable) or len(x.shape) != 3 or len(y.shape) != 3 or \
+            len(h.shape) != 2:
+        raise UnpricedModelError(f"operator {n.v} (UNIDIRECTIONAL_SEQUENCE_LSTM): a layout "
+                                 "TFLite Micro rejects")
+    quant = x.type == INT8 and c.type == INT16 and h.type == y.type == INT8
+    if not quant and not x.type == h.type == c.type == y.type == FLOAT32:
+        raise UnpricedModelError(f"operator {n.v} (UNIDIRECTIONAL_SEQUENCE_LSTM): float32, or "
+                                 "int8 with an int16 cell state, only")
+    time_major = bool(getattr(n.options, "timeMajor", False))
+    batch, state = x.shape[1 if time_major else 0], h.shape[1]
+    for i in range(24):
+        n.tin(i)
+    n.tout(0)
+    if quant and cmsis:
+        if any(not n.inp(i).const for i in (*range(1, 9), *range(12, 16))):
+            raise UnpricedModelError(f"operator {n.v} (UNIDIRECTIONAL_SEQUENCE_LSTM): "
+                                     "non-constant weights or biases")
+        for _ in range(8):
+            n.persist(4 * state)
+    for _ in range(3 if quant and cmsis else 4):
+        n.scratch(batch * state * TYPE_BYTES[c.type])
 
 
 def _no_prepare(n: Node, cmsis: bool):  # PACK, UNPACK: no Prepare
@@ -488,5 +524,5 @@ PREPARE = {
     "LEAKY_RELU": _simple(("i", 0), ("o", 0)),
     "TRANSPOSE": _transpose, "RESIZE_NEAREST_NEIGHBOR": _resize_nearest, "SPLIT": _split,
     "SPLIT_V": _split, "GATHER": _gather, "BATCH_MATMUL": _batch_matmul, "PACK": _no_prepare,
-    "UNPACK": _no_prepare, "SVDF": _svdf,
+    "UNPACK": _no_prepare, "SVDF": _svdf, "UNIDIRECTIONAL_SEQUENCE_LSTM": _lstm,
 }
