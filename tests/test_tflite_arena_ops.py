@@ -4,8 +4,8 @@ on a small generated model per operator (mixed with convolutions; int8 and float
 computed arena equals the emulated Cortex-M55's minimal arena (CMSIS-NN's TRANSPOSE,
 BATCH_MATMUL, SVDF and LSTM there) within the bisection's 16-B step, with the same planned
 head and persistent tail, and for ``target="host"`` the ``tflite-micro`` package's bisection.
-Where the board's own bisection faults (every SVDF file, the int8 LSTM), the computed minimum
-is run on the board directly: it allocates, with the outputs of a large arena, and 16 B less
+Where the board's own bisection faults (the two-layer SVDF files, the int8 LSTMs), the computed
+minimum is run on the board directly: it allocates, with the outputs of a large arena, and 16 B less
 does not. Operators still unknown stay named.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ STEP = 16
 OPS = ["TRANSPOSE", "RESIZE_NEAREST_NEIGHBOR", "SPLIT", "SPLIT_V", "UNPACK", "PACK", "GATHER",
        "BATCH_MATMUL", "SVDF", "UNIDIRECTIONAL_SEQUENCE_LSTM"]
 # the board's own bisection faults on some files of these (in GreedyMemoryPlanner, on a probe
-# far below the minimum: every SVDF file, the int8 LSTM): the computed minimum is then checked
-# by a run at it and one 16 B below
+# far below the minimum: the two-layer SVDF files, the int8 LSTMs): the computed minimum is
+# then checked by a run at it and one 16 B below
 NO_BOARD_BISECTION = {"SVDF", "UNIDIRECTIONAL_SEQUENCE_LSTM"}
 # files of other sizes and seeds than the ones the prices were first checked on
 VARIANTS = [("TRANSPOSE", synth.transpose_model, dict(size=12, channels=6)),
