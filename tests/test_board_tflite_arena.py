@@ -25,14 +25,6 @@ from memsched.tflite.tflm_arena import UnpricedModelError, arena, greedy_plan
 STEP = 16
 
 
-@pytest.fixture(scope="module")
-def fw():
-    try:
-        return board.firmware("tflm")
-    except board.BoardUnavailable as e:
-        pytest.skip(f"the board: {e}")
-
-
 def _person_detect() -> Path | None:
     from memsched.executorch.host_kernels import shared_dir
 

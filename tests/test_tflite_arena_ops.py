@@ -45,14 +45,6 @@ VARIANTS = [("TRANSPOSE", synth.transpose_model, dict(size=12, channels=6)),
 
 
 @pytest.fixture(scope="module")
-def fw():
-    try:
-        return board.firmware("tflm")
-    except board.BoardUnavailable as e:
-        pytest.skip(f"the board: {e}")
-
-
-@pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("arena_ops")
     out = {}

@@ -125,16 +125,6 @@ def test_analyze_reports_instructions(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------ the board
-@pytest.fixture(scope="module")
-def fw():
-    from memsched import board
-
-    try:
-        return board.firmware("tflm")
-    except board.BoardUnavailable as e:
-        pytest.skip(f"the board: {e}")
-
-
 def _inputs(data: bytes) -> list:
     sg = read_tflite(data).subgraph
     rng = np.random.default_rng(0)
