@@ -7,7 +7,8 @@ predicted from the file (`memsched.tflite.tflm_instructions`) vs measured on the
 ``--calibrate`` builds int8 files of many independent operators each (random shapes, strides,
 paddings, channels: `calibration_models`), runs each once on the board with ``--per-op``, fits
 each kernel variant's coefficients by least squares on its features and prints them as the
-module's ``COEFFICIENTS`` literal (and the worst residuals). QEMU runs one at a time.
+``COEFFICIENTS`` literal of `memsched.tflite.tflm_kernel_costs` (and the worst residuals).
+QEMU runs one at a time.
 """
 from __future__ import annotations
 
