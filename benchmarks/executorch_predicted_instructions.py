@@ -103,7 +103,7 @@ def _module(expr: str):
 def programs(model, shape, planned: bool, search: dict | None = None) -> tuple[dict, object]:
     """({"default": bytes, "memsched": bytes}, input) of ``model`` (the M55's MVE export).
     ``search``: filled with what the patch search predicted for each (its time model on the
-    edge graph, `instructions.ExecutorchTime`; None where it had none)."""
+    edge graph, `patch_time.ExecutorchTime`; None where it had none)."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 

@@ -189,9 +189,9 @@ def executorch_runtime(em: EdgeModel, price_records: bool = True) -> Runtime:
     (plans with margins), while the Cortex-M flow's rebuilt calls on channels-last maps are
     not written that way and cut on the maps' NHWC form (`patch_layout.CHANNELS_LAST`);
     squeeze-and-excitation blocks are rewritten; ``time``: the M55 instructions of the
-    Cortex-M flow's kernels (`instructions.time_model`; None where a call has no model)."""
+    Cortex-M flow's kernels (`patch_time.time_model`; None where a call has no model)."""
     cl = em.channels_last
-    from .instructions import time_model
+    from .patch_time import time_model
 
     return Runtime(memory_of(em, price_records), implicit_padding=not cl,
                    padding_rule="fixed", se=True, layout=CHANNELS_LAST if cl else None,
