@@ -53,7 +53,7 @@ def output_spec(node):
 def may_share(in_spec, out_spec, off_in: int, off_out: int) -> bool:
     """Whether the output placed at ``off_out`` may overlap the input at ``off_in``: the rule
     of the kernel's forward loop (module docstring). The specs: ExecuTorch's ``TensorSpec``
-    or anything with ``element_bytes`` (`pte.plan_graph`'s storages)."""
+    or anything with ``element_bytes`` (`pte_liveness.plan_graph`'s storages)."""
     a, b = _element_bytes(in_spec), _element_bytes(out_spec)
     return off_out <= off_in + (a - b)
 

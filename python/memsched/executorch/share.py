@@ -61,7 +61,7 @@ def _kind(ev) -> str:
 def pinned_values(plan) -> set[int]:
     """Values that keep their own `EValue`: the method's inputs and outputs, the arguments of
     delegate, move, free and jump instructions, and what a kernel call writes unless it is a
-    planned tensor (`pte.kernel_writes`)."""
+    planned tensor (`pte_liveness.kernel_writes`)."""
     from .pte import kernel_writes
 
     values = plan.values
