@@ -17,7 +17,7 @@ import pytest
 
 from memsched import board
 from memsched.cli import main
-from memsched.generators import tflite_synth as synth
+from memsched.generators import tflite_ops as synth
 from memsched.tflite import tflm
 from memsched.tflite.read import NUMPY_DTYPES, read_tflite
 from memsched.tflite.tflm_arena import UnpricedModelError, arena, priced_operators
