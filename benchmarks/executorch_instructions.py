@@ -48,8 +48,10 @@ def programs(name: str, planned: bool) -> tuple[dict, object]:
     return {"default": base.buffer, "memsched": mx.share_values(ours.buffer)[0]}, x
 
 
-def per_operator(program: bytes, x, work: Path) -> tuple[dict, int]:
-    """({operator: [calls, instructions]}, all instructions of one execute) of ``program``."""
+def prefix_counts(program: bytes, x, work: Path) -> tuple:
+    """(the first method's plan, its instructions, the board's ``execute`` instructions of the
+    program cut after 0, 1, ..., all of them): instruction ``k`` costs ``counts[k + 1] -
+    counts[k]``."""
     from memsched import board
     from memsched.executorch.pte_format import read_pte, write_pte
 
@@ -58,9 +60,6 @@ def per_operator(program: bytes, x, work: Path) -> tuple[dict, int]:
     if len(plan.chains) != 1:
         raise SystemExit("a program with more than one chain")
     instrs = list(plan.chains[0].instructions)
-    names = [plan.operators[i.instr_args.op_index].name
-             if hasattr(i.instr_args, "op_index") else type(i.instr_args).__name__
-             for i in instrs]
     counts = []
     for k in range(len(instrs) + 1):
         cut = copy.deepcopy(pte)
@@ -69,6 +68,15 @@ def per_operator(program: bytes, x, work: Path) -> tuple[dict, int]:
         if res.get("status"):
             raise SystemExit(f"the board failed after {k} instructions: {res.get('error')}")
         counts.append(int(res["execute_instructions"]))
+    return plan, instrs, counts
+
+
+def per_operator(program: bytes, x, work: Path) -> tuple[dict, int]:
+    """({operator: [calls, instructions]}, all instructions of one execute) of ``program``."""
+    plan, instrs, counts = prefix_counts(program, x, work)
+    names = [plan.operators[i.instr_args.op_index].name
+             if hasattr(i.instr_args, "op_index") else type(i.instr_args).__name__
+             for i in instrs]
     by: dict = defaultdict(lambda: [0, 0])
     for k, n in enumerate(names):
         by[n][0] += 1

@@ -136,21 +136,10 @@ def _zoo(name: str):
 # ---------------------------------------------------------------------------- calibration
 def per_instruction(program: bytes, x, work: Path) -> tuple[list, list]:
     """(one row per instruction: name, arguments, instructions; the prefix counts)."""
-    from memsched import board
+    from executorch_instructions import prefix_counts
     from memsched.executorch.instructions import _instr_name, decode_args
-    from memsched.executorch.pte_format import read_pte, write_pte
 
-    pte = read_pte(program)
-    plan = pte.program.execution_plan[0]
-    instrs = list(plan.chains[0].instructions)
-    counts = []
-    for k in range(len(instrs) + 1):
-        cut = copy.deepcopy(pte)
-        cut.program.execution_plan[0].chains[0].instructions = instrs[:k]
-        res, _ = board.run_pte(write_pte(cut), [x], work / f"k{k}")
-        if res.get("status"):
-            raise SystemExit(f"the board failed after {k} instructions: {res.get('error')}")
-        counts.append(int(res["execute_instructions"]))
+    plan, instrs, counts = prefix_counts(program, x, work)
     rows = [{"name": _instr_name(plan, ins), "args": decode_args(plan, ins, jsonable=True),
              "n": counts[k + 1] - counts[k]} for k, ins in enumerate(instrs)]
     return rows, counts
