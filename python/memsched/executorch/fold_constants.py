@@ -44,6 +44,7 @@ registered with ExecuTorch's own helpers from ``constant_prop_pass``.
 """
 from __future__ import annotations
 
+import functools
 import operator
 
 OPTION = "do_quant_fusion_and_const_prop"
@@ -202,13 +203,8 @@ class FoldLayoutConstantsPass:
         return _pass_class()(*args, **kwargs)
 
 
-_PASS_CLASS = None
-
-
+@functools.cache
 def _pass_class():
-    global _PASS_CLASS
-    if _PASS_CLASS is not None:
-        return _PASS_CLASS
     from executorch.exir.passes.spec_prop_pass import SpecPropPass
     from torch.fx.passes.infra.pass_base import PassResult
 
@@ -230,8 +226,7 @@ def _pass_class():
                                    "'arithmetic' or 'none' work without it")
             self.folded.append(fold_layout_constants(exported_program))
 
-    _PASS_CLASS = _FoldLayoutConstantsPass
-    return _PASS_CLASS
+    return _FoldLayoutConstantsPass
 
 
 __all__ = ["LAYOUT_OPS", "MODES", "OPTION", "FoldLayoutConstantsPass", "fold_constants",
