@@ -185,7 +185,7 @@ class Evaluator:
         # the instructions of one inference, unpatched (None: the runtime has no cost model)
         self.time = rt.time
         self.base_instructions = int(rt.time.program(sm)) if rt.time is not None else None
-        self._ins: dict = {}  # plan key -> the instructions the plan adds over its region
+        self._ins: dict = {}  # plan key (as `plan`'s) -> the instructions it adds, or None
         steps = Problem.from_graph(graph, model).evaluate(list(range(len(graph)))).steps
         # per operator k: the file order's peak from k on (what the operators after a region
         # ending at k hold at least; the same in the patched model, whose regions reassemble
@@ -307,16 +307,15 @@ class Evaluator:
         has no kernel for one of its nodes (`RuntimeTime` raises a ``ValueError``)."""
         if self.time is None:
             return 0
-        key = id(plan)  # plans are cached per (region, grid, mode): one object each
-        hit = self._ins.get(key)
-        if hit is None:
+        r = plan.region
+        key = (r.start, r.length, tuple(r.split), plan.grid, plan.keep, plan.margins)  # `plan`'s
+        if key not in self._ins:
             try:
-                added = int(self.time.plan(self.sm, plan)) - sum(
-                    int(self.time.op(self.sm, k)) for k in plan.region.ops)
+                self._ins[key] = int(self.time.plan(self.sm, plan)) - sum(
+                    int(self.time.op(self.sm, k)) for k in r.ops)
             except ValueError:  # a node the cost model has no kernel for: never guessed
-                added = None
-            hit = self._ins[key] = (plan, added)
-        return hit[1]
+                self._ins[key] = None
+        return self._ins[key]
 
     def persistent(self, plan: PatchPlan) -> int:
         """The persistent bytes ``plan`` adds over the region it replaces."""
