@@ -37,6 +37,8 @@ def cmd_analyze(args) -> int:
         from .pte import analyze_pte
 
         return analyze_pte(args)
+    if getattr(args, "memory_map", None) is not None:
+        raise CLIError("--memory-map applies to ExecuTorch programs (.pte)")
     if args.algorithm is not None and args.algorithm not in available():
         raise CLIError(f"unknown algorithm {args.algorithm!r}; choose one of "
                        f"{', '.join(sorted(available()))}")
@@ -325,6 +327,9 @@ def register(sub) -> None:
                    help="relax view: TVM target (default: llvm); .pte / .tflite files: the "
                         "device whose RAM is reported, cortex-m (default: a 32-bit Cortex-M, "
                         "CMSIS-NN kernels) or host (this machine's 64-bit runtime)")
+    a.add_argument("--memory-map", metavar="NAME:SIZE:MEM_ID[,...]",
+                   help=".pte files: the memory banks, fastest first: names each planned "
+                        "buffer and takes the first bank as the fast one for the traffic share")
     a.add_argument("--plot", metavar="OUT.png|OUT.svg",
                    help="plot live memory over time (input order, TVM's, ours; needs matplotlib)")
     a.add_argument("--report", metavar="OUT.html",

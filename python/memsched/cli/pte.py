@@ -4,7 +4,7 @@ them (`memsched.executorch.pte`). Not a command of its own: `analyze` and `reord
 
     memsched analyze model.pte [--json] [--plot OUT.svg] [--time-limit S]
     memsched reorder model.pte -o out.pte [--measure] [--no-share-values] [--json]
-        [--time-limit S]
+        [--time-limit S] [--memory-map NAME:SIZE:MEM_ID[,...]]
 
 ``reorder`` rewrites each method's instruction order into the certified one and its planned
 tensors' offsets into the exact packer's, then shares equal values (`memsched.executorch.share`,
@@ -16,6 +16,13 @@ as written. ``--measure`` runs both programs in ExecuTorch's runtime on the same
 before anything is written: any output that differs is one line on stderr, exit status 1, and
 no file. Bad input (a truncated or foreign file, nothing memsched can re-plan) is one line,
 exit status 2, nothing written.
+
+``--memory-map NAME:SIZE:MEM_ID[,...]`` (banks fastest first; SIZE in bytes or with K/M):
+``reorder`` places the planned tensors across the banks, the fast bank's traffic first
+(`memsched.executorch.pte_banks`), writing each tensor's mem_id and one planned buffer per
+bank; a map that is malformed or cannot hold a method is one line naming the bank and the
+bytes missing, exit status 2, nothing written. ``analyze`` then names the banks in its
+per-bank lines (``banks`` in the JSON) and takes the map's first bank as the fastest.
 """
 from __future__ import annotations
 
@@ -52,13 +59,22 @@ def analyze_pte(args) -> int:
     from .. import native
     from ..executorch import pte
 
+    memory_map = getattr(args, "memory_map", None)
+    if memory_map is not None:
+        from ..banks import parse_memory_map
+
+        try:
+            memory_map = parse_memory_map(memory_map)
+        except ValueError as e:
+            raise CLIError(str(e)) from None
     native.hide_torch_on_load()  # the C++ search without tvm_ffi's torch import (~1 s)
     keep: dict = {}
     # importing ExecuTorch prints its optional kernels' load failures on fd 2: held back
     with _status(not args.json, f"analyzing {args.model} ...") as show, \
             _quiet_native_stderr(getattr(args, "verbose", False)):
         methods = pte.analyze(args.model, time_limit=args.time_limit, keep=keep,
-                              progress=lambda t: show(f"{args.model}: {t}"))
+                              progress=lambda t: show(f"{args.model}: {t}"),
+                              memory_map=memory_map)
     from ..executorch.ram import program_ram
 
     for name, row in program_ram(args.model, target).items():
@@ -98,6 +114,8 @@ def analyze_pte(args) -> int:
                  if len(sizes) > 1 else ""))
         for line in ram_lines(row):
             print(line)
+        for line in bank_lines(row):
+            print(line)
         if "cpu_instructions" in row:
             print(instructions_line(row))
         if "error" in row:
@@ -109,6 +127,29 @@ def analyze_pte(args) -> int:
               f"{row['schedule_seconds']} s")
         print(f"  written plan check: {row['plan_check']}")
     return 0
+
+
+def bank_lines(row: dict, rows_key: str = "banks") -> list[str]:
+    """One line per planned buffer (a memory bank): its bytes, its traffic (bytes x (1 +
+    reads), `memsched.executorch.pte_banks`) and the share of it; the fastest bank marked."""
+    rows = row.get(rows_key) or []
+    known = all(r["traffic_bytes"] is not None for r in rows)
+    total = sum(r["traffic_bytes"] for r in rows) if known else 0
+    lines = []
+    for r in rows:
+        label = f"mem_id {r['mem_id']}" + (f" ({r['name']})" if r.get("name") else "")
+        text = f"  bank {label}: {r['bytes']:,} B"
+        if known:
+            share = r["traffic_bytes"] / total if total else 1.0
+            text += f", traffic {r['traffic_bytes']:,} B ({100 * share:.1f} %)"
+        if r["mem_id"] == row.get("fast_bank_mem_id"):
+            text += " <- fastest"
+        lines.append(text)
+    return lines
+
+
+def _pct(x) -> str:
+    return "?" if x is None else f"{100 * x:.1f} %"
 
 
 def instructions_line(row: dict) -> str:
@@ -154,6 +195,11 @@ def reorder_pte(args) -> int:
             raise CLIError("--offline-plan is for .tflite files: a .pte program always gets "
                            "memsched's offsets")
         limit = positive_seconds(args.time_limit)
+        memory_map = getattr(args, "memory_map", None)
+        if memory_map is not None:  # a malformed map: one line, before any work
+            from ..banks import parse_memory_map
+
+            memory_map = parse_memory_map(memory_map)
         out = rewrite_output(args.model, args.output, "reorder", ".memsched.pte", ".pte")
         from .. import native
         from ..executorch import pte
@@ -162,7 +208,8 @@ def reorder_pte(args) -> int:
         with _status(not args.json, f"reordering {args.model} ...") as show, \
                 _quiet_native_stderr(getattr(args, "verbose", False)):
             data, methods = pte.reorder(args.model, time_limit=limit, measure=args.measure,
-                                        progress=lambda t: show(f"{args.model}: {t}"))
+                                        progress=lambda t: show(f"{args.model}: {t}"),
+                                        memory_map=memory_map)
             if not getattr(args, "no_share_values", False):
                 from ..executorch.share import share_reordered
 
@@ -196,6 +243,17 @@ def reorder_pte(args) -> int:
               f"file's order -> {row['peak']:,} B ({status})"
               + ("" if row.get("changed") else f"; unchanged: {row.get('reason')}")
               + ("; outputs bit-equal in ExecuTorch's runtime" if row.get("bit_equal") else ""))
+        if "banks" in row:
+            bound = row.get("traffic_bound")
+            proof = "optimal" if row.get("fast_bank_optimal") else "not proven"
+            print(f"  fast bank's traffic share: {_pct(row.get('fast_bank_traffic_share_before'))}"
+                  f" as written{'' if row.get('fits_before') else ' (breaks the map)'} -> "
+                  f"{_pct(row.get('fast_bank_traffic_share'))}"
+                  + ("" if bound is None else f" (bound {bound:,} B: {proof})")
+                  + (f"; ExecuTorch's greedy rule {_pct(row['fast_bank_traffic_share_greedy'])}"
+                     if row.get("fast_bank_traffic_share_greedy") is not None else ""))
+            for line in bank_lines(row):
+                print(line)
         if "values_before" in row:
             print(f"  values shared: {row['values_before']:,} -> {row['values_after']:,} "
                   f"values; method allocator on cortex-m {row['method_bytes_before']:,} B -> "

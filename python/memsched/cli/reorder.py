@@ -3,7 +3,7 @@
     memsched reorder model.tflite -o model.memsched.tflite [--offline-plan] [--measure]
         [--time-limit S] [--json]
     memsched reorder model.pte -o model.memsched.pte [--measure] [--no-share-values]
-        [--time-limit S] [--json]
+        [--time-limit S] [--json] [--memory-map NAME:SIZE:MEM_ID[,...]]
 
 A ``.pte`` program (ExecuTorch) is handled by `memsched.cli.pte`.
 
@@ -40,6 +40,9 @@ def cmd_reorder(args) -> int:
 
     report = None
     try:
+        if getattr(args, "memory_map", None) is not None:
+            raise ValueError("--memory-map is for ExecuTorch programs (.pte): TFLite Micro "
+                             "plans one arena")
         limit = positive_seconds(args.time_limit)
         out = tflite_output(args.model, args.output, "reorder", ".memsched.tflite")
         data, res = reorder_tflite(args.model, None, offline_plan=args.offline_plan,
@@ -138,5 +141,8 @@ def register(sub) -> None:
     p.add_argument("--no-share-values", action="store_true",
                    help=".pte: keep the emitter's values (default: equal values are shared, "
                         "fewer method-allocator records)")
+    p.add_argument("--memory-map", metavar="NAME:SIZE:MEM_ID[,...]",
+                   help=".pte: place the planned tensors across these memory banks, fastest "
+                        "first (SIZE in bytes or with K/M), the fast bank's traffic first")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(func=cmd_reorder)

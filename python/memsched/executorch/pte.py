@@ -94,17 +94,24 @@ def _stage(progress, plans, k: int, text: str) -> None:
 
 
 def analyze(source, time_limit: float | None = 10.0, alignment: int = 16,
-            keep: dict | None = None, progress=None) -> dict:
+            keep: dict | None = None, progress=None, memory_map=None) -> dict:
     """`summary` plus, per method, the liveness peak of the file's instruction order, the
     certified optimum over all orders and its lower bound (memsched's `auto` scheduler under
     ExecuTorch's model), and the check of the plan as written (``plan_check``: "passed", or
     the reason). A method that cannot be modelled gets ``error`` instead of those numbers.
     ``keep``: a dict that receives ``{method: (OpGraph, optimal order)}`` (for plots);
-    ``progress``: called with a line of text as each method reaches each stage."""
+    ``progress``: called with a line of text as each method reaches each stage.
+
+    Each method's ``banks`` (`pte_banks.bank_rows`): per planned buffer (mem_id 1..n) its
+    ``bytes`` and ``traffic_bytes``, with ``fast_bank_traffic_share``: the fastest bank's
+    share of the traffic (the lowest mem_id, or ``memory_map``'s first bank, whose names the
+    rows then carry)."""
     from ..schedulers import schedule
     from .errors import ExecutorchError
     from .model import EXECUTORCH_MODEL
+    from .pte_banks import bank_rows, memory_banks
 
+    banks = memory_banks(memory_map)
     pte = read_program(source)
     out = _summary(pte)
     plans = pte.program.execution_plan
@@ -115,9 +122,11 @@ def analyze(source, time_limit: float | None = 10.0, alignment: int = 16,
             graph, info = plan_graph(plan, alignment)
         except ExecutorchError as e:
             row["error"] = str(e)
+            row.update(bank_rows(plan, None, banks))
             continue
         from ..memory import peak_memory
 
+        row.update(bank_rows(plan, info, banks))
         row["file_order_peak"] = peak_memory(graph, None, EXECUTORCH_MODEL)
         _stage(progress, plans, k, f"searching the order of {len(graph.ops):,} ops")
         s = schedule(graph, "auto", EXECUTORCH_MODEL, time_limit=time_limit)
@@ -185,7 +194,8 @@ def run_method(data: bytes, name: str, inputs) -> list:
 
 
 def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
-            measure: bool = True, seed: int = 0, progress=None) -> tuple[bytes, dict]:
+            measure: bool = True, seed: int = 0, progress=None,
+            memory_map=None) -> tuple[bytes, dict]:
     """A rewritten program: each method's instructions in memsched's order and its planned
     tensors at the exact packer's offsets (views follow their storage). Returns the new bytes
     and a report per method (planned bytes before and after, peaks, bound, optimal flags). A
@@ -194,12 +204,20 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
     random inputs and every output must be bit-equal, else `PlanCheckError` (nothing to write).
     ``progress``: called with a line of text as each method reaches each stage. Sharing equal
     values afterwards: `memsched.executorch.share.share_reordered`.
+
+    ``memory_map`` (``"NAME:SIZE:MEM_ID[,...]"`` or [(name, size, mem_id)], fastest first):
+    the storages are placed across the banks (`pte_banks.place_banks`: the fast bank's traffic
+    first, `memsched.banks.place`) instead of packed per arena, and each tensor's mem_id is
+    written too; a method is left as written only when its plan fits the map and serves the
+    banks at least as well. A map that cannot hold a method raises
+    `memsched.banks.BankCapacityError` (a ``ValueError``) naming the bank and the bytes missing.
     """
-    from ..arena import Lifetime, plan as plan_arena
     from ..schedulers import schedule
-    from .errors import ExecutorchError, OutputsDifferError
+    from . import pte_banks
+    from .errors import ExecutorchError
     from .model import EXECUTORCH_MODEL
 
+    banks = pte_banks.memory_banks(memory_map)  # a malformed map: before any work
     data, name = _bytes_of(source)
     pte = read_program(data, name)
     report: dict = {}
@@ -214,6 +232,8 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
         try:
             graph, info = plan_graph(plan, alignment)
         except ExecutorchError as e:
+            if banks:  # left as written: it must fit the map as it is
+                pte_banks.require_fit(plan, banks, str(e))
             row.update(changed=False, reason=str(e), error=str(e))
             continue
         from ..memory import peak_memory
@@ -223,39 +243,41 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
         row.update(file_order_peak=peak_memory(graph, None, EXECUTORCH_MODEL), peak=s.peak,
                    lower_bound=s.lower_bound, order_optimal=s.optimal)
         root = _views(info)
+        written = pte_banks.bank_rows(plan, info, banks) if banks else None
+        if banks:
+            row.update(banks_before=written["banks"], fast_bank_traffic_share_before=written[
+                "fast_bank_traffic_share"], fits_before=pte_banks.fits(written["banks"], banks))
         if root is None:  # one offset per value: its instances cannot be moved apart
+            why = ("a value stands for several tensors in the file's order (a program with "
+                   "shared values)")
+            if banks:
+                pte_banks.require_fit(plan, banks, why)
             row.update(changed=False, planned_after=row["planned_before"],
-                       reason="a value stands for several tensors in the file's order (a "
-                       "program with shared values): not re-planned")
+                       reason=f"{why}: not re-planned", **(written or {}))
             continue
-        pos = {v: k for k, v in enumerate(s.order)}
-        n = len(graph.ops)
-        # lifetimes of every storage in the new order, packed per memory id
-        by_mem: dict[int, list] = {}
-        for t, v in zip(range(len(graph.tensors)), info["storages"]):
-            ten = graph.tensors[t]
-            lo = -1 if ten.producer is None else pos[ten.producer]
-            hi = n if ten.is_output else max([lo] + [pos[c] for c in ten.consumers])
-            mem, _off = _alloc(plan.values[v])
-            by_mem.setdefault(mem, []).append((v, lo + 1, hi + 1, _nbytes(plan.values[v].val,
-                                                                         alignment)))
-        sizes = list(before)
-        new_off: dict[int, int] = {}
-        arenas = {}
-        _stage(progress, plans, k_plan, f"packing {len(info['storages']):,} tensors")
-        for mem, items in by_mem.items():
-            p = plan_arena([Lifetime(sz, lo, hi) for _, lo, hi, sz in items], "auto",
-                           alignment=alignment, time_limit=time_limit or 10.0)
-            arenas[mem] = p
-            for (v, *_), off in zip(items, p.offsets):
-                new_off[v] = off
-            sizes[mem] = p.arena
-        row.update(planned_after=sum(sizes[1:]),
-                   arena_optimal=all(p.optimal for p in arenas.values()))
-        if sum(sizes[1:]) >= sum(before[1:]):
-            row.update(changed=False, reason="no smaller plan than the file's")
-            row["planned_after"] = row["planned_before"]
-            continue
+        new_mem: dict[int, int] = {}
+        if banks:
+            _stage(progress, plans, k_plan, f"placing {len(info['storages']):,} tensors "
+                   f"across {len(banks)} banks")
+            where, sizes, placed = pte_banks.place_banks(plan, graph, info, s.order, banks,
+                                                         alignment, time_limit)
+            row.update(placed, planned_after=sum(sizes[1:]))
+            if pte_banks.fits(written["banks"], banks) and \
+                    pte_banks._key(written["banks"], banks) <= \
+                    pte_banks._key(placed["banks"], banks):
+                row.update(written, changed=False, planned_after=row["planned_before"],
+                           traffic_bound=None, fast_bank_optimal=None,
+                           reason="the plan as written fits the banks and serves them as well")
+                continue
+            new_off = {v: off for v, (_, off) in where.items()}
+            new_mem = {v: mem for v, (mem, _) in where.items()}
+        else:
+            new_off, sizes = _pack(plan, graph, info, s.order, alignment, time_limit, row,
+                                   progress=lambda t: _stage(progress, plans, k_plan, t))
+            if sum(sizes[1:]) >= sum(before[1:]):
+                row.update(changed=False, reason="no smaller plan than the file's")
+                row["planned_after"] = row["planned_before"]
+                continue
         # views: same place relative to their storage as before
         old = {v: _alloc(plan.values[v])[1] for v in list(new_off) + list(root)}
 
@@ -267,9 +289,13 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
         for v in root:
             r = find(v)
             new_off[v] = new_off[r] + old[v] - old[r]
+            if r in new_mem:
+                new_mem[v] = new_mem[r]
         for v, off in new_off.items():
             a = plan.values[v].val.allocation_info
             a.memory_offset_low, a.memory_offset_high = off & 0xFFFFFFFF, off >> 32
+            if v in new_mem:
+                a.memory_id = new_mem[v]
         chain = plan.chains[0]
         chain.instructions = [chain.instructions[graph.ops[v].source] for v in s.order]
         if chain.stacktrace is not None:
@@ -280,6 +306,46 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
         check_written_plan(plan, graph2, info2)
         row["changed"] = True
         changed = True
+    return _finish(data, name, pte, plans, report, changed, measure, seed, progress)
+
+
+def _pack(plan, graph, info, order, alignment, time_limit, row, progress):
+    """Every storage of one method packed per memory id in the op order ``order`` by the
+    exact packer: ({storage value: offset}, the new ``non_const_buffer_sizes``)."""
+    from ..arena import Lifetime, plan as plan_arena
+
+    pos = {v: k for k, v in enumerate(order)}
+    n = len(graph.ops)
+    # lifetimes of every storage in the new order, packed per memory id
+    by_mem: dict[int, list] = {}
+    for t, v in zip(range(len(graph.tensors)), info["storages"]):
+        ten = graph.tensors[t]
+        lo = -1 if ten.producer is None else pos[ten.producer]
+        hi = n if ten.is_output else max([lo] + [pos[c] for c in ten.consumers])
+        mem, _off = _alloc(plan.values[v])
+        by_mem.setdefault(mem, []).append((v, lo + 1, hi + 1, _nbytes(plan.values[v].val,
+                                                                     alignment)))
+    sizes = list(plan.non_const_buffer_sizes)
+    new_off: dict[int, int] = {}
+    arenas = {}
+    progress(f"packing {len(info['storages']):,} tensors")
+    for mem, items in by_mem.items():
+        p = plan_arena([Lifetime(sz, lo, hi) for _, lo, hi, sz in items], "auto",
+                       alignment=alignment, time_limit=time_limit or 10.0)
+        arenas[mem] = p
+        for (v, *_), off in zip(items, p.offsets):
+            new_off[v] = off
+        sizes[mem] = p.arena
+    row.update(planned_after=sum(sizes[1:]),
+               arena_optimal=all(p.optimal for p in arenas.values()))
+    return new_off, sizes
+
+
+def _finish(data, name, pte, plans, report, changed, measure, seed, progress):
+    """The rewritten program's bytes, loaded back and (``measure``) run bit-equal to the
+    original in ExecuTorch's runtime: (bytes, report)."""
+    from .errors import OutputsDifferError
+
     if not changed:
         return data, report
     out = write_pte(pte)
@@ -297,8 +363,8 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
                 torch.equal(u, v) if isinstance(u, torch.Tensor) else u == v
                 for u, v in zip(a, b))
             if not same:
-                raise OutputsDifferError(f"method {plan.name!r}: outputs differ after reordering; "
-                                     "nothing written")
+                raise OutputsDifferError(f"method {plan.name!r}: outputs differ after "
+                                         "reordering; nothing written")
             report[plan.name]["bit_equal"] = True
     return out, report
 
