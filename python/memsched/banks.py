@@ -274,6 +274,7 @@ def place(buffers: Sequence[Buffer], banks: Sequence[Bank], pack: Pack | None = 
             raise failure from None
         other = None
     if failure is not None:
+        other.traffic_bound[0] = max(bounds[0], other.traffic[0])
         return other
     mine = _finish(buffers, banks, bank_of, offsets, bounds, "memsched", stats)
     if other is not None and _key(other) < _key(mine):

@@ -65,6 +65,7 @@ from ..patches import (Clock, Described, PatchOptions, Refused, Runtime, SearchR
 from .errors import ExecutorchError
 from .model import EXECUTORCH_MODEL
 from .patch_describe import EXECUTORCH_MEMORY, EdgeModel, describe_graph
+from .patch_cortex_m import own_padding
 from .patch_layout import CHANNELS_LAST
 from .patch_rewrite import _copy_module, rewrite
 from .records import ExecutorchRecords, check_target
@@ -189,13 +190,15 @@ def executorch_runtime(em: EdgeModel, price_records: bool = True) -> Runtime:
     (plans with margins), while the Cortex-M flow's rebuilt calls on channels-last maps are
     not written that way and cut on the maps' NHWC form (`patch_layout.CHANNELS_LAST`);
     squeeze-and-excitation blocks are rewritten; ``time``: the M55 instructions of the
-    Cortex-M flow's kernels (`patch_time.time_model`; None where a call has no model)."""
+    Cortex-M flow's kernels (`patch_time.time_model`; None where a call has no model);
+    ``own_padding``: a Cortex-M convolution takes the border pads its kernel and shape
+    function allow as its own padding (`patch_cortex_m.own_padding`)."""
     cl = em.channels_last
     from .patch_time import time_model
 
     return Runtime(memory_of(em, price_records), implicit_padding=not cl,
                    padding_rule="fixed", se=True, layout=CHANNELS_LAST if cl else None,
-                   time=time_model(em))
+                   time=time_model(em), own_padding=own_padding)
 
 
 def search(em: EdgeModel, options: PatchOptions | None = None, *,
@@ -344,7 +347,7 @@ class TilePatchesPass:
                  second_region=None, price_records: bool = True,
                  planned_inputs: bool = True, exact_reductions=None,
                  padding: str | None = None, max_regions=None, target: str | None = None,
-                 share_values: bool = False, max_slowdown=...):
+                 share_values: bool = False, max_slowdown=..., memory_map=None):
         self.target = records_target(target)
         self.share_values = bool(share_values)
         # checked once, here: a PatchOptions passed on is not checked again
@@ -352,7 +355,10 @@ class TilePatchesPass:
             TilePatchesError, options, max_overhead=max_overhead, max_slowdown=max_slowdown,
             grid=grid, split=split,
             time_limit=time_limit, se_patches=se_patches, second_region=second_region,
-            exact_reductions=exact_reductions, padding=padding, max_regions=max_regions)
+            exact_reductions=exact_reductions, padding=padding, max_regions=max_regions,
+            # a memory map (ExecuTorch's ``TargetMemoryMap``): the search prefers plans whose
+            # arena fits its fastest bank
+            fast_memory=memory_map.banks[0].size if memory_map is not None else None)
         self.price_records = bool(price_records)
         self.planned_inputs = bool(planned_inputs)  # alloc_graph_input of the planning pass
         self.report: list[TileReport] = []

@@ -13,7 +13,7 @@ planning, the plan is checked independently (`memsched.executorch.check`) and th
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from ..errors import GraphError
 from .check import check_graph_module
@@ -42,6 +42,13 @@ class PlanReport:
     seconds: float
     note: str = ""
     patches: object = None  # the `tile.TileReport` of this method (tile_patches=True)
+    # one `bank_planning.BankReport` per bank of the memory map (``memory_map=``), top level
+    banks: list = field(default_factory=list)
+
+    def fast_share(self) -> float | None:
+        """The fastest bank's share of the activation traffic (None without a map)."""
+        total = sum(b.traffic for b in self.banks)
+        return (self.banks[0].traffic / total if total else 1.0) if self.banks else None
 
     @property
     def planned_bytes(self) -> int:
@@ -69,6 +76,12 @@ class PlanReport:
             lines.append(f"  order: {self.note}")
         if self.patches is not None:
             lines.append(f"  {self.patches.summary()}")
+        for b in self.banks:
+            g = "" if b.greedy_traffic is None else \
+                f"; ExecuTorch's banked greedy {b.greedy_used:,} B, traffic {b.greedy_traffic:,} B"
+            lines.append(f"  bank {b.name} (mem_id {b.mem_id}): {b.used:,} of {b.size:,} B, "
+                         f"{b.tensors} tensors, traffic {b.traffic:,} B (bound "
+                         f"{b.traffic_bound:,} B){g}")
         for a in self.arenas:
             lines.append(f"  arena {a.mem_id} ({a.graph}): greedy {a.greedy:,} B, memsched "
                          f"{a.memsched:,} B, bound {a.lower_bound:,} B, "
@@ -106,17 +119,24 @@ def _pass_class():
         __doc__ = MemschedPlanningPass.__doc__
 
         def __init__(self, time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool = True,
-                     check: bool = True, budget=None, **kwargs):
+                     check: bool = True, budget=None, memory_map=None, **kwargs):
             if "memory_planning_algo" in kwargs:
                 raise TypeError("MemschedPlanningPass chooses its own memory_planning_algo")
+            if memory_map is not None and kwargs.get("share_mutable_buffers"):
+                from .bank_planning import MemoryMapError
+                raise MemoryMapError("share_mutable_buffers reserves arena 2 for shared state: "
+                                     "not with a memory map (as in ExecuTorch's banked planner)")
             # ``budget`` (a `memsched.patches.Budget`, given after a patch search): the order
             # and the packing bounded by its work, not by ``time_limit``
             self.budget = budget
+            self.memory_map = memory_map
             self.algo = MemschedAlgo(time_limit, arena_nodes=budget.arena_nodes
-                                     if budget is not None else None)
+                                     if budget is not None else None, memory_map=memory_map)
+            # under a map the suite must not compare with ``greedy``: it would pick the smaller
+            # sum of bytes, blind to the banks' capacities
+            algos = [self.algo] if memory_map is not None else [greedy, self.algo]
             super().__init__(
-                memory_planning_algo=MemoryPlanningAlgorithmSuite(algo_list=[greedy, self.algo]),
-                **kwargs)
+                memory_planning_algo=MemoryPlanningAlgorithmSuite(algo_list=algos), **kwargs)
             self.time_limit = time_limit
             self.reorder = reorder
             self.check = check
@@ -160,15 +180,17 @@ def _pass_class():
             else:
                 note = "reordering off"
             first = len(self.algo.reports)
+            first_bank = len(self.algo.bank_reports)
             self.algo.top = graph_module  # apply_algo also calls the algorithm on submodules
             result = super().run(graph_module, graph_signature)
             arenas = self.algo.reports[first:]
             checked = check_graph_module(graph_module, graph_signature, flags) \
                 if self.check else 0
             name = f"method{len(self.report)}"
+            banks = [b for b in self.algo.bank_reports[first_bank:] if b.graph == "top"]
             self.report[name] = PlanReport(
                 name, order, arenas, list(graph_module.meta["non_const_buffer_sizes"]),
-                checked, time.perf_counter() - t0, note)
+                checked, time.perf_counter() - t0, note, banks=banks)
             return result
 
     _PASS_CLASS = _MemschedPlanningPass
@@ -186,7 +208,8 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
                    exact_reductions: bool | None = None, padding: str | None = None,
                    max_regions: int | None = None, patch_options=None,
                    target: str | None = None, share_values: bool = False,
-                   max_slowdown=..., fold_constants=None, **executorch_config_options):
+                   max_slowdown=..., fold_constants=None, memory_map=None,
+                   **executorch_config_options):
     """An ``ExecutorchBackendConfig`` whose memory planning is memsched's.
 
     ``time_limit``: seconds for the scheduler and for each arena's packer. ``tile_patches``:
@@ -229,7 +252,13 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     propagation (``do_quant_fusion_and_const_prop=True``, still accepted): arithmetic on
     constants too, a smaller program with fewer operators, but outputs equal to the default
     program's only up to rounding. "none" (False; ``do_quant_fusion_and_const_prop=False``):
-    nothing, ExecuTorch's default.
+    nothing, ExecuTorch's default. ``memory_map``: ExecuTorch's own
+    ``executorch.exir.banked_memory_planning.TargetMemoryMap`` (banks fastest first): every
+    planned buffer is placed in one of its banks, the fastest bank's activation traffic
+    maximized first (`memsched.executorch.bank_planning`, `memsched.banks`), pins (a ``mem_id``
+    a pass set) kept, per-bank alignment; a map that cannot hold the program raises
+    `MemoryMapError` naming the bank and the bytes missing. With ``tile_patches`` the search
+    prefers a plan whose arena fits the fastest bank over a smaller one that does not.
     """
     from executorch.exir import ExecutorchBackendConfig
 
@@ -246,7 +275,7 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
                              split=split, se_patches=se_patches, second_region=second_region,
                              price_records=price_records, exact_reductions=exact_reductions,
                              padding=padding, max_regions=max_regions, target=target,
-                             share_values=share_values,
+                             share_values=share_values, memory_map=memory_map,
                              planned_inputs=executorch_config_options.get(
                                  "alloc_graph_input", True))
         executorch_config_options["passes"] = \
@@ -260,7 +289,8 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     # after a patch search the plan is bounded by its work budgets too: the same program on an
     # idle and a loaded machine
     mp = MemschedPlanningPass(time_limit=time_limit, reorder=reorder,
-                              budget=tp.options.budget if tile_patches else None, **pass_opts)
+                              budget=tp.options.budget if tile_patches else None,
+                              memory_map=memory_map, **pass_opts)
     return ExecutorchBackendConfig(memory_planning_pass=mp, **executorch_config_options)
 
 

@@ -86,6 +86,8 @@ class Request:
     # the predicted instructions the choice may run, a factor of the unpatched program's
     # (None: no bound, or a runtime without a cost model)
     max_slowdown: float | None
+    # the fastest memory bank's bytes: a plan whose arena fits it beats one that does not
+    fast_memory: int | None
     certify: bool
     max_regions: int
     meter: Meter  # the work budget and the clock of the whole search
@@ -135,7 +137,8 @@ def resolve(options: PatchOptions | dict | None, runtime: Runtime | RuntimeMemor
         try_margins=padding is None and rt.implicit_padding, se=rt.se,
         exact_reductions=opts.exact_reductions, no_split=frozenset(rt.no_split(sm)),
         max_overhead=opts.max_overhead, cap=cap,
-        max_slowdown=opts.max_slowdown if rt.time is not None else None, certify=opts.certify,
+        max_slowdown=opts.max_slowdown if rt.time is not None else None,
+        fast_memory=opts.fast_memory, certify=opts.certify,
         max_regions=opts.regions, meter=Meter(opts.budget, opts.time_limit))
 
 
@@ -295,7 +298,8 @@ class Evaluator:
             try:
                 plan = plan_margins(self.sm, r, g, self._margins, rule=rt.padding_rule,
                                     max_concat=rt.max_concat_inputs) if margins else \
-                    plan_patches(self.sm, r, g, keep, max_concat=rt.max_concat_inputs)
+                    plan_patches(self.sm, r, g, keep, max_concat=rt.max_concat_inputs,
+                                 own_padding=rt.own_padding)
             except Refused as e:
                 plan = e
             self._plans[key] = plan

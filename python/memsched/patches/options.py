@@ -51,7 +51,10 @@ class PatchOptions:
     certified scheduler. ``max_slowdown``: the most instructions the chosen plan may run per
     inference, predicted by the runtime's kernel cost model (`runtime.RuntimeTime`), as a
     factor of the unpatched program's (1.10 = +10 %); None: no bound (the RAM-only choice
-    within ``max_overhead``); ignored for a runtime without a cost model (TVM: MACs alone)."""
+    within ``max_overhead``); ignored for a runtime without a cost model (TVM: MACs alone).
+    ``fast_memory``: the bytes of the fastest memory bank the planned arena is placed in (a
+    memory map's first bank, `memsched.banks`): a plan whose arena fits it wins over every plan
+    that does not, and among those the fewest instructions; None: one memory."""
 
     max_overhead: float = 0.3
     grid: tuple | None = None
@@ -65,6 +68,7 @@ class PatchOptions:
     time_limit: float | None = TIME_LIMIT
     certify: bool = True
     max_slowdown: float | None = MAX_SLOWDOWN
+    fast_memory: int | None = None
 
     def __post_init__(self):
         def put(name, value):
@@ -87,6 +91,8 @@ class PatchOptions:
                 raise PatchOptionsError(f"max_slowdown must be a factor >= 1 (1.1 = +10 % "
                                         f"instructions) or None, not {self.max_slowdown!r}")
             put("max_slowdown", ms)
+        if self.fast_memory is not None:
+            put("fast_memory", _int(self.fast_memory, "fast_memory", 1))
         put("grid", parse_grid(self.grid))
         if self.split is not None and (not isinstance(self.split, str) or not self.split):
             raise PatchOptionsError(f"split must be a tensor name, not {self.split!r}")

@@ -241,9 +241,21 @@ def within(c: Candidate, max_overhead: float, max_slowdown: float | None) -> boo
 
 
 def choose(frontier: list[Candidate], original: Candidate, max_overhead: float,
-           max_slowdown: float | None = None) -> Candidate | None:
+           max_slowdown: float | None = None, fast_memory: int | None = None
+           ) -> Candidate | None:
     """Lowest total within the MAC budget (and the instruction budget, ``max_slowdown``),
-    ties to fewer patches; None when nothing beats ``original`` (the unpatched model)."""
+    ties to fewer patches; None when nothing beats ``original`` (the unpatched model).
+    ``fast_memory`` (the fastest bank of a memory map): a plan whose arena (``peak``) fits it
+    beats every plan that does not, and among those the fewest instructions (MACs without a
+    cost model) win: in the fast bank, bytes cost nothing more; None when ``original``
+    fits."""
+    if fast_memory is not None:
+        if original.peak <= fast_memory:
+            return None
+        fit = [c for c in frontier if within(c, max_overhead, max_slowdown) and
+               c.peak <= fast_memory]
+        if fit:
+            return min(fit, key=lambda c: (_ins(c), c.macs, c.total, c.patches))
     ok = [c for c in frontier if within(c, max_overhead, max_slowdown) and
           c.total < original.total]
     if not ok:

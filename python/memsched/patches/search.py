@@ -204,7 +204,7 @@ class FirstRegion(RegionSearch):
                 if self.frontier else None
         else:
             self.choice = choose(self.frontier, self.reordered, req.max_overhead,
-                                 req.max_slowdown)
+                                 req.max_slowdown, req.fast_memory)
         ev.meter.priced += self.priced
         self.seconds = ev.meter.elapsed() - t0
         return self

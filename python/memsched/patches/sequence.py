@@ -221,7 +221,7 @@ class SequenceSearch:
         first.refused += [r for r in res.refused if r not in first.refused]
         ok = [n for n in res.results if n.macs <= self.mac_budget]
         pick = choose(ok, first.reordered or first.original, ev.request.max_overhead,
-                      ev.request.max_slowdown)
+                      ev.request.max_slowdown, ev.request.fast_memory)
         if pick is not None:
             self.consider(pick)
         for n in res.results:
