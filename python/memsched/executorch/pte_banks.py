@@ -97,7 +97,7 @@ def fast_share(rows, mem_id: int) -> float | None:
         return None
     total = sum(r["traffic_bytes"] for r in rows)
     mine = sum(r["traffic_bytes"] for r in rows if r["mem_id"] == mem_id)
-    return round(mine / total, 6) if total else 1.0
+    return mine / total if total else 1.0
 
 
 def _key(rows, banks) -> tuple:
@@ -190,5 +190,5 @@ def place_banks(plan, graph, info, order, memory_map, alignment: int = 16,
               "fast_bank_traffic_share": fast_share(rows, banks[0][2]),
               "traffic_bound": p.traffic_bound[0], "fast_bank_optimal": p.optimal,
               "placement": p.method, "fast_bank_traffic_share_greedy":
-              None if greedy is None else round(greedy / max(1, sum(traffic)), 6)}
+              None if greedy is None else greedy / max(1, sum(traffic))}
     return where, sizes, report
