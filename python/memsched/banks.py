@@ -229,11 +229,12 @@ def _missing(bank: Bank, need: int) -> BankCapacityError:
 
 
 def place(buffers: Sequence[Buffer], banks: Sequence[Bank], pack: Pack | None = None,
-          max_nodes: int | None = None) -> BankPlan:
+          max_nodes: int | None = None, shared=()) -> BankPlan:
     """Every buffer in a bank (see the module docstring for the objective). ``pack``:
     ``pack(indices, alignment) -> (arena, offsets)``, the packer of one bank's buffers (default
     `default_pack`, with ``max_nodes`` its work budget); a caller with buffers that may share
-    bytes (ExecuTorch's in-place quantize) gives its own. Raises `BankCapacityError` when no
+    bytes (ExecuTorch's in-place quantize: the index pairs ``shared``) gives its own, and
+    checks those pairs' overlaps under its own rule. Raises `BankCapacityError` when no
     placement is found: a pin that does not fit its bank, or the last bank too small."""
     buffers, banks = list(buffers), list(banks)
     if not banks:
@@ -268,7 +269,7 @@ def place(buffers: Sequence[Buffer], banks: Sequence[Bank], pack: Pack | None = 
             bank_of[i], offsets[i] = k, off
         left = [i for i in left if i not in placed]
     try:  # ExecuTorch's rule: the fallback, and never better than what is returned
-        other = greedy_place(buffers, banks, pack)
+        other = greedy_place(buffers, banks, pack, shared)
     except BankCapacityError:
         if failure is not None:
             raise failure from None
@@ -276,7 +277,7 @@ def place(buffers: Sequence[Buffer], banks: Sequence[Bank], pack: Pack | None = 
     if failure is not None:
         other.traffic_bound[0] = max(bounds[0], other.traffic[0])
         return other
-    mine = _finish(buffers, banks, bank_of, offsets, bounds, "memsched", stats)
+    mine = _finish(buffers, banks, bank_of, offsets, bounds, "memsched", stats, shared)
     if other is not None and _key(other) < _key(mine):
         other.traffic_bound = [max(mine.traffic_bound[0], other.traffic[0])] + \
             list(other.traffic[1:])
@@ -291,7 +292,7 @@ def _key(p: BankPlan) -> tuple:
     return tuple(-t for t in p.traffic) + tuple(p.used[1:])
 
 
-def _finish(buffers, banks, bank_of, offsets, bounds, method, stats) -> BankPlan:
+def _finish(buffers, banks, bank_of, offsets, bounds, method, stats, shared=()) -> BankPlan:
     used, traffic = [0] * len(banks), [0] * len(banks)
     for i, b in enumerate(buffers):
         if b.size <= 0:
@@ -301,12 +302,12 @@ def _finish(buffers, banks, bank_of, offsets, bounds, method, stats) -> BankPlan
         traffic[k] += b.traffic
     p = BankPlan(banks, bank_of, offsets, used, traffic,
                  [max(t, u) for t, u in zip(traffic, bounds)], method, stats)
-    check_plan(buffers, p)
+    check_plan(buffers, p, shared)
     return p
 
 
 def greedy_place(buffers: Sequence[Buffer], banks: Sequence[Bank],
-                 pack: Pack | None = None) -> BankPlan:
+                 pack: Pack | None = None, shared=()) -> BankPlan:
     """ExecuTorch's rule (``banked_memory_planning_pass``): largest first, each into the
     fastest bank with room (pins first, to their banks), first fit by address; then each
     bank packed again by ``pack`` when that is smaller. The baseline `place` is measured
@@ -336,15 +337,13 @@ def greedy_place(buffers: Sequence[Buffer], banks: Sequence[Bank],
         final = dict(zip(idx, offs)) if arena < mine else placed[k]
         for i, off in final.items():
             bank_of[i], offsets[i] = k, off
-    return _finish(buffers, banks, bank_of, offsets, [0] * len(banks), "greedy", {})
+    return _finish(buffers, banks, bank_of, offsets, [0] * len(banks), "greedy", {}, shared)
 
 
 def check_plan(buffers: Sequence[Buffer], plan: BankPlan, shared=()) -> None:
     """The independent check: every buffer in a bank, aligned, inside the capacity, pins kept,
     no two buffers of one bank overlapping in time and bytes (``shared``: index pairs allowed
     to). Raises `BankCapacityError` naming the first violation."""
-    from .arena_problem import verify
-
     ok_pairs = {frozenset(p) for p in shared}
     for k, bank in enumerate(plan.banks):
         idx = [i for i, b in enumerate(buffers) if b.size > 0 and plan.bank_of[i] == k]
@@ -357,22 +356,17 @@ def check_plan(buffers: Sequence[Buffer], plan: BankPlan, shared=()) -> None:
                 raise BankCapacityError(f"buffer {i} at a misaligned offset in {bank.name!r}")
             if end > bank.capacity:
                 raise _missing(bank, end)
-        if ok_pairs:
-            for x in idx:
-                for y in idx:
-                    if x < y and frozenset((x, y)) not in ok_pairs:
-                        bx, by = buffers[x], buffers[y]
-                        ox, oy = plan.offsets[x], plan.offsets[y]
-                        if bx.start <= by.end and by.start <= bx.end and \
-                                ox < oy + by.size and oy < ox + bx.size:
-                            raise BankCapacityError(
-                                f"buffers {x} and {y} overlap in bank {bank.name!r}")
-        else:
-            try:
-                verify([Lifetime(buffers[i].size, buffers[i].start, buffers[i].end)
-                        for i in idx], [plan.offsets[i] for i in idx], bank.alignment)
-            except ValueError as e:
-                raise BankCapacityError(f"bank {bank.name!r}: {e}") from None
+        active: list[int] = []  # a sweep over time: each buffer against those live at its start
+        for i in sorted(idx, key=lambda i: (buffers[i].start, i)):
+            b, o = buffers[i], plan.offsets[i]
+            active = [j for j in active if buffers[j].end >= b.start]
+            for j in active:
+                if frozenset((i, j)) in ok_pairs:
+                    continue
+                if o < plan.offsets[j] + buffers[j].size and plan.offsets[j] < o + b.size:
+                    raise BankCapacityError(f"buffers {j} and {i} overlap in time and bytes in "
+                                            f"bank {bank.name!r}")
+            active.append(i)
 
 
 def parse_memory_map(text: str) -> list[tuple[str, int, int]]:

@@ -161,8 +161,10 @@ def plan_banked(algo, memory_map, alignment, specs, graph_module, graph_signatur
         p = _aligned(algo._pack(sub, pairs, a), sub, pairs)
         return p.arena, list(p.offsets)
 
+    at = {id(s): k for k, s in enumerate(placed_roots)}
+    pairs_at = [(at[id(si)], at[id(so)]) for _, si, so in share]
     try:
-        bp = place(buffers, banks, pack)
+        bp = place(buffers, banks, pack, shared=pairs_at)
     except BankCapacityError as e:
         raise MemoryMapError(f"memory map {describe_map(memory_map)} cannot hold the "
                              f"program: {e}") from None

@@ -248,14 +248,18 @@ def choose(frontier: list[Candidate], original: Candidate, max_overhead: float,
     ``fast_memory`` (the fastest bank of a memory map): a plan whose arena (``peak``) fits it
     beats every plan that does not, and among those the fewest instructions (MACs without a
     cost model) win: in the fast bank, bytes cost nothing more; None when ``original``
-    fits."""
+    fits. When none fits, the lowest arena wins: the banks hold the arena, not the
+    records."""
     if fast_memory is not None:
         if original.peak <= fast_memory:
             return None
-        fit = [c for c in frontier if within(c, max_overhead, max_slowdown) and
-               c.peak <= fast_memory]
+        ok = [c for c in frontier if within(c, max_overhead, max_slowdown)]
+        fit = [c for c in ok if c.peak <= fast_memory]
         if fit:
             return min(fit, key=lambda c: (_ins(c), c.macs, c.total, c.patches))
+        ok = [c for c in ok if c.peak < original.peak]
+        return min(ok, key=lambda c: (c.peak, c.total, c.patches, c.macs, _ins(c))) \
+            if ok else None
     ok = [c for c in frontier if within(c, max_overhead, max_slowdown) and
           c.total < original.total]
     if not ok:
