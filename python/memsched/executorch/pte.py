@@ -10,7 +10,8 @@ prints (operators, instructions, planned tensors and bytes).
 
 What a kernel call reads and writes comes from the program itself (`kernel_writes`), not from
 a table of operator schemas, so every backend's kernels (``cortex_m::`` ...) are covered; the
-liveness model and the check of the written plan are in `pte_liveness`.
+liveness model and the check of the written plan are in `pte_liveness`; memory banks (each
+planned buffer's traffic, placement across a memory map for ``reorder``) in `pte_banks`.
 """
 from __future__ import annotations
 
