@@ -28,9 +28,9 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=10.0, help="arena packer seconds")
     args = ap.parse_args(argv)
     from memsched import arena
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.reorder import offline_offsets, reorder_tflite
-    from memsched.tflite.tflm_memory import TFLM_ALIGNMENT, lifetimes
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.plan.reorder import offline_offsets, reorder_tflite
+    from memsched.tflite.memory.model import TFLM_ALIGNMENT, lifetimes
 
     models = args.models or sorted(
         glob.glob(os.path.join(ROOT, "benchmarks", "edgetpu", "models", "*.tflite")) +

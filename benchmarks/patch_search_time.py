@@ -59,10 +59,10 @@ def describe(name: str):
     if kind == "tflite":
         from patches import MODELS
 
-        from memsched.tflite.read import read_tflite
-        from memsched.tflite.spatial import spatial_model
-        from memsched.tflite.tflm_memory import tflm_runtime
-        from memsched.tflite.tile import _memory
+        from memsched.tflite.format.read import read_tflite
+        from memsched.tflite.patch.describe import spatial_model
+        from memsched.tflite.memory.model import tflm_runtime
+        from memsched.tflite.patch.tile import _memory
 
         tg = read_tflite(MODELS[rest]())
         mem, graph = _memory(tg, True)  # as `memsched tile --offline-plan` (the table's)

@@ -1,5 +1,5 @@
 """Patch-based execution on int8 MCU-class models: TFLite Micro's minimal total arena before and
-after `memsched.tflite.tile.tile_tflite`, MAC overhead, outputs equal.
+after `memsched.tflite.patch.tile.tile_tflite`, MAC overhead, outputs equal.
 
 Models are built with the flatbuffer object API (no tensorflow): random weights, per-channel
 int8 quantization, so they run in LiteRT and TFLite Micro as converted Keras models do:
@@ -147,8 +147,8 @@ MODELS = {
 def strip_softmax(data: bytes) -> bytes:
     """The model up to its logits: a final SOFTMAX removed (TFLite Micro's Python interpreter
     cannot allocate it on random-weight Keras int8 models: degenerate calibration)."""
-    from memsched.tflite.read import op_names, read_tflite
-    from memsched.tflite.write import finish_model
+    from memsched.tflite.format.read import op_names, read_tflite
+    from memsched.tflite.format.write import finish_model
 
     tg = read_tflite(data)
     model, sg = tg.model, tg.subgraph
@@ -164,8 +164,8 @@ def strip_softmax(data: bytes) -> bytes:
 
 def run(name: str, max_overhead: float, offline_plan: bool, measure: bool = True,
         logits: bool = False, target: str | None = "cortex-m") -> dict:
-    from memsched.tflite.tile import measure_tile, tile_tflite
-    from memsched.tflite.reorder import reorder_tflite
+    from memsched.tflite.patch.tile import measure_tile, tile_tflite
+    from memsched.tflite.plan.reorder import reorder_tflite
     from memsched.tflite import tflm
 
     if name.endswith(".tflite"):

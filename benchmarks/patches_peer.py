@@ -34,7 +34,7 @@ MAC_KINDS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 
 
 def macs(path: str) -> int:
-    from memsched.tflite.read import op_macs, read_tflite
+    from memsched.tflite.format.read import op_macs, read_tflite
 
     tg = read_tflite(path)
     return sum(m for v, m in enumerate(op_macs(tg)) if tg.graph.ops[v].kind in MAC_KINDS)
@@ -73,7 +73,7 @@ def xformer_suggestion(xcore: str, src: str) -> tuple[int, int] | None:
 
 
 def equal(src: str, dst: str) -> bool:
-    from memsched.tflite.tile import compare_outputs
+    from memsched.tflite.patch.tile import compare_outputs
 
     c = compare_outputs(src, dst, count=1)
     return bool(c["litert_equal"] and c["tflm_equal"])
@@ -111,8 +111,8 @@ def run(name: str, xcore: str | None, max_b: int, bands, max_overhead: float,
     from patches import MODELS, strip_softmax
 
     from memsched.tflite import tflm
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.tile import tile_tflite
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.patch.tile import tile_tflite
 
     data = MODELS[name]() if name in MODELS else open(name, "rb").read()
     if logits:  # Keras files: TFLM's Python interpreter cannot allocate their final SOFTMAX

@@ -52,9 +52,9 @@ def what_binds() -> int:
     """Where the persistent bytes go, and the search with copies free of them."""
     from collections import Counter
 
-    from memsched.tflite import tflm_memory as tm
-    from memsched.tflite.tflm_abi import persistent_price
-    from memsched.tflite.tile import tile_tflite
+    from memsched.tflite.memory import model as tm
+    from memsched.tflite.memory.abi import persistent_price
+    from memsched.tflite.patch.tile import tile_tflite
 
     for name, blocks in (("resnet8", 1), ("resnet20", 3)):
         data = resnet(blocks, name=name)
@@ -95,14 +95,14 @@ def what_binds() -> int:
 
 
 def s_model(data: bytes):
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.spatial import spatial_model
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.patch.describe import spatial_model
 
     return spatial_model(read_tflite(data))
 
 
 def main() -> int:
-    from memsched.tflite.tile import measure_tile, tile_tflite
+    from memsched.tflite.patch.tile import measure_tile, tile_tflite
 
     if "--what-binds" in sys.argv[1:]:
         return what_binds()

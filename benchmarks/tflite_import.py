@@ -55,7 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args()
-    from memsched.tflite.read import read_tflite
+    from memsched.tflite.format.read import read_tflite
     from memsched.generators.tflite_synth import mobilenet_like
 
     d = tempfile.mkdtemp()

@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 
 from memsched.generators.examples import example_tflite  # noqa: E402
-from memsched.tflite.reorder import reorder_tflite  # noqa: E402
+from memsched.tflite.plan.reorder import reorder_tflite  # noqa: E402
 from memsched.tflite import tflm  # noqa: E402
 
 EXAMPLES = [("randwire", dict(nodes=8, seed=0)), ("randwire", dict(nodes=12, seed=0)),

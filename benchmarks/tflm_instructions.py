@@ -1,5 +1,5 @@
 """TFLite Micro's instructions per ``Invoke()`` on the emulated Cortex-M55 (CMSIS-NN MVE):
-predicted from the file (`memsched.tflite.tflm_instructions`) vs measured on the board.
+predicted from the file (`memsched.tflite.memory.instructions`) vs measured on the board.
 
     .venv/bin/python benchmarks/tflm_instructions.py              # the table, held-out files
     .venv/bin/python benchmarks/tflm_instructions.py --calibrate  # re-measure and re-fit
@@ -7,7 +7,7 @@ predicted from the file (`memsched.tflite.tflm_instructions`) vs measured on the
 ``--calibrate`` builds int8 files of many independent operators each (random shapes, strides,
 paddings, channels: `calibration_models`), runs each once on the board with ``--per-op``, fits
 each kernel variant's coefficients by least squares on its features and prints them as the
-``COEFFICIENTS`` literal of `memsched.tflite.tflm_kernel_costs` (and the worst residuals).
+``COEFFICIENTS`` literal of `memsched.tflite.memory.kernel_costs` (and the worst residuals).
 QEMU runs one at a time.
 """
 from __future__ import annotations
@@ -22,12 +22,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from memsched.tflite import tflm_instructions as ti  # noqa: E402
+from memsched.tflite.memory import instructions as ti  # noqa: E402
 
 
 # ------------------------------------------------------------------------------ files
 def _inputs(data: bytes, seed: int = 0):
-    from memsched.tflite.read import NUMPY_DTYPES, read_tflite
+    from memsched.tflite.format.read import NUMPY_DTYPES, read_tflite
 
     tg = read_tflite(data)
     sg = tg.subgraph
@@ -344,7 +344,7 @@ def _models(rng, q: bool, per_model: int, share: float):
 # ------------------------------------------------------------------------------ fitting
 def rows_of(data: bytes, res: dict) -> list[dict]:
     """One row per operator: kind, variant, features, measured window."""
-    from memsched.tflite.read import read_tflite
+    from memsched.tflite.format.read import read_tflite
 
     meas = {e["index"]: e["instructions"] for e in res["op_instructions"]
             if not e.get("depth")}
@@ -424,7 +424,7 @@ def held_out_files():
     import importlib
 
     from memsched.generators.tflite_synth import mobilenet_like, pad_slice_model, se_model
-    from memsched.tflite.tile import tile_tflite
+    from memsched.tflite.patch.tile import tile_tflite
 
     patches = importlib.import_module("patches")
     resnet = importlib.import_module("patches_resnet").resnet

@@ -62,9 +62,9 @@ def tflm_file(name: str) -> bytes:
 
 
 def tflm_rows(name: str, slowdowns) -> list[dict]:
-    from memsched.tflite.tflm_instructions import model_instructions
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.tile import tile_tflite
+    from memsched.tflite.memory.instructions import model_instructions
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.patch.tile import tile_tflite
     from board_columns import board_measure
 
     rows = []

@@ -1,4 +1,4 @@
-"""`memsched.tflite.tflm_arena`: TFLite Micro's minimal arena computed from the file equals what
+"""`memsched.tflite.memory.arena`: TFLite Micro's minimal arena computed from the file equals what
 the emulated Cortex-M55 (CMSIS-NN kernels, `memsched.board`) and the host's ``tflite-micro``
 package (reference kernels, `memsched.tflite.tflm.min_arena_bytes`) measure by bisection, within
 the bisection's 16-B step: on person_detect, its ``reorder --offline-plan`` and ``tile
@@ -19,8 +19,8 @@ from memsched import board
 from memsched.cli import main
 from memsched.generators.tflite_synth import _Net, custom_op_model, mobilenet_like
 from memsched.tflite import tflm
-from memsched.tflite.read import NUMPY_DTYPES, TFLiteModelError, read_tflite
-from memsched.tflite.tflm_arena import UnpricedModelError, arena, greedy_plan
+from memsched.tflite.format.read import NUMPY_DTYPES, TFLiteModelError, read_tflite
+from memsched.tflite.memory.arena import UnpricedModelError, arena, greedy_plan
 
 STEP = 16
 
@@ -56,8 +56,8 @@ def fc_stack(sizes=(640, 128, 128, 8, 128, 640)) -> bytes:
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    from memsched.tflite.reorder import reorder_tflite
-    from memsched.tflite.tile import tile_tflite
+    from memsched.tflite.plan.reorder import reorder_tflite
+    from memsched.tflite.patch.tile import tile_tflite
 
     d = tmp_path_factory.mktemp("arena")
     out = {}

@@ -167,6 +167,50 @@ def test_runtime_packages_never_import_each_other():
     assert not crossing, "runtime packages importing each other:\n" + "\n".join(crossing)
 
 
+# The rooms of a runtime package, bottom to top (issue 60): the file format (read, write,
+# verify), the runtime's memory and time model (what it allocates, what its kernels cost),
+# the plan (order, pack) and the patch adapter (describe, rewrite; it writes the certified
+# order of the patched file, so it may use the plan, never the reverse). A room imports its
+# own and lower rooms only, and the two lowest import nothing else of their package (no
+# runner, not the package's face). docs/architecture.md names them; change both together.
+ROOMS = ["format", "memory", "plan", "patch"]
+
+
+def room(module: str) -> tuple[str, str] | None:
+    """(runtime package, room) of a module in a room of a runtime package, or None."""
+    parts = module.split(".")
+    if len(parts) >= 3 and ".".join(parts[:2]) in LAYERS["runtimes"] and parts[2] in ROOMS:
+        return parts[1], parts[2]
+    return None
+
+
+def test_runtime_rooms_import_downward():
+    graph = import_graph()
+    assert room("memsched.tflite.patch.tile") == ("tflite", "patch")
+    assert room("memsched.tflite.litert") is None and room("memsched.patches.plans") is None
+    doc = (ROOT.parents[1] / "docs" / "architecture.md").read_text()
+    packages = {r[0] for r in map(room, graph) if r}
+    assert "tflite" in packages
+    for pkg in packages:
+        for name in ROOMS:
+            assert f"`{pkg}/{name}/`" in doc, f"{pkg}/{name}/ is not in docs/architecture.md"
+    bad = []
+    for mod, targets in sorted(graph.items()):
+        r = room(mod)
+        if r is None:
+            continue
+        pkg = f"memsched.{r[0]}"
+        for t in sorted(targets):
+            if t != pkg and not t.startswith(pkg + "."):
+                continue
+            rt = room(t)
+            if rt is None and ROOMS.index(r[1]) <= ROOMS.index("memory"):
+                bad.append(f"{mod} ({r[1]}) imports {t}, outside the rooms")
+            elif rt is not None and ROOMS.index(rt[1]) > ROOMS.index(r[1]):
+                bad.append(f"{mod} ({r[1]}) imports {t} ({rt[1]})")
+    assert not bad, "runtime rooms importing upward:\n" + "\n".join(bad)
+
+
 def test_problem_packages_know_no_file_format():
     """`partition/`, `split/`, `patches/` take an `OpGraph` / their own problem description and
     a memory model; the runtime packages build them (and the importers below are readers)."""

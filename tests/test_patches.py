@@ -210,9 +210,9 @@ def _pool_model() -> bytes:
 
 
 def test_search_frontier_and_choice():
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.spatial import spatial_model
-    from memsched.tflite.tflm_memory import TFLMMemory
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.patch.describe import spatial_model
+    from memsched.tflite.memory.model import TFLMMemory
     from test_patches_se import search
 
     tg = read_tflite(_small_mobilenet())
@@ -242,8 +242,8 @@ def test_search_frontier_and_choice():
 def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     """The rewrite runs in stock LiteRT and TFLite Micro with bit-equal outputs."""
     from memsched.generators.tflite_synth import pad_slice_model, residual_concat_model
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.tile import compare_outputs, tile_tflite
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.patch.tile import compare_outputs, tile_tflite
     from memsched.tflite import tflm
 
     data = {"mobilenet": _small_mobilenet, "pad_slice": lambda: pad_slice_model(size=12),
@@ -265,8 +265,8 @@ def test_tile_tflite_outputs_equal(tmp_path, model, kw):
     if kw.get("padding") == "margins":  # no PAD: operators keep their own padding
         assert res.choice.margins and not kinds & {"PAD", "PADV2"}
     # the search priced the constants the writer adds: one tensor per distinct value
-    from memsched.tflite.spatial import spatial_model
-    from memsched.tflite.tflm_memory import new_constants
+    from memsched.tflite.patch.describe import spatial_model
+    from memsched.tflite.memory.model import new_constants
 
     sm = spatial_model(read_tflite(data))
     priced = [new_constants(sm, p.nodes) for p in res.search.plans_of(res.choice)]
@@ -291,10 +291,10 @@ def test_rewrite_applies_regions_in_sequence(tmp_path):
     split tensor, numbered as in the original file): bit-equal in LiteRT and TFLite Micro."""
     from memsched.patches.plans import plan_patches
     from memsched.patches.regions import regions
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.spatial import spatial_model
-    from memsched.tflite.tile import compare_outputs, rewrite_model
-    from memsched.tflite.write import finish_model
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.patch.describe import spatial_model
+    from memsched.tflite.patch.tile import compare_outputs, rewrite_model
+    from memsched.tflite.format.write import finish_model
     from memsched.tflite import tflm
 
     src = tmp_path / "m.tflite"
@@ -344,8 +344,8 @@ def test_tile_float_input_region_after_quantize(tmp_path, kw):
     float input dies before the patches; nothing slices it), and height bands beyond
     CONCATENATION's 10 inputs are reassembled by chained CONCATENATIONs; the file runs
     bit-equal in LiteRT and TFLite Micro."""
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.tile import compare_outputs, tile_tflite
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.patch.tile import compare_outputs, tile_tflite
     from memsched.tflite import tflm
 
     src = tmp_path / "m.tflite"
@@ -379,11 +379,11 @@ def test_inplace_quantize_offline_plan(tmp_path):
     accepts exactly that pair, TFLite Micro runs the file bit-equal in a smaller arena than
     without the alias; any other overlap of the pair is still refused."""
     from memsched.tflite import tflm
-    from memsched.tflite.check import check_model
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.tflm_memory import quantize_aliases
-    from memsched.tflite.tile import compare_outputs, tile_tflite
-    from memsched.tflite.write import read_offline_plan, set_offline_plan
+    from memsched.tflite.format.check import check_model
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.memory.model import quantize_aliases
+    from memsched.tflite.patch.tile import compare_outputs, tile_tflite
+    from memsched.tflite.format.write import read_offline_plan, set_offline_plan
 
     src = tmp_path / "m.tflite"
     src.write_bytes(_float_input_model())
@@ -420,13 +420,13 @@ def test_tile_row_views(tmp_path):
     and on the board, where the same plan runs fewer instructions than with 4-D slices."""
     from memsched.generators.tflite_synth import mobilenet_like
     from memsched.tflite import tflm
-    from memsched.tflite.check import check_model
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.tflm_arena import arena
-    from memsched.tflite.tflm_instructions import model_instructions
-    from memsched.tflite.tflm_memory import VIEW_SUFFIX, reshape_aliases
-    from memsched.tflite.tile import TileError, compare_outputs, tile_tflite
-    from memsched.tflite.write import read_offline_plan, set_offline_plan
+    from memsched.tflite.format.check import check_model
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.memory.arena import arena
+    from memsched.tflite.memory.instructions import model_instructions
+    from memsched.tflite.memory.model import VIEW_SUFFIX, reshape_aliases
+    from memsched.tflite.patch.tile import TileError, compare_outputs, tile_tflite
+    from memsched.tflite.format.write import read_offline_plan, set_offline_plan
 
     src = tmp_path / "m.tflite"
     src.write_bytes(mobilenet_like(blocks=4, size=48, width=8))
@@ -475,10 +475,10 @@ def test_tile_row_views_of_a_float_input(tmp_path):
     checker tells the view pairs from an in-place QUANTIZE's (only a QUANTIZE whose output is
     at its input's offset overwrites); bit-equal on the host and the board."""
     from memsched.tflite import tflm
-    from memsched.tflite.check import check_model
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.tflm_memory import reshape_aliases
-    from memsched.tflite.tile import compare_outputs, tile_tflite
+    from memsched.tflite.format.check import check_model
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.memory.model import reshape_aliases
+    from memsched.tflite.patch.tile import compare_outputs, tile_tflite
 
     src = tmp_path / "m.tflite"
     src.write_bytes(_float_input_model())
@@ -493,8 +493,8 @@ def test_tile_row_views_of_a_float_input(tmp_path):
 
 
 def test_tile_tflite_errors(tmp_path):
-    from memsched.tflite.read import TFLiteModelError
-    from memsched.tflite.tile import tile_tflite
+    from memsched.tflite.format.read import TFLiteModelError
+    from memsched.tflite.patch.tile import tile_tflite
 
     src = tmp_path / "m.tflite"
     src.write_bytes(_small_mobilenet())
@@ -517,7 +517,7 @@ def test_mobilenet_v2_tflm_total_arena(tmp_path):
     import importlib.util
     import os
 
-    from memsched.tflite.tile import measure_tile, tile_tflite
+    from memsched.tflite.patch.tile import measure_tile, tile_tflite
     from memsched.tflite import tflm
 
     if not tflm.available():
@@ -549,8 +549,8 @@ def test_tflite_region_ends_at_a_global_mean_with_the_reason():
     import os
 
     from memsched.patches import regions
-    from memsched.tflite.read import read_tflite
-    from memsched.tflite.spatial import spatial_model
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.patch.describe import spatial_model
 
     path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "patches.py")
     spec = importlib.util.spec_from_file_location("bench_patches_mean", path)

@@ -52,7 +52,7 @@ def test_second_region_is_a_deprecated_alias():
 
 def test_each_entry_point_translates_the_error(tmp_path):
     from memsched.generators.tflite_synth import mobilenet_like
-    from memsched.tflite.tile import TileError, tile_tflite
+    from memsched.tflite.patch.tile import TileError, tile_tflite
 
     src = tmp_path / "m.tflite"
     src.write_bytes(mobilenet_like(quantized=True, size=32))

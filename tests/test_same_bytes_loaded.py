@@ -26,7 +26,7 @@ def _loaded(monkeypatch):
 
 def test_tile_writes_the_same_file_loaded(monkeypatch):
     from memsched.generators.tflite_synth import mobilenet_like
-    from memsched.tflite.tile import tile_tflite
+    from memsched.tflite.patch.tile import tile_tflite
 
     data = mobilenet_like(blocks=6)
     idle, res = tile_tflite(data, None, offline_plan=True)

@@ -1,4 +1,4 @@
-"""`memsched.tflite.tflm_arena` prices TRANSPOSE, RESIZE_NEAREST_NEIGHBOR, SPLIT, SPLIT_V,
+"""`memsched.tflite.memory.arena` prices TRANSPOSE, RESIZE_NEAREST_NEIGHBOR, SPLIT, SPLIT_V,
 UNPACK, PACK, GATHER, BATCH_MATMUL, SVDF and UNIDIRECTIONAL_SEQUENCE_LSTM (issue 60, item 2):
 on a small generated model per operator (mixed with convolutions; int8 and float32) the
 computed arena equals the emulated Cortex-M55's minimal arena (CMSIS-NN's TRANSPOSE,
@@ -19,8 +19,8 @@ from memsched import board
 from memsched.cli import main
 from memsched.generators import tflite_ops as synth
 from memsched.tflite import tflm
-from memsched.tflite.read import NUMPY_DTYPES, read_tflite
-from memsched.tflite.tflm_arena import UnpricedModelError, arena, priced_operators
+from memsched.tflite.format.read import NUMPY_DTYPES, read_tflite
+from memsched.tflite.memory.arena import UnpricedModelError, arena, priced_operators
 
 STEP = 16
 OPS = ["TRANSPOSE", "RESIZE_NEAREST_NEIGHBOR", "SPLIT", "SPLIT_V", "UNPACK", "PACK", "GATHER",
@@ -69,7 +69,7 @@ def _inputs(path) -> list:
 
 
 def _kinds(path) -> set:
-    from memsched.tflite.read import op_names
+    from memsched.tflite.format.read import op_names
 
     tg = read_tflite(path)
     names = op_names()

@@ -61,7 +61,7 @@ def test_tensor_bytes_are_the_interpreters(files, name):
 def test_in_place_ops_share_as_the_interpreter_does(files, name):
     """RESHAPE/SQUEEZE/EXPAND_DIMS views and in-place ADD/MUL/SUB: shared in our graph exactly
     where the interpreter (no delegates) gives output and input the same address."""
-    from memsched.tflite.read import INPLACE_OPS, VIEW_OPS, read_tflite
+    from memsched.tflite.format.read import INPLACE_OPS, VIEW_OPS, read_tflite
 
     path, buf = files[name]
     g = load_graph(path)

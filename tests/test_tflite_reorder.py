@@ -7,9 +7,9 @@ import pytest
 
 from memsched.cli import main
 from memsched.generators.examples import example_tflite
-from memsched.tflite.read import TFLiteModelError, read_tflite
-from memsched.tflite.reorder import reorder_tflite
-from memsched.tflite.tflm_memory import TFLM_MODEL, lifetimes
+from memsched.tflite.format.read import TFLiteModelError, read_tflite
+from memsched.tflite.plan.reorder import reorder_tflite
+from memsched.tflite.memory.model import TFLM_MODEL, lifetimes
 from memsched.generators.tflite_synth import residual_concat_model
 from memsched.memory import Problem
 from memsched.tflite import tflm

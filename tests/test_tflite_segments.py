@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from memsched.cli import main
-from memsched.tflite.read import TFLiteModelError, read_tflite
+from memsched.tflite.format.read import TFLiteModelError, read_tflite
 from memsched.tflite.segments import pack_model, segment_models, write_segments
 from memsched.generators.tflite_synth import residual_concat_model
 from memsched.partition import PartitionProblem, evaluate, solve
@@ -161,7 +161,7 @@ def _mutate(data: bytes, whats, a: int, b: int):
     """A structurally valid flatbuffer holding a broken model (None if not encodable)."""
     import flatbuffers
 
-    from memsched.tflite.read import schema
+    from memsched.tflite.format.read import schema
 
     s = schema()
     model = s.ModelT.InitFromPackedBuf(data, 0)

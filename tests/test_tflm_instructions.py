@@ -1,4 +1,4 @@
-"""`memsched.tflite.tflm_instructions`: TFLite Micro's instructions per Invoke() on the Cortex-M55
+"""`memsched.tflite.memory.instructions`: TFLite Micro's instructions per Invoke() on the Cortex-M55
 (CMSIS-NN MVE) predicted from the file. Host: the API, unknown kernels named, hand-checked
 copies, the patch search's plan pricing equal to the written file's prediction, `analyze`'s
 fields. Board: within 5 % of the emulated M55's ``invoke_instructions`` on small generated files
@@ -12,8 +12,8 @@ import pytest
 
 from memsched.cli import main
 from memsched.generators.tflite_synth import _Net, mobilenet_like, pad_slice_model
-from memsched.tflite import tflm_instructions as ti
-from memsched.tflite.read import NUMPY_DTYPES, read_tflite
+from memsched.tflite.memory import instructions as ti
+from memsched.tflite.format.read import NUMPY_DTYPES, read_tflite
 
 
 def small_resnet(size: int = 16) -> bytes:
@@ -79,12 +79,12 @@ def test_plan_pricing_equals_the_written_file(views):
     """The search's price of a plan is the written file's prediction; ``views``: windows read
     as rows, whose RESHAPEs run in place under the offline plan (no memcpy)."""
     from memsched.patches import Described, PatchOptions, search_model
-    from memsched.tflite.read import graph_of
-    from memsched.tflite.reorder import reorder_model
-    from memsched.tflite.spatial import spatial_model
-    from memsched.tflite.tflm_memory import TFLMMemory, tflm_runtime
-    from memsched.tflite.tile import rewrite_model
-    from memsched.tflite.write import finish_model
+    from memsched.tflite.format.read import graph_of
+    from memsched.tflite.plan.reorder import reorder_model
+    from memsched.tflite.patch.describe import spatial_model
+    from memsched.tflite.memory.model import TFLMMemory, tflm_runtime
+    from memsched.tflite.patch.tile import rewrite_model
+    from memsched.tflite.format.write import finish_model
 
     tg = read_tflite(mobilenet_like(blocks=4, size=32, width=8))
     sm = spatial_model(tg)
@@ -133,7 +133,7 @@ def _inputs(data: bytes) -> list:
 
 
 def _tiled(views: bool | None = None) -> bytes:
-    from memsched.tflite.tile import tile_tflite
+    from memsched.tflite.patch.tile import tile_tflite
 
     data, res = tile_tflite(mobilenet_like(blocks=4, size=32, width=8), grid="2x2",
                             offline_plan=True, views=views)

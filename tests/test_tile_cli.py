@@ -8,7 +8,7 @@ import pytest
 
 from memsched.cli import main
 from memsched.generators.tflite_synth import mobilenet_like
-from memsched.tflite.check import check_tflite
+from memsched.tflite.format.check import check_tflite
 from memsched.tflite import tflm
 
 from board_checks import assert_tflite_equal_on_board
@@ -63,7 +63,7 @@ def test_tile_max_slowdown_bounds_predicted_instructions(model, tmp_path, capsys
     """The choice's predicted instructions per Invoke() are within --max-slowdown of the
     original's, the report's time frontier is a frontier with the unpatched file on it, the
     bound changes the choice, and the written file's own prediction is the search's."""
-    from memsched.tflite.tflm_instructions import model_instructions
+    from memsched.tflite.memory.instructions import model_instructions
 
     got = {}
     for bound in ("1.0", "none"):

@@ -10,12 +10,12 @@ import pytest
 from memsched.cli import main
 from memsched.generators.examples import example_tflite
 from memsched.fileio import write_atomic, write_atomic_with
-from memsched.tflite import reorder as tflite_reorder
-from memsched.tflite.check import check_tflite
-from memsched.tflite.read import read_tflite
-from memsched.tflite.reorder import offline_offsets, reorder_tflite
+from memsched.tflite.plan import reorder as tflite_reorder
+from memsched.tflite.format.check import check_tflite
+from memsched.tflite.format.read import read_tflite
+from memsched.tflite.plan.reorder import offline_offsets, reorder_tflite
 from memsched.tflite.segments import write_segments
-from memsched.tflite.write import (pack_model, read_offline_plan, set_offline_plan)
+from memsched.tflite.format.write import (pack_model, read_offline_plan, set_offline_plan)
 from memsched.tflite import tflm
 
 from board_checks import assert_tflite_equal_on_board

@@ -20,7 +20,7 @@ import tempfile
 import numpy as np
 
 from memsched.generators.examples import example_tflite
-from memsched.tflite.read import read_tflite
+from memsched.tflite.format.read import read_tflite
 from memsched.tflite.segments import write_segments
 from memsched.partition import PartitionProblem, param_balanced_cut, solve
 from memsched.tflite.litert import (check_segments, pipeline_runner, random_inputs,

@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 from memsched.generators.examples import example_tflite
-from memsched.tflite.reorder import reorder_tflite
+from memsched.tflite.plan.reorder import reorder_tflite
 from memsched.tflite import tflm
 
 with tempfile.TemporaryDirectory() as tmp:

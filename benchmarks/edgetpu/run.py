@@ -51,7 +51,7 @@ def main() -> None:
 
     from ortools.sat.python import cp_model  # noqa: F401  (import cost kept out of timings)
 
-    from memsched.tflite.read import op_macs, read_tflite
+    from memsched.tflite.format.read import op_macs, read_tflite
     from memsched.partition import PartitionProblem, available, evaluate, solve
     from memsched.partition.latency import EdgeTPUCostModel, balance_latency
 

@@ -111,16 +111,16 @@ def _analyze_file(args):
 
 
 def _tflite_arena(args) -> dict:
-    """TFLite Micro's minimal arena for the file on ``--target`` (`memsched.tflite.tflm_arena`:
+    """TFLite Micro's minimal arena for the file on ``--target`` (`memsched.tflite.memory.arena`:
     computed from the file); ``arena_bytes`` None with ``arena_unpriced`` (why) when an
     operator is not priced."""
-    from ..tflite.tflm_arena import UnpricedModelError, arena
+    from ..tflite.memory.arena import UnpricedModelError, arena
     from .common import device_target
 
     target = device_target(args)
     cpu = {}
     if target == "cortex-m":  # one Invoke()'s instructions, predicted (no figure for host)
-        from ..tflite.tflm_instructions import model_instructions
+        from ..tflite.memory.instructions import model_instructions
 
         mi = model_instructions(args.model)
         cpu = {"cpu_instructions": mi.total, "cpu_instructions_unknown": mi.unknown}

@@ -46,7 +46,7 @@ def _guard(fn):
 
 @_guard
 def cmd_partition(args) -> int:
-    from ..tflite.read import TFLiteModelError, op_macs, read_tflite
+    from ..tflite.format.read import TFLiteModelError, op_macs, read_tflite
     from ..tflite.segments import write_segments
     from ..partition import PartitionProblem, evaluate, param_balanced_cut, solve
     from ..partition.latency import EdgeTPUCostModel, balance_latency

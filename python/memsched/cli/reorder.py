@@ -35,8 +35,8 @@ def cmd_reorder(args) -> int:
         from .pte import reorder_pte
 
         return reorder_pte(args)
-    from ..tflite.reorder import reorder_tflite
-    from ..tflite.write import write_model
+    from ..tflite.plan.reorder import reorder_tflite
+    from ..tflite.format.write import write_model
 
     report = None
     try:
@@ -69,7 +69,7 @@ def cmd_reorder(args) -> int:
     if res.offline_arena is not None:
         print(f"offline plan ({res.offline_plan_action}): arena head {res.offline_arena:,} B"
               f"{' (= liveness bound)' if res.offline_optimal else ''}")
-    if res.arena_bytes is not None:  # computed from the files (`tflm_arena`)
+    if res.arena_bytes is not None:  # computed from the files (`memory.arena`)
         print(f"TFLite Micro arena on {res.target}: {res.original_arena_bytes:,} B -> "
               f"{res.arena_bytes:,} B (the minimal total arena, computed from the files)")
     m = report.get("measured")
@@ -88,7 +88,7 @@ def measure(original: str, written: str) -> dict:
     ``equal`` is False if LiteRT or TFLM found any difference or the check failed;
     ``difference`` is then one line naming the first difference (outputs are compared first:
     a file that computes something else gets no arena measurement)."""
-    from ..tflite.check import check_tflite
+    from ..tflite.format.check import check_tflite
     from ..tflite import tflm
 
     if not tflm.available():

@@ -10,7 +10,7 @@ total arena = certified activation peak + persistent bytes, within ``--max-overh
 MACs, default 0.3 = +30 %, and ``--max-slowdown`` times the original's instructions per
 ``Invoke()`` on a Cortex-M55 with the CMSIS-NN kernels, predicted from the files, default
 1.10), rewrites the spatial prefix patch by patch with builtin operators
-only (`memsched.tflite.tile.tile_tflite`), then writes the certified operator
+only (`memsched.tflite.patch.tile.tile_tflite`), then writes the certified operator
 order and, with ``--offline-plan``, the arena offsets. Prints the frontier (per candidate: split
 tensor, grid, peak, persistent bytes, total, MAC overhead, predicted instructions) and the
 choice, the (RAM, instructions) frontier the search found, and what bounds the
@@ -53,8 +53,8 @@ def cmd_tile(args) -> int:
 def _tile(args) -> int:
     import tempfile
 
-    from ..tflite.tile import measure_tile, tile_tflite
-    from ..tflite.write import write_model
+    from ..tflite.patch.tile import measure_tile, tile_tflite
+    from ..tflite.format.write import write_model
 
     out = tflite_output(args.model, args.output, "tile", ".tiled.tflite")
     if args.max_overhead < 0:
@@ -164,7 +164,7 @@ def _print(r: dict, args) -> None:
                       f"above it (added persistent bytes {b['persistent_added']:,} B)")
     if r.get("offline_arena_bytes") is not None:
         console.print(f"offline plan: arena head {r['offline_arena_bytes']:,} B")
-    if r.get("arena_bytes") is not None:  # computed from the files (`tflm_arena`)
+    if r.get("arena_bytes") is not None:  # computed from the files (`memory.arena`)
         console.print(f"TFLite Micro arena on {r['target']}: {r['original_arena_bytes']:,} B -> "
                       f"{r['arena_bytes']:,} B (the minimal total arena, computed from the "
                       "files)")

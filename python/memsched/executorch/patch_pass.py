@@ -1,7 +1,7 @@
 """Patch-based execution (MCUNetV2-style) of the spatial prefix of an ExecuTorch edge program.
 
 The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
-`memsched.tflite.tile` (.tflite): a thin adapter over the one patch search of
+`memsched.tflite.patch.tile` (.tflite): a thin adapter over the one patch search of
 `memsched.patches`.
 
 1. **Describe.** The edge-dialect graph a pass of ``ExecutorchBackendConfig(passes=[...])``

@@ -1,5 +1,5 @@
 """Small int8 / float32 TFLite models around the data-movement and matrix operators TFLite
-Micro's arena prices (`memsched.tflite.tflm_arena`): TRANSPOSE, RESIZE_NEAREST_NEIGHBOR, SPLIT
+Micro's arena prices (`memsched.tflite.memory.arena`): TRANSPOSE, RESIZE_NEAREST_NEIGHBOR, SPLIT
 (_V), UNPACK, PACK, GATHER, BATCH_MATMUL, SVDF and LSTM, each mixed with convolutions
 (`op_models`: one file per operator), built with `tflite_synth`'s network builder."""
 from __future__ import annotations

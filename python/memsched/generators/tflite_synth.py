@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..tflite.read import schema
-from ..tflite.write import pack_model
+from ..tflite.format.read import schema
+from ..tflite.format.write import pack_model
 
 
 class TFLiteBuilder:

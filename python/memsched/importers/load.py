@@ -7,7 +7,7 @@ itself), ``.tflite`` (TVM's TFLite frontend with the ``tflite`` parser), ``.pt2`
 
 Model files are untrusted. Nothing from a file is executed (`importers.pt2` reads ``.pt2``
 archives without unpickling); each format is validated before a frontend sees it
-(`importers.onnx_file`, `tflite.tvm_guard`); tensors a frontend would compute at load time
+(`importers.onnx_file`, `tflite.format.tvm_guard`); tensors a frontend would compute at load time
 (constant folding) are bounded by `MAX_FOLD_BYTES`. Every failure, including anything a TVM
 frontend raises, is a `ModelLoadError` (a ``ValueError``) whose one-line message names the file
 and the problem.
@@ -273,7 +273,7 @@ def load_relax(path: str, input_shapes: dict | None = None):
         elif kind == ".tflite":
             from tvm.relax.frontend.tflite import from_tflite
 
-            from ..tflite.tvm_guard import check_tflite
+            from ..tflite.format.tvm_guard import check_tflite
 
             if os.path.getsize(path) > MAX_TFLITE_BYTES:
                 raise ModelLoadError(f"cannot read model {path!r}: larger than the 2 GiB "
@@ -332,7 +332,7 @@ def load_relax(path: str, input_shapes: dict | None = None):
 def load_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
     """The `OpGraph` of a model: ONNX files are read directly (`importers.onnx`), .tflite
     files from the flatbuffer as the TFLite interpreter sees them
-    (`tflite.read.analysis_graph`: the file's dtypes, its in-place ops); others
+    (`tflite.format.read.analysis_graph`: the file's dtypes, its in-place ops); others
     through Relax."""
     kind = _check_file(path)
     if kind == ".onnx":
@@ -342,7 +342,7 @@ def load_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
         model = read_onnx(path, input_shapes)
         graph = from_onnx(model, input_shapes, name=os.path.basename(path), check=False)
     elif kind == ".tflite":  # read from the flatbuffer: the file's dtypes, no TVM
-        from ..tflite.read import load_tflite_graph
+        from ..tflite.format.read import load_tflite_graph
 
         graph = load_tflite_graph(path, input_shapes)
     else:

@@ -44,9 +44,10 @@ and below them:
   grid, under one MAC budget (`search_sequence`);
 * `reference`: a numpy reference that runs a region whole and patched (tests).
 
-The adapters import from this face only: `memsched.tflite.tile` (.tflite files, TFLite Micro's
-memory model in `memsched.tflite.tflm_memory`), `memsched.transform.tile_patches` (the Relax
-pass `TilePatches`, TVM's planned storage) and `memsched.executorch.patch_pass` (ExecuTorch).
+The adapters import from this face only: `memsched.tflite.patch.tile` (.tflite files, TFLite
+Micro's memory model in `memsched.tflite.memory.model`), `memsched.transform.tile_patches`
+(the Relax pass `TilePatches`, TVM's planned storage) and `memsched.executorch.patch_pass`
+(ExecuTorch).
 """
 from .budget import Budget, Clock
 from .geometry import (INT_RANGES, PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor,

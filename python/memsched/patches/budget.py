@@ -40,7 +40,7 @@ REFINE = 6  # candidates whose patched prefix the scheduler re-orders (one-regio
 CERTIFY = 2  # frontier candidates (best total first) the scheduler orders whole
 STATES = 2_000  # A* states per scheduler call
 ENUMERATE = 20_000  # (region, grid) MAC counts per one-region search
-# the written model (TFLite: `memsched.tflite.tile`): its order and offline plan, once
+# the written model (TFLite: `memsched.tflite.patch.tile`): its order and offline plan, once
 FINAL_STATES = 200_000  # A* states per segment of the certified scheduler on the whole model
 ARENA_NODES = 200_000  # nodes of the exact offline-plan packer (`memsched.arena.plan_exact`)
 

@@ -16,7 +16,7 @@ plan explicit or with margins); the evaluator prices
   the runtimes apply;
 * **persistent**: what the runtime keeps besides the activations, per operator and tensor
   (`RuntimeMemory.model_persistent` / `plan_persistent_delta`; TFLite Micro's tail section:
-  `memsched.tflite.tflm_memory`). Schedule-independent; 0 where the arena holds activations;
+  `memsched.tflite.memory.model`). Schedule-independent; 0 where the arena holds activations;
 * **total** = peak + persistent: the arena a user must give the runtime -- **the objective**;
 * **MACs** of the whole model (region operators on their patch windows).
 

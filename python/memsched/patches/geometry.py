@@ -19,7 +19,7 @@ A runtime adapter describes its graph as a `SpatialModel`: every operator with i
 inputs, output, class (``window`` / ``eltwise`` / ``concat`` / ``other``; for
 squeeze-and-excitation blocks ``reduce`` / ``vector`` / ``scale``, see `SOp`), kernel, stride,
 dilation, leading padding, the value implicit padding stands for, and MACs per output element
-(`memsched.tflite.spatial` for a .tflite file, `memsched.transform.tile_patches` for Relax).
+(`memsched.tflite.patch.describe` for a .tflite file, `memsched.transform.tile_patches` for Relax).
 
 Exact or refused: a region runs through a whole-map reduction (``reduce``) only if per-patch
 partial sums combine to the bits of the whole sum -- an integer accumulator that cannot

@@ -2,7 +2,7 @@
 can write (`Runtime`). The search's second parameter, beside the adapter's description of its
 graph and the user's `PatchOptions`; nothing about a file format lives elsewhere in `patches/`.
 
-The three runtimes' descriptions are built by their adapters: `memsched.tflite.tflm_memory`
+The three runtimes' descriptions are built by their adapters: `memsched.tflite.memory.model`
 (TFLite Micro: the arena plus the bytes it keeps per operator, SAME padding, at most ten
 inputs per CONCATENATION, contiguous row bands), `memsched.transform.tile_patches` (TVM's
 planned storage, declared padding, no reassembly of a batch norm's tuple) and
@@ -28,7 +28,7 @@ class RuntimeMemory:
     `MemoryModel`: are model inputs and outputs in the arena, alignment). The three methods
     give the bytes the runtime keeps besides the activations, per operator and tensor; here 0,
     for runtimes whose planned arena holds activations only (TVM's planned storage, ExecuTorch's
-    arenas). TFLite Micro's subclass lives with its runtime (`memsched.tflite.tflm_memory`)."""
+    arenas). TFLite Micro's subclass lives with its runtime (`memsched.tflite.memory.model`)."""
 
     name: str
     activations: MemoryModel
@@ -53,7 +53,7 @@ class RuntimeTime:
     alone, as for TVM). A candidate's instructions are ``program(sm)`` minus ``op(sm, k)`` of
     each operator its regions replace plus ``plan(sm, p)`` of each region's plan. The
     runtimes' subclasses live with their adapters, on their kernels' cost models
-    (`memsched.tflite.tflm_instructions`, `memsched.executorch.instructions`)."""
+    (`memsched.tflite.memory.instructions`, `memsched.executorch.instructions`)."""
 
     name: str = ""  # the target the figures are for, e.g. "Cortex-M55 (CMSIS-NN, MVE)"
 

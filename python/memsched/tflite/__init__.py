@@ -1,26 +1,27 @@
 """Everything memsched does to .tflite files, for TFLite, TFLite Micro and Edge TPU users.
 
-Reading and writing (the flatbuffer object API of LiteRT's schema, no tensorflow):
+Four rooms, each importing only the rooms above it in this list (`tests/test_layering.py`):
 
-* `read`: a .tflite flatbuffer into an `OpGraph` plus its parameter buffers (`read_tflite`,
-  `TFLiteGraph`), the schema, dtype tables and MAC counts;
-* `write`: serialising a model object, buffers, the ``OfflineMemoryAllocation`` metadata;
-* `check`: the independent checker every written file passes (TFLM's allocation rules, offline
-  plans);
-* `tvm_guard` / `tvm_prepare`: an untrusted file checked before TVM's TFLite frontend walks it,
-  and rewritten so that frontend can import it (the loader, `memsched.importers.load`).
+* `format`: the file format (the flatbuffer object API of LiteRT's schema, no tensorflow):
+  `read` (a .tflite flatbuffer into an `OpGraph` plus its parameter buffers: `read_tflite`,
+  `TFLiteGraph`), `write` (serialising a model object, the ``OfflineMemoryAllocation``
+  metadata), `check` (the independent checker every written file passes), `aliases` (which
+  tensors may share bytes in TFLite Micro), `tvm_guard` (an untrusted file checked before
+  anything walks it);
+* `memory`: TFLite Micro's memory and time model, computed from the file: `model` (lifetimes,
+  alignment, persistent bytes per operator, the patch search's `TFLMMemory`), `arena` (the
+  minimal arena on a 32-bit Cortex-M or the host, replayed from `abi`, `kernels` and `planner`),
+  `kernel_costs` + `instructions` (instructions per ``Invoke()`` on a Cortex-M55, `TFLMTime`),
+  `nodes` (what the patch writer writes per plan node, stated once for the writer and both
+  models);
+* `plan`: the certified operator order (`reorder`, ``memsched reorder``) and the offline arena
+  plan (`pack`);
+* `patch`: patch-based execution with builtin operators only (``memsched tile``): `describe`
+  (the file as a `SpatialModel` for the one patch search of `memsched.patches`) and `tile`
+  (the request and the rewrite).
 
-TFLite Micro's memory model, stated once (`tflm_memory`: lifetimes, alignment, the persistent
-bytes per operator), and what is built on it:
-
-* `reorder`: the certified operator order and the offline arena plan (``memsched reorder``);
-* `spatial` + `tile`: patch-based execution with builtin operators only (``memsched tile``),
-  chosen by the one patch search of `memsched.patches`;
-* `segments`: Edge TPU pipeline segments (``memsched partition``).
-
-Running and measuring: `litert` (LiteRT interpreters, the segment pipeline), `tflm` (TFLite
-Micro's minimal arena by bisection, its outputs); `tflm_arena` computes that minimal arena from
-the file (a 32-bit Cortex-M with CMSIS-NN, or the host package), no interpreter, from
-`tflm_abi` (the records' sizes per target), `tflm_kernels` (what each kernel allocates) and
-`tflm_planner` (TFLM's greedy planner).
+Beside them: `segments` (Edge TPU pipeline segments, ``memsched partition``), `tvm_prepare`
+(a file rewritten so TVM's TFLite frontend can import it; the loader,
+`memsched.importers.load`), and running and measuring: `litert` (LiteRT interpreters, the
+segment pipeline), `tflm` (TFLite Micro's minimal arena by bisection, its outputs).
 """

@@ -254,7 +254,7 @@ def check_segments(model_path: str, segment_paths: Sequence[str], inputs: Sequen
                    ) -> CheckReport:
     """Chain the segments on each input and compare every tensor each segment's operators
     compute, and the final outputs, with the unsplit model's (exact equality)."""
-    from .read import read_tflite
+    from .format.read import read_tflite
 
     full = _Stage(model_path, 1, True)
     ref_index: dict[str, list[int]] = {}

@@ -23,8 +23,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .read import TFLiteGraph, TFLiteModelError, schema
-from .write import finish_model, pack_model, write_model  # noqa: F401 - pack_model re-exported
+from .format.read import TFLiteGraph, TFLiteModelError, schema
+from .format.write import (finish_model, pack_model,  # noqa: F401 - pack_model re-exported
+                           write_model)
 
 
 def segment_file_name(model_name: str, i: int, k: int) -> str:
@@ -139,7 +140,7 @@ def segment_models(tg: TFLiteGraph, assignment: Sequence[int]) -> list:
 def _unique_boundary_names(sg, indices) -> dict[int, str]:
     """Names for boundary tensors, made unique where the file repeats a name (the runner passes
     tensors between segments by name)."""
-    from .read import _tname
+    from .format.read import _tname
 
     seen: dict[str, int] = {}
     for t, ten in enumerate(sg.tensors):

@@ -177,7 +177,7 @@ def compare_models(path_a: str, path_b: str, count: int = 3, seed: int = 0,
     max |diff|; outputs are looked at before intermediates).
     """
 
-    from .read import read_tflite
+    from .format.read import read_tflite
     from .litert import make_interpreter, random_inputs
 
     ia = make_interpreter(path_a, preserve_all_tensors=True)

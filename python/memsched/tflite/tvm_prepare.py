@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ModelLoadError
-from .read import NUMPY_DTYPES, TFLiteGraph, read_tflite, schema
+from .format.read import NUMPY_DTYPES, TFLiteGraph, read_tflite, schema
 
 # data-movement ops: exact in float between DEQUANTIZE and QUANTIZE with one scale/zero point
 FLOAT_WRAP_OPS = {"PAD", "PADV2", "MIRROR_PAD", "STRIDED_SLICE", "SLICE", "TRANSPOSE", "SPLIT",

@@ -4,7 +4,7 @@ vector iterations over 16-byte / 4-lane channel blocks, output rows and pixels, 
 firmware's ``memcpy`` replayed) and the coefficients fitted on the emulated board
 (`COEFFICIENTS`); `op_instructions` is their product for one operator, None where no fit
 covers it. The file-level figure and the patch search's time model are in
-`memsched.tflite.tflm_instructions`."""
+`memsched.tflite.memory.instructions`."""
 from __future__ import annotations
 
 from functools import lru_cache

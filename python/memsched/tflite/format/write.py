@@ -6,7 +6,7 @@ Every writer of the project (reorder, pipeline segments, the patch rewrite) ends
   the flatbuffer (``offset``/``size``, models over 2 GB) are pulled inline (a repacked file has
   other offsets), buffers nothing references any more are dropped and the indices of the others
   remapped, then the bytes are read back by the independent checker
-  (`memsched.tflite.check`): topological operator order, buffer references, and an
+  (`memsched.tflite.format.check`): topological operator order, buffer references, and an
   offline plan whose co-live tensors never share bytes;
 * `read_offline_plan` / `set_offline_plan` / `remove_offline_plan` read and write TFLite Micro's
   ``OfflineMemoryAllocation`` metadata (int32 ``[version 1, subgraph 0, n, offset of tensor
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import fileio
+from ... import fileio
 # the plan is read where the file is read (the checker reads it too)
 from .read import (OFFLINE_METADATA, TFLiteModelError, _plan_entries,  # noqa: F401
                            read_offline_plan, schema)

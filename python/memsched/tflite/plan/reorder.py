@@ -13,7 +13,7 @@ offset of tensor 0 .. n-1]``, ``-1`` = plan at run time, offsets from the start 
 head section).
 
 TFLM's memory model (when a tensor lives, what the arena holds) is stated once in
-`memsched.tflite.tflm_memory`; the schedule's peak under it is the liveness bound of TFLM's
+`memsched.tflite.memory.model`; the schedule's peak under it is the liveness bound of TFLM's
 arena, and the offline plan (16-byte aligned, as TFLM aligns) reaches it whenever the packing
 does.
 """
@@ -22,14 +22,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .. import arena as _arena
-from ..memory import Problem
-from .check import check_model
-from .read import TFLiteGraph, TFLiteModelError, read_tflite
-from .tflm_memory import TFLM_ALIGNMENT, TFLM_MODEL, lifetimes, with_scratch
-from .write import OFFLINE_METADATA  # noqa: F401 - the metadata name, re-exported
-from .write import (drop_orphan_buffers, finish_model, inline_buffers, pack_model,
-                    read_offline_plan, remove_offline_plan, set_offline_plan, write_model)
+from ...memory import Problem
+from ..format.check import check_model
+from ..format.read import TFLiteGraph, TFLiteModelError, read_tflite
+from ..format.write import OFFLINE_METADATA  # noqa: F401 - the metadata name, re-exported
+from ..format.write import (drop_orphan_buffers, finish_model, inline_buffers, pack_model,
+                            read_offline_plan, remove_offline_plan, set_offline_plan, write_model)
+from ..memory.model import TFLM_MODEL, with_scratch
+from .pack import offline_offsets
+
 
 @dataclass
 class ReorderResult:
@@ -47,7 +48,7 @@ class ReorderResult:
     offline_optimal: bool | None = None
     offline_plan_action: str | None = None  # written | replanned | kept | removed | None
     # TFLite Micro's minimal total arena of the written file on ``target``, computed from it
-    # (`tflm_arena.arena`; None: no target, or an operator it does not price)
+    # (`memory.arena.arena`; None: no target, or an operator it does not price)
     target: str | None = None
     arena_bytes: int | None = None
     original_arena_bytes: int | None = None
@@ -66,88 +67,6 @@ class ReorderResult:
                 "order": self.order}
 
 
-def offline_offsets(tg: TFLiteGraph, order, time_limit: float | None = 10.0,
-                    alignment: int = TFLM_ALIGNMENT, inplace_quantize: bool = False,
-                    max_nodes: int | None = None, scratch: dict | None = None,
-                    views: bool = False) -> tuple[list[int], _arena.ArenaPlan]:
-    """One offset per tensor of subgraph 0 (``-1`` for what TFLM plans itself) and the plan.
-    ``inplace_quantize``: a `quantize_aliases` operator that runs first and whose float input
-    is live at that step only (a leading QUANTIZE of a float model input) writes its output
-    over its input, which starts at the output's offset (the input beyond the output is packed
-    as its own rectangle at step 0; the packing or its mirror image, whichever leaves room
-    above the output). Kept when its arena is below the plain packing's. ``time_limit`` /
-    ``max_nodes``: the exact packer's limits (`memsched.arena.plan_exact`; ``time_limit=None``
-    and a ``max_nodes``: offsets that depend on the input alone). ``scratch`` (file operator
-    index -> bytes of each scratch buffer its kernel requests, `tflm_arena.scratch_requests`):
-    packed as buffers live during their operator but not written, so the plan leaves a gap
-    where TFLite Micro's planner puts them (first fit) instead of above the plan. ``views``:
-    the patch writer's view RESHAPEs (`tflm_memory.reshape_aliases`) run in place: each output
-    gets its input's offset (one buffer, one lifetime)."""
-    roots: dict[int, int] = {}
-    if views:
-        from .tflm_memory import alias_roots, view_graph
-
-        roots = alias_roots(tg.model)
-        lts = lifetimes(tg, order, *view_graph(tg)) if roots else lifetimes(tg, order)
-    else:
-        lts = lifetimes(tg, order)
-    alias: dict[int, int] = {}  # input -> output
-    if inplace_quantize:
-        from .tflm_memory import quantize_aliases
-
-        at = {ti: k for k, (ti, _) in enumerate(lts)}
-        first = int(tg.graph.ops[order[0]].source) if len(order) else -1
-        for x, y, v in quantize_aliases(tg.model):
-            if v == first and x in at and y in at and lts[at[x]][1].end == 0:
-                alias[x] = y
-    packed = [(ti, lt) for ti, lt in lts if ti not in alias]
-    items = [lt for _, lt in packed]
-    if alias:
-        (x, y), = alias.items()  # one operator runs first
-        iy = [ti for ti, _ in packed].index(y)
-        sy = _arena.align_up(items[iy].size, alignment)
-        # the rest of the input: live at step 0 only, with the output (nothing else is, but
-        # other model inputs): packed as its own rectangle, so the arena holds the input then
-        items.append(_arena.Lifetime(max(dict(lts)[x].size - sy, 0), 0, 0))
-    n_written = len(packed)
-    for step, v in enumerate(order):  # reserved, not written: TFLM places them itself
-        for size in (scratch or {}).get(tg.graph.ops[v].source, ()):
-            items.append(_arena.Lifetime(size, step, step))
-    plan = _arena.plan(items, "auto", alignment, time_limit, max_nodes=max_nodes)
-    _arena.verify(items, plan.offsets, alignment, plan.arena)
-    offsets = [-1] * len(tg.subgraph.tensors or [])
-    for (ti, _), off in zip(packed, plan.offsets):
-        offsets[ti] = int(off)
-    if alias:
-        # the input must start at the output's offset: it fits there at step 0 when no other
-        # tensor live at step 0 is in the way; the packing or its mirror image, the lower
-        size_x = dict(lts)[x].size
-        sizes = [_arena.align_up(lt.size, alignment) for lt in items]
-        step0 = [k for k, (_, lt) in enumerate(packed) if lt.start == 0 and k != iy]
-        best = None
-        for offs in (plan.offsets, [plan.arena - o - sz for o, sz in zip(plan.offsets, sizes)]):
-            lo, hi = offs[iy], offs[iy] + size_x
-            if any(offs[k] < hi and lo < offs[k] + sizes[k] for k in step0):
-                continue
-            arena = max(plan.arena, _arena.align_up(hi, alignment))
-            if best is None or arena < best[0]:
-                best = (arena, offs)
-        plain = offline_offsets(tg, order, time_limit, alignment, False, max_nodes, scratch,
-                                views)
-        if best is None or best[0] >= plain[1].arena:
-            return plain  # no gain: the input planned as any tensor
-        arena, offs = best
-        for (ti, _), off in zip(packed, offs):
-            offsets[ti] = int(off)
-        offsets[x] = offsets[y]
-        plan = _arena.ArenaPlan(arena, list(offs[:n_written]), plan.lower_bound,
-                                plan.optimal and arena == plan.arena, plan.method + "+inplace",
-                                alignment, plan.live_peak, plan.seconds, dict(plan.stats))
-    for y, r in roots.items():  # a view shares its root's buffer
-        offsets[y] = offsets[r]
-    return offsets, plan
-
-
 def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = False,
                    algorithm: str = "auto", time_limit: float | None = 60.0,
                    arena_time_limit: float = 10.0, target: str | None = "cortex-m"
@@ -162,9 +81,9 @@ def reorder_tflite(src: str, dst: str | None = None, *, offline_plan: bool = Fal
     if the operator order is unchanged and the plan is valid for it, else re-planned for the
     written order (``offline_plan_action`` says which; a control-flow model's plan, which this
     writer cannot re-plan, is removed). The written bytes pass the independent checker
-    (`memsched.tflite.check`) before they are returned.
+    (`memsched.tflite.format.check`) before they are returned.
 
-    ``target``: the device the file is planned for (`tflm_arena.TARGETS`): ``cortex-m`` (a
+    ``target``: the device the file is planned for (`memory.arena.TARGETS`): ``cortex-m`` (a
     32-bit Cortex-M with the CMSIS-NN kernels, whose scratch buffers the order and the
     offline plan make room for), ``host`` (the ``tflite-micro`` package's reference kernels)
     or None (tensors only); ``arena_bytes`` is then TFLite Micro's minimal arena there.
@@ -195,16 +114,16 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
                   arena_nodes: int | None = None, target: str | None = None,
                   views: bool = False) -> tuple[bytes, ReorderResult]:
     """`reorder_tflite` of a model already in memory (``tg``: a parsed file, or a rewrite's
-    model through `memsched.tflite.read.graph_of`); ``tg.model`` is reordered in place.
+    model through `memsched.tflite.format.read.graph_of`); ``tg.model`` is reordered in place.
     ``inplace_quantize``: the offline plan runs float-to-int8 QUANTIZE operators in place
     (`offline_offsets`). ``schedule_options``: the scheduler's options instead of
     ``time_limit`` (`memsched.patches.budget.Budget.final_options`: bounded by work, so the
     order depends on the model alone); ``arena_nodes``: the offline packer's node budget
     (with ``arena_time_limit=None``: offsets that depend on the model alone). ``target``: as
     in `reorder_tflite` (None here: tensors only). ``views`` (with ``offline_plan``): the patch
-    writer's view RESHAPEs share their input's buffer (`tflm_memory.reshape_aliases`), in the
+    writer's view RESHAPEs share their input's buffer (`memory.model.reshape_aliases`), in the
     order and the offsets. Returns (checked file bytes, result)."""
-    from ..schedulers import schedule
+    from ...schedulers import schedule
 
     t0 = time.perf_counter()
     model = tg.model
@@ -222,11 +141,11 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
                                "without --offline-plan")
     g, mm = tg.graph, TFLM_MODEL
     if inplace_quantize and offline_plan:  # the order knows the QUANTIZE runs in place
-        from .tflm_memory import TFLM_INPLACE, inplace_quantize_graph
+        from ..memory.model import TFLM_INPLACE, inplace_quantize_graph
 
         g, mm = inplace_quantize_graph(tg), TFLM_INPLACE
     if views and offline_plan:  # the writer's view RESHAPEs share their input's buffer
-        from .tflm_memory import view_graph
+        from ..memory.model import view_graph
 
         g = view_graph(tg, g)[0]
     scratch = _scratch(tg, target)
@@ -265,7 +184,7 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
                              "own operator order")
     if action in ("written", "replanned"):
         # with the scratch buffers reserved (gaps where TFLM's first fit puts them) and
-        # without: the smaller minimal arena on the target wins (computed, `tflm_arena`)
+        # without: the smaller minimal arena on the target wins (computed, `memory.arena`)
         best = None
         for reserve in ([scratch, None] if scratch else [None]):
             offsets, plan = offline_offsets(tg, order, arena_time_limit, max_nodes=arena_nodes,
@@ -292,7 +211,7 @@ def _scratch(tg: TFLiteGraph, target: str | None) -> dict:
     model does not price)."""
     if target is None:
         return {}
-    from .tflm_arena import UnpricedModelError, scratch_requests
+    from ..memory.arena import UnpricedModelError, scratch_requests
 
     try:
         return scratch_requests(tg, target)
@@ -302,7 +221,7 @@ def _scratch(tg: TFLiteGraph, target: str | None) -> dict:
 
 def _target_arena(data: bytes, target: str) -> int | None:
     """TFLite Micro's minimal arena of the file ``data`` on ``target``, or None (unpriced)."""
-    from .tflm_arena import UnpricedModelError, arena
+    from ..memory.arena import UnpricedModelError, arena
 
     try:
         return arena(data, target).arena_bytes

@@ -1,15 +1,15 @@
 """What each TFLite Micro kernel allocates while ``AllocateTensors()`` prepares it, on each
 target: ``Init``'s op data, then ``Prepare``'s temporary tensors, persistent buffers
 (per-channel multipliers and shifts, CMSIS-NN kernel sums) and scratch-buffer requests (the
-CMSIS-NN MVE sizes: ``arm_*_get_buffer_size_mve``), as events `tflm_arena` replays.
+CMSIS-NN MVE sizes: ``arm_*_get_buffer_size_mve``), as events `memory.arena` replays.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .read import TFLiteGraph, TFLiteModelError
-from .tflm_abi import (ALIGN, FLOAT32, INT4, INT8, INT16, INT32, TYPE_BYTES,
-                       UnpricedModelError)
+from ..format.read import TFLiteGraph, TFLiteModelError
+from .abi import (ALIGN, FLOAT32, INT4, INT8, INT16, INT32, TYPE_BYTES,
+                  UnpricedModelError)
 
 # ---------------------------------------------------------------------------------------------
 # the model as TFLM sees it

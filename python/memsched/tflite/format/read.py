@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..graph import GraphBuilder, GraphError, OpGraph, UnsupportedModelError
-from ..errors import ModelLoadError
+from ...graph import GraphBuilder, GraphError, OpGraph, UnsupportedModelError
+from ...errors import ModelLoadError
 
 # bytes per element (INT4/UINT4/INT2 are packed: handled in tensor_nbytes)
 DTYPE_BYTES = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 5: 1, 6: 1, 7: 2, 8: 8, 9: 1, 10: 8, 11: 16,
@@ -406,7 +406,7 @@ def load_tflite_graph(path: str, input_shapes: dict | None = None) -> OpGraph:
     """`analysis_graph` of the .tflite file ``path`` (checked first by
     `tvm_guard.check_tflite`); no TVM. ``input_shapes`` may only restate the file's shapes:
     a .tflite file fixes every tensor's shape."""
-    from ..limits import MAX_TFLITE_BYTES
+    from ...limits import MAX_TFLITE_BYTES
     from .tvm_guard import check_tflite
 
     try:

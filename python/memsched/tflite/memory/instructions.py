@@ -12,7 +12,7 @@ the calibration files mix RELU and none), and the CMSIS-NN kernels run the same 
 whatever the data; TFLite's element-wise reference kernels (HARD_SWISH, RELU, broadcasting
 MUL) vary a little with it.
 
-* `op_instructions` (`memsched.tflite.tflm_kernel_costs`): one operator, from its builtin
+* `op_instructions` (`memsched.tflite.memory.kernel_costs`): one operator, from its builtin
   name, shapes, dtype and options (callable with synthetic shapes: the patch search prices
   windows).
 * `model_instructions`: every operator of a file and the whole ``Invoke()``.
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..patches import PAD_MIN, RuntimeTime, SpatialModel
-from .tflm_kernel_costs import PER_OP, _memcpy_insns, features, op_instructions  # noqa: F401
+from ...patches import PAD_MIN, RuntimeTime, SpatialModel
+from .kernel_costs import PER_OP, _memcpy_insns, features, op_instructions  # noqa: F401
 
 TARGET = "Cortex-M55 (TFLite Micro, CMSIS-NN MVE)"
 PER_INVOKE = 74  # Invoke()'s own entry and exit
@@ -79,9 +79,9 @@ def _const(model, t):
 
 def file_ops(model) -> list[tuple[int, str, dict]]:
     """(index, builtin name, {"inputs", "output", "dtype", "options"}) per operator of
-    subgraph 0 of ``model`` (a ``memsched.tflite.read`` `TFLiteGraph` or a ``ModelT``):
+    subgraph 0 of ``model`` (a ``memsched.tflite.format.read`` `TFLiteGraph` or a ``ModelT``):
     what `op_instructions` takes."""
-    from .read import TFLiteModelError, op_names, read_offline_plan
+    from ..format.read import TFLiteModelError, op_names, read_offline_plan
 
     model = getattr(model, "model", model)
     names = op_names()
@@ -153,7 +153,7 @@ def model_instructions(model) -> ModelInstructions:
     Parameters
     ----------
     model : TFLiteGraph, ModelT, str or bytes
-        What `memsched.tflite.read.read_tflite` gives, or a path or the file's bytes.
+        What `memsched.tflite.format.read.read_tflite` gives, or a path or the file's bytes.
 
     Returns
     -------
@@ -161,7 +161,7 @@ def model_instructions(model) -> ModelInstructions:
         ``total`` is None when an operator has no cost model; ``unknown`` names them.
     """
     if isinstance(model, (str, bytes, bytearray)) or hasattr(model, "__fspath__"):
-        from .read import read_tflite
+        from ..format.read import read_tflite
 
         model = read_tflite(model if not hasattr(model, "__fspath__") else str(model))
     costs, unknown = [], set()
@@ -193,7 +193,7 @@ class TFLMTime(RuntimeTime):
     (`memsched.patches.RuntimeTime`), for the file ``model`` (a `TFLiteGraph`) whose
     `SpatialModel` the search runs on (``SOp.index`` = the file's operator). Build it with
     `tflm_time`, which gives None for a file with an unmodelled kernel (the search then bounds
-    MACs alone). Plan nodes are priced as `memsched.tflite.tile` writes them: a copied
+    MACs alone). Plan nodes are priced as `memsched.tflite.patch.tile` writes them: a copied
     operator on its window (VALID unless it keeps its own padding), STRIDED_SLICE, PAD /
     PADV2, CONCATENATION; each with `PER_OP`."""
 
@@ -219,7 +219,7 @@ class TFLMTime(RuntimeTime):
         return n
 
     def plan(self, sm: SpatialModel, plan) -> int:
-        from .tflm_nodes import view_shapes
+        from .nodes import view_shapes
 
         viewed, sources = view_slices(sm, plan.nodes, self.views)
         n = sum(self.node(sm, plan, i, i in viewed) for i in range(len(plan.nodes)))
@@ -237,7 +237,7 @@ class TFLMTime(RuntimeTime):
         """Instructions of node ``i`` of ``plan`` as written (`PER_OP` included); ``view``:
         a slice read as rows (`view_slices`; None: decided here), with the
         in-place RESHAPE of its cut (the source's RESHAPE is the plan's, `plan`)."""
-        from .tflm_nodes import pad_constant
+        from .nodes import pad_constant
 
         nd = plan.nodes[i]
         ten = sm.tensors[nd.tensor]
@@ -295,7 +295,7 @@ def slice_instructions(nd, channels: int, itemsize: int, dtype: str, view: bool)
     """Instructions of a plan's slice node as written (`PER_OP` included): a 4-D
     STRIDED_SLICE of its source window, or (``view``) the STRIDED_SLICE of the source's row
     view [1, H, W*C] and the in-place RESHAPE of its cut to [1, h, w, C]."""
-    from .tflm_nodes import slice_constants, view_shapes
+    from .nodes import slice_constants, view_shapes
 
     b, c, isz = nd.base, channels, itemsize
     win = (1, nd.win.height, nd.win.width, c)
@@ -324,7 +324,7 @@ def view_slices(sm: SpatialModel, nodes, views: bool = True) -> tuple[frozenset,
     offline plan, where the view RESHAPEs run in place), and the distinct sources they read
     (each viewed once, by one RESHAPE shared by its slices): a slice is a view where that
     costs fewer instructions on the Cortex-M55 than the 4-D slice, its in-place RESHAPE
-    included (`tflm_instructions.view_pays`)."""
+    included (`memory.instructions.view_pays`)."""
     if not views:
         return frozenset(), []
     chosen, sources = [], []

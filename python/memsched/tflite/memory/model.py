@@ -15,142 +15,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import arena as _arena
-from ..memory import MemoryModel
-from ..patches import PAD_MIN, PatchPlan, Runtime, RuntimeMemory, SOp, SpatialModel
-from .read import TFLiteGraph
-from .tflm_instructions import view_slices
-from .tflm_nodes import pad_constant, slice_constants, view_shapes  # noqa: F401 (importable)
+from ... import arena as _arena
+from ...memory import MemoryModel
+from ...patches import PAD_MIN, PatchPlan, Runtime, RuntimeMemory, SOp, SpatialModel
+from ..format.aliases import (VIEW_SUFFIX, alias_roots, quantize_aliases,  # noqa: F401
+                              reshape_aliases)
+from ..format.read import TFLiteGraph
+from .instructions import view_slices
+from .nodes import pad_constant, slice_constants, view_shapes  # noqa: F401 (importable)
 
 TFLM_ALIGNMENT = 16  # MicroArenaBufferAlignment()
 TFLM_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=False, workspace=True,
                          name="tflm")
 
 
-# TFLite Micro's QUANTIZE from float32 (quantize_common.cc -> reference_ops::AffineQuantize)
-# loops i = 0 .. n-1 reading input[i] and then writing output[i]. With the output at the input's
-# offset, output byte(s) of element i lie inside input elements <= i (output element size <=
-# 4 bytes), all already read: the kernel runs in place. `quantize_aliases` finds these
-# operators; the offline plan puts such an output at its input's offset (a merged lifetime),
-# the checker accepts exactly that overlap, and the patch search prices it (`TFLM_INPLACE`).
+# TFLite Micro's QUANTIZE from float32 runs in place (`memsched.tflite.format.aliases`:
+# `quantize_aliases`); the patch search prices it under this model.
 TFLM_INPLACE = MemoryModel(count_inputs=True, count_outputs=True, inplace=True, workspace=True,
                            name="tflm-inplace-quantize")
-
-
-def quantize_aliases(model) -> list[tuple[int, int, int]]:
-    """(input, output, operator) tensor and operator indices of subgraph 0's QUANTIZE operators
-    TFLite Micro can run in place: float32 input that no other operator reads and that is not
-    a subgraph output, int8 / uint8 output, neither constant nor variable."""
-    from .read import op_names, schema
-
-    s = schema()
-    names = op_names()
-    sg = model.subgraphs[0]
-    tensors = sg.tensors or []
-    buffers = model.buffers or []
-    codes = model.operatorCodes or []
-    ops = sg.operators or []
-    outs = {int(t) for t in (sg.outputs if sg.outputs is not None else [])}
-    readers: dict[int, int] = {}
-    for op in ops:
-        for t in set(int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0):
-            readers[t] = readers.get(t, 0) + 1
-
-    def const(t: int) -> bool:
-        b = int(tensors[t].buffer)
-        buf = buffers[b] if 0 <= b < len(buffers) else None
-        return tensors[t].isVariable or (buf is not None and (
-            (buf.data is not None and len(buf.data) > 0) or (buf.offset > 1 and buf.size > 0)))
-
-    found = []
-    for v, op in enumerate(ops):
-        code = codes[op.opcodeIndex]
-        if names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode))) != "QUANTIZE":
-            continue
-        ins = [int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0]
-        o = [int(t) for t in (op.outputs if op.outputs is not None else []) if t >= 0]
-        if len(ins) != 1 or len(o) != 1 or ins[0] == o[0]:
-            continue
-        x, y = ins[0], o[0]
-        if int(tensors[x].type) != s.TensorType.FLOAT32 or \
-                int(tensors[y].type) not in (s.TensorType.INT8, s.TensorType.UINT8):
-            continue
-        if readers.get(x, 0) != 1 or x in outs or const(x) or const(y):
-            continue
-        found.append((x, y, v))
-    return found
-
-
-# Row views (`memsched.tflite.tile` with an offline plan): TFLite Micro's STRIDED_SLICE copies
-# one innermost run per position of the outer dimensions, so a window of a narrow-channel NHWC
-# map [1, H, W, C] costs one memcpy of C elements per pixel. The writer reads it as rows
-# instead: a RESHAPE views the source as [1, H, W*C] (one per source, shared by its slices),
-# the STRIDED_SLICE cuts rows x columns [w0*C, w1*C) (one memcpy per row) and a RESHAPE views
-# that as [1, h, w, C]. TFLite Micro's RESHAPE copies nothing when its input and output share
-# the buffer (`kernels/reshape.cc`: ``if (input->data.raw != output->data.raw) memcpy``): the
-# offline plan gives each such RESHAPE's output its input's offset (`reshape_aliases`), the
-# order and the plan see one buffer (`view_graph`), the checker accepts exactly those pairs.
-VIEW_SUFFIX = "/view"  # the names of the tensors the writer's view RESHAPEs write
-
-
-def reshape_aliases(model, named_only: bool = True) -> list[tuple[int, int, int]]:
-    """(input, output, operator) of subgraph 0's RESHAPE operators that can run in place in
-    TFLite Micro (output at the input's offset: the kernel skips its copy): an activation input
-    (neither constant nor variable) and an output of the same bytes that is neither constant,
-    variable nor a subgraph output. ``named_only``: only the view RESHAPEs the patch writer
-    adds (input or output named ``...`` + `VIEW_SUFFIX`), the ones the offline plan aliases;
-    False: every RESHAPE that may share its input's bytes (what the checker accepts)."""
-    from .read import op_names, tensor_nbytes
-
-    names = op_names()
-    sg = model.subgraphs[0]
-    tensors = sg.tensors or []
-    buffers = model.buffers or []
-    codes = model.operatorCodes or []
-    outs = {int(t) for t in (sg.outputs if sg.outputs is not None else [])}
-
-    def const(t: int) -> bool:
-        b = int(tensors[t].buffer)
-        buf = buffers[b] if 0 <= b < len(buffers) else None
-        return bool(tensors[t].isVariable) or (buf is not None and (
-            (buf.data is not None and len(buf.data) > 0) or (buf.offset > 1 and buf.size > 0)))
-
-    found = []
-    for v, op in enumerate(sg.operators or []):
-        code = codes[op.opcodeIndex]
-        if names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode))) != "RESHAPE":
-            continue
-        ins = [int(t) for t in (op.inputs if op.inputs is not None else []) if t >= 0]
-        o = [int(t) for t in (op.outputs if op.outputs is not None else []) if t >= 0]
-        if not ins or len(o) != 1 or ins[0] == o[0]:
-            continue
-        x, y = ins[0], o[0]
-        if const(x) or const(y) or y in outs or \
-                tensor_nbytes(tensors[x]) != tensor_nbytes(tensors[y]):
-            continue
-        if named_only and not (_name(tensors[y]).endswith(VIEW_SUFFIX) or
-                               _name(tensors[x]).endswith(VIEW_SUFFIX)):
-            continue
-        found.append((x, y, v))
-    return found
-
-
-def _name(t) -> str:
-    n = t.name
-    return n.decode("utf-8", "replace") if isinstance(n, bytes) else str(n or "")
-
-
-def alias_roots(model, named_only: bool = True) -> dict[int, int]:
-    """{tensor: the tensor whose buffer it shares} for the outputs of `reshape_aliases`
-    (chains followed to their first tensor)."""
-    parent = {y: x for x, y, _ in reshape_aliases(model, named_only)}
-    roots = {}
-    for y in parent:
-        r = y
-        while r in parent:
-            r = parent[r]
-        roots[y] = r
-    return roots
 
 
 def view_graph(tg: TFLiteGraph, graph=None):
@@ -158,7 +40,7 @@ def view_graph(tg: TFLiteGraph, graph=None):
     `inplace_quantize_graph`) with the view RESHAPEs of `reshape_aliases` as alias ops (their
     output is their input's buffer: readers of the view read it), and the file tensor of each
     of its tensors (the view's root for a shared buffer). Returns (graph, tensor_index)."""
-    from ..graph import GraphBuilder
+    from ...graph import GraphBuilder
 
     g = tg.graph if graph is None else graph
     # by the tensors they write (``tg.model`` may be reordered already, ``graph`` not)
@@ -198,12 +80,12 @@ def view_graph(tg: TFLiteGraph, graph=None):
 
 def with_scratch(graph, scratch: dict[int, list[int]]):
     """``graph`` (an `OpGraph` of a TFLite subgraph) with each operator's workspace = the
-    scratch buffers its kernel requests (`tflm_arena.scratch_requests`: file operator index ->
+    scratch buffers its kernel requests (`memory.arena.scratch_requests`: file operator index ->
     bytes): TFLite Micro plans them beside the tensors during that operator, so the order and
     the peak see them too."""
     from dataclasses import replace
 
-    from ..graph import OpGraph
+    from ...graph import OpGraph
 
     if not scratch:
         return graph
@@ -216,7 +98,7 @@ def inplace_quantize_graph(tg: TFLiteGraph):
     nothing else (for `TFLM_INPLACE`: LiteRT's in-place ops do not run in place in TFLM)."""
     from dataclasses import replace
 
-    from ..graph import OpGraph
+    from ...graph import OpGraph
 
     g = tg.graph
     gid = {ti: t for t, ti in enumerate(tg.tensor_index)}
@@ -291,8 +173,8 @@ NODE_KIND = {"slice": "STRIDED_SLICE", "pad": "PAD", "concat": "CONCATENATION"}
 
 
 def new_constants(sm: SpatialModel, nodes, views: bool = False) -> int:
-    """How many constant tensors the writer (`memsched.tflite.tile`) adds for these plan nodes:
-    one per distinct unquantized value (a slice's begin, end and strides, a pad's amounts, a
+    """How many constant tensors the writer (`memsched.tflite.patch.tile`) adds for these plan
+    nodes: one per distinct unquantized value (a slice's begin, end and strides, a pad's amounts, a
     copied PAD's amounts), one per quantized pad value (PADV2's minimum). ``views``: as
     `view_slices`."""
     values, quantized = set(), 0
@@ -369,7 +251,7 @@ def tflm_runtime(memory: RuntimeMemory, time=None) -> Runtime:
     `TFLMMemory`), a copied operator keeps its SAME / VALID padding on a window (plans with
     margins), at most ten inputs per CONCATENATION (more pieces chained), and NHWC row bands
     are contiguous slices, so taller grids are tried too. No squeeze-and-excitation rewrite.
-    ``time``: its instructions on the Cortex-M55 (`tflm_instructions.tflm_time` of the file;
+    ``time``: its instructions on the Cortex-M55 (`memory.instructions.tflm_time` of the file;
     None: no time model)."""
     return Runtime(memory, implicit_padding=True, padding_rule="same",
                    max_concat_inputs=TFLM_MAX_CONCAT_INPUTS, band_grids=True, time=time)

@@ -2,7 +2,7 @@
 their offsets, the others first fit, largest first."""
 from __future__ import annotations
 
-from .tflm_abi import ONLINE
+from .abi import ONLINE
 
 # ---------------------------------------------------------------------------------------------
 # the greedy planner (GreedyMemoryPlanner::CalculateOffsetsIfNeeded), exactly

@@ -1,12 +1,12 @@
-"""What the patch writer (`memsched.tflite.tile`) writes for a plan's nodes, stated once for
-the writer and for the two models that price it (`tflm_memory`: persistent bytes and
-constants; `tflm_instructions`: instructions): a slice's begin, end and strides, its row-view
+"""What the patch writer (`memsched.tflite.patch.tile`) writes for a plan's nodes, stated once for
+the writer and for the two models that price it (`memory.model`: persistent bytes and
+constants; `memory.instructions`: instructions): a slice's begin, end and strides, its row-view
 shapes, a pad's amounts."""
 from __future__ import annotations
 
 
 def slice_constants(nd, channels: int, view: bool = False) -> tuple[tuple, tuple, tuple]:
-    """The begin, end and strides a plan's slice node is written with (`memsched.tflite.tile`:
+    """The begin, end and strides a plan's slice node is written with (`memsched.tflite.patch.tile`:
     a ``STRIDED_SLICE`` of its NHWC source window ``base``; ``view``: of its row view
     [1, H, W*C], rows x columns [w0*C, w1*C))."""
     b, w = nd.base, nd.win

@@ -96,13 +96,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .read import (TFLiteGraph, TFLiteModelError, _text, op_names, read_offline_plan,
-                   read_tflite)
-from .tflm_abi import (ABIS, ALIGN, MAX_SCRATCH_PER_OP, ONLINE, PLANNER_BYTES_PER_BUFFER,
-                       TARGETS, Abi, UnpricedModelError, persistent_price,  # noqa: F401
-                       priced_operators, round_down, round_up)
-from .tflm_kernels import PREPARE, Node, tensors_of
-from .tflm_planner import greedy_plan  # noqa: F401 (importable here)
+from ..format.read import (TFLiteGraph, TFLiteModelError, _text, op_names, read_offline_plan,
+                           read_tflite)
+from .abi import (ABIS, ALIGN, MAX_SCRATCH_PER_OP, ONLINE, PLANNER_BYTES_PER_BUFFER,
+                  TARGETS, Abi, UnpricedModelError, persistent_price,  # noqa: F401
+                  priced_operators, round_down, round_up)
+from .kernels import PREPARE, Node, tensors_of
+from .planner import greedy_plan  # noqa: F401 (importable here)
 
 
 @dataclass(frozen=True)

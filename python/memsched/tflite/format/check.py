@@ -142,10 +142,10 @@ def _first_overlap(spans: list[tuple[int, int, int, int, int]], n_steps: int,
 
 def _view_pairs(model, offsets) -> set[tuple[int, int]]:
     """Pairs of tensors joined by in-place RESHAPEs (output at its input's offset, same bytes,
-    neither constant nor a subgraph output: `tflm_memory.reshape_aliases`), every pair of each
+    neither constant nor a subgraph output: `aliases.reshape_aliases`), every pair of each
     such chain. A group holding a tensor an in-place QUANTIZE overwrites (its output at the
     input's offset) is left out: its other tensors would see the new bytes."""
-    from .tflm_memory import quantize_aliases, reshape_aliases
+    from .aliases import quantize_aliases, reshape_aliases
 
     parent: dict[int, int] = {}
 
@@ -240,8 +240,8 @@ def check_model(model, label: str = "model.tflite", arena: int | None = None) ->
             spans.append((t, first, last, offsets[t], _nbytes(tensors[t])))
     # a float-to-int8 QUANTIZE whose output starts at its input's offset runs in place in
     # TFLite Micro (its kernel reads element i before writing it:
-    # `tflm_memory.quantize_aliases`): that one pair may share bytes
-    from .tflm_memory import quantize_aliases
+    # `aliases.quantize_aliases`): that one pair may share bytes
+    from .aliases import quantize_aliases
 
     allowed = {(min(x, y), max(x, y)) for x, y, _ in quantize_aliases(model)
                if 0 <= offsets[x] == offsets[y]}

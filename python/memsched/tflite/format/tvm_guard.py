@@ -12,7 +12,7 @@ the wrong rank). Every problem is a `ModelLoadError` naming the file.
 """
 from __future__ import annotations
 
-from ..errors import ModelLoadError
+from ...errors import ModelLoadError
 
 # bits per element of the sized TFLite dtypes (tflite.TensorType)
 DTYPE_BITS = {0: 32, 1: 16, 2: 32, 3: 8, 4: 64, 6: 8, 7: 16, 8: 64, 9: 8, 10: 64, 11: 128,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..patches import (PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor, same_padding,
-                       valid_size)
-from .read import DTYPE_BYTES, NUMPY_DTYPES, TFLiteGraph, op_macs, op_names
+from ...patches import (PAD_MIN, PAD_NONE, PAD_ZERO, SOp, SpatialModel, STensor, same_padding,
+                        valid_size)
+from ..format.read import DTYPE_BYTES, NUMPY_DTYPES, TFLiteGraph, op_macs, op_names
 
 
 def spatial_model(tg: TFLiteGraph) -> SpatialModel:

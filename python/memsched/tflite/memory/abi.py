@@ -1,4 +1,4 @@
-"""TFLite Micro's records on each target: the sizes and alignments `tflm_arena` replays
+"""TFLite Micro's records on each target: the sizes and alignments `memory.arena` replays
 (its docstring says where each goes), the builtin options and op data per operator, and the
 per-node prices the patch search charges from the same tables (`persistent_price`).
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .read import TFLiteModelError
+from ..format.read import TFLiteModelError
 
 TARGETS = ("cortex-m", "host")
 ALIGN = 16  # MicroArenaBufferAlignment()
@@ -108,10 +108,10 @@ def round_down(x: int, a: int) -> int:
 
 def persistent_price(target: str = "cortex-m"):
     """What the patch search charges per node and tensor on ``target``
-    (`tflm_memory.TFLMPersistent`): the node struct, the eval tensor, and per operator kind its
+    (`memory.model.TFLMPersistent`): the node struct, the eval tensor, and per operator kind its
     builtin options plus its kernel's op data (16-byte aligned), from the same tables `arena`
     replays."""
-    from .tflm_memory import TFLMPersistent
+    from .model import TFLMPersistent
 
     abi = ABIS[target]
     data = {}

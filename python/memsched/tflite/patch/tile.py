@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..patches import (PAD_MIN, Candidate, Clock, Described, PatchOptions, PatchPlan, Refused,
-                       SearchResult, SpatialModel, entry_options, search_ways, unmet_grid)
-from .read import TFLiteModelError, graph_of, read_tflite, schema
-from .reorder import _scratch, _target_arena
-from .spatial import spatial_model
-from .tflm_instructions import tflm_time
-from .tflm_memory import (TFLM_MODEL, TFLMMemory, pad_constant, slice_constants,
-                          tflm_runtime, with_scratch)
+from ...patches import (PAD_MIN, Candidate, Clock, Described, PatchOptions, PatchPlan, Refused,
+                        SearchResult, SpatialModel, entry_options, search_ways, unmet_grid)
+from ..format.read import TFLiteModelError, graph_of, read_tflite, schema
+from ..memory.instructions import tflm_time
+from ..memory.model import (TFLM_MODEL, TFLMMemory, pad_constant, slice_constants,
+                            tflm_runtime, with_scratch)
+from ..plan.reorder import _scratch, _target_arena
+from .describe import spatial_model
 
 
 class TileError(TFLiteModelError):
@@ -61,7 +61,7 @@ class TileResult:
     optimal: bool | None = None
     offline_arena: int | None = None
     # TFLite Micro's minimal total arena on ``target``, computed from the files
-    # (`tflm_arena.arena`): the written one and the original (None: not priced)
+    # (`memory.arena.arena`): the written one and the original (None: not priced)
     target: str | None = None
     arena_bytes: int | None = None
     original_arena_bytes: int | None = None
@@ -75,7 +75,7 @@ class TileResult:
     # persistent bytes + the largest of the model input, the operators before the region and
     # the largest operator after it
     bound: dict = field(default_factory=dict)
-    # the written slices of narrow-channel maps read as rows (`tflm_instructions.view_slices`)
+    # the written slices of narrow-channel maps read as rows (`memory.instructions.view_slices`)
     views: bool = False
 
     def as_dict(self, curves: bool = False) -> dict:
@@ -120,17 +120,17 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     start asks for one; ``second_region``: its deprecated name, False = 1); ``padding``:
     ``max_slowdown``: the most instructions per ``Invoke()`` the choice may run, predicted
     for TFLite Micro with the CMSIS-NN kernels on a Cortex-M55
-    (`memsched.tflite.tflm_instructions`), as a factor of the original file's (default
+    (`memsched.tflite.memory.instructions`), as a factor of the original file's (default
     1.10; None: no bound); ``padding``:
     ``"explicit"`` (PADs at patch borders, exact windows) or ``"margins"`` (operators keep
     their SAME padding on wider windows: no PADs, fewer crops; more MACs); default: the
     search prices both; ``time_limit``: the search's wall-clock safety net in seconds (the
     work budgets decide; a note says when it stopped the search). ``target``: the device the
-    file is planned for (`tflm_arena.TARGETS`): ``cortex-m`` (default: a 32-bit Cortex-M with
+    file is planned for (`memory.arena.TARGETS`): ``cortex-m`` (default: a 32-bit Cortex-M with
     the CMSIS-NN kernels: the search prices TFLM's persistent bytes at 32-bit sizes and each
     copied kernel's scratch buffers, and the offline plan leaves room for them), ``host`` (the
     ``tflite-micro`` package's reference kernels) or None (tensors only, 64-bit prices).
-    ``views``: read slices of narrow-channel maps as rows (`tflm_instructions.view_slices`: a
+    ``views``: read slices of narrow-channel maps as rows (`memory.instructions.view_slices`: a
     RESHAPE of the source to [1, H, W*C], one memcpy per row, a RESHAPE of the cut back; both
     in place under the offline plan, each costing its persistent bytes); only with
     ``offline_plan`` on ``cortex-m``. None (default): under a time bound the search runs with
@@ -144,7 +144,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                          time_limit=time_limit, region_start=region_start,
                          second_region=second_region, padding=padding, max_regions=max_regions,
                          max_slowdown=max_slowdown)
-    from .reorder import reorder_model
+    from ..plan.reorder import reorder_model
 
     t0 = time.perf_counter()
     tg = read_tflite(src)
@@ -153,10 +153,11 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     # for float models too (measured: same persistent bytes for the float and int8 model)
     scratch = _scratch(tg, target)
     sm = _with_workspace(spatial_model(tg), scratch)
-    # row views (`tflm_instructions.view_slices`): their RESHAPEs run in place under an offline plan
-    # only, priced in time on the Cortex-M. They buy instructions with a RESHAPE's persistent
-    # bytes each, so under a time bound the search runs with and without them and the lower
-    # total wins (ties: fewer instructions); without a bound it asks for RAM alone: none.
+    # row views (`memory.instructions.view_slices`): their RESHAPEs run in place under an
+    # offline plan only, priced in time on the Cortex-M. They buy instructions with a
+    # RESHAPE's persistent bytes each, so under a time bound the search runs with and without
+    # them and the lower total wins (ties: fewer instructions); without a bound it asks for RAM
+    # alone: none.
     able = bool(offline_plan and target == "cortex-m")
     if views and not able:
         raise TileError("views need offline_plan=True and target='cortex-m' (their RESHAPEs "
@@ -193,7 +194,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
             model = rewrite_model(tg, sm, res.plans_of(choice), views=views)
         except Refused as e:
             raise TileError(f"cannot tile {label!r}: {e}") from None
-        from .write import remove_offline_plan
+        from ..format.write import remove_offline_plan
 
         if remove_offline_plan(model) and not offline_plan:  # its tensor indices are gone
             out.notes.append("removed the file's offline memory plan (made for the unpatched "
@@ -203,7 +204,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     # the written order and offline plan are bounded by work too (`Budget.final_options`,
     # ``arena_nodes``), never by what time the search left: the same file on any machine
     # (without the native packer, CP-SAT plans the offsets under a fixed time limit)
-    from ..packing import native_available
+    from ...packing import native_available
 
     work = opts.budget
     data, rr = reorder_model(written, label, out_label=dst, offline_plan=offline_plan,
@@ -228,7 +229,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
             data, out.arena_bytes, out.choice = bytes(tg.data), \
                 out.original_arena_bytes, None
             if dst is not None:
-                from ..fileio import write_atomic
+                from ...fileio import write_atomic
 
                 write_atomic(dst, data)
             out.seconds = time.perf_counter() - t0
@@ -238,7 +239,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     out.offline_arena = rr.offline_arena
     out.notes += list(getattr(rr, "notes", []))
     if views and choice is not None:
-        from .tflm_memory import reshape_aliases
+        from ..format.aliases import reshape_aliases
 
         n = len(reshape_aliases(written.model))
         out.views = n > 0
@@ -251,7 +252,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
     out.bound = res.bound(choice)
     patched_graph = written.graph
     if views and choice is not None:  # the view RESHAPEs share their input's buffer
-        from .tflm_memory import view_graph
+        from ..memory.model import view_graph
 
         patched_graph = view_graph(written)[0]
     out.curves = {"original": original_curve,  # the kernels' scratch included, as priced
@@ -259,7 +260,7 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                                     rr.order)}
     out.seconds = time.perf_counter() - t0
     if dst is not None:
-        from ..fileio import write_atomic
+        from ...fileio import write_atomic
 
         write_atomic(dst, data)
     return data, out
@@ -269,16 +270,16 @@ def _memory(tg, inplace: bool, target: str | None = None, scratch: dict | None =
             views: bool = False):
     """TFLite Micro's memory model for the search and the graph it prices: with ``inplace``
     (an offline plan will be written) float-to-int8 QUANTIZE operators run in place
-    (`tflm_memory.quantize_aliases`); persistent bytes at ``target``'s sizes
-    (`tflm_arena.persistent_price`; None: the measured 64-bit host prices) and each
+    (`memory.model.quantize_aliases`); persistent bytes at ``target``'s sizes
+    (`memory.arena.persistent_price`; None: the measured 64-bit host prices) and each
     operator's ``scratch`` buffers as its workspace; ``views``: slices read as row views
-    where that pays (`tflm_instructions.view_slices`)."""
-    from .tflm_memory import PERSISTENT, TFLM_INPLACE, inplace_quantize_graph
+    where that pays (`memory.instructions.view_slices`)."""
+    from ..memory.model import PERSISTENT, TFLM_INPLACE, inplace_quantize_graph
 
     n = len(tg.subgraph.tensors)
     price = PERSISTENT
     if target is not None:
-        from .tflm_arena import persistent_price
+        from ..memory.arena import persistent_price
 
         price = persistent_price(target)
     if inplace:
@@ -305,14 +306,14 @@ def rewrite_model(tg, sm: SpatialModel, plans, views: bool = False):
     plan or several, in model order) in place of its operators ``plan.region.start .. length -
     1``, the rest unchanged, unused tensors dropped. A region's split tensors are reassembled
     into their own tensor indices, which the next region reads like any region input.
-    ``views``: the slices `tflm_instructions.view_slices` picks are read as rows (a RESHAPE of the
+    ``views``: the slices `memory.instructions.view_slices` picks are read as rows (a RESHAPE of the
     source to [1, H, W*C] shared by its slices, a STRIDED_SLICE of rows x columns, a RESHAPE
     of the cut back to NHWC): for a file with an offline plan, where the RESHAPEs run in
     place."""
     plans = [plans] if isinstance(plans, PatchPlan) else list(plans)
     s = schema()
     model = copy.deepcopy(tg.model)
-    from .write import inline_buffers
+    from ..format.write import inline_buffers
 
     inline_buffers(model, tg.data)
     sg = model.subgraphs[0]
@@ -371,9 +372,9 @@ def _patched_ops(s, plan: PatchPlan, sm: SpatialModel, tensors: list, old_ops: l
     """The operators of one patched region (`rewrite_model`; ``opcode`` / ``const`` / ``like``
     add operator codes, constant tensors and window tensors to the model being written;
     ``tag`` ends the new tensors' names, unique per region)."""
-    from .tflm_instructions import view_slices
-    from .tflm_memory import VIEW_SUFFIX
-    from .tflm_nodes import view_shapes
+    from ..memory.instructions import view_slices
+    from ..memory.model import VIEW_SUFFIX
+    from ..memory.nodes import view_shapes
 
     final = {k: t for t, k in plan.result.items()}  # node -> original tensor it becomes
     node_t: list[int] = []
@@ -486,7 +487,7 @@ def _patched_ops(s, plan: PatchPlan, sm: SpatialModel, tensors: list, old_ops: l
 def _curve(graph, order=None) -> list[int]:
     """Stable footprint of each operator of ``graph`` in ``order`` (default: file order) under
     TFLM's memory model."""
-    from ..memory import Problem
+    from ...memory import Problem
 
     order = list(range(len(graph))) if order is None else list(order)
     return Problem.from_graph(graph, TFLM_MODEL).evaluate(order).steps
@@ -544,8 +545,8 @@ def compare_outputs(path_a: str, path_b: str, count: int = 2, seed: int = 0,
                     tflm: bool = True) -> dict:
     """Run two .tflite files on the same random inputs; outputs compared bit for bit with
     LiteRT (no default delegates) and, when installed, TFLite Micro."""
-    from . import tflm as _tflm
-    from .litert import make_interpreter, random_inputs
+    from .. import tflm as _tflm
+    from ..litert import make_interpreter, random_inputs
 
     ia, ib = make_interpreter(path_a), make_interpreter(path_b)
     feeds = random_inputs(ia.get_input_details(), count, seed)
@@ -582,7 +583,7 @@ def compare_outputs(path_a: str, path_b: str, count: int = 2, seed: int = 0,
 
 def measure_tile(src_path: str, dst_path: str, count: int = 2) -> dict:
     """TFLite Micro's minimal total arena (bisection) of both files, and output equality."""
-    from . import tflm as _tflm
+    from .. import tflm as _tflm
 
     out = compare_outputs(src_path, dst_path, count)
     if _tflm.available():
