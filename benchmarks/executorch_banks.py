@@ -3,7 +3,7 @@ ExecuTorch's ``banked_memory_planning_pass``, on the emulated Cortex-M55.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/executorch_banks.py
         [--models mobilenet_v1_025,mbv2bn-0.35-144,resnet8] [--fractions 0.5,0.25]
-        [--no-board] [--json out.json]
+        [--slowdowns 1.1,none] [--no-board] [--json out.json]
 
 Each model int8 through the Cortex-M flow (the M55's MVE export, `executorch_cortex_m.edge_int8`),
 the caller's input (``alloc_graph_input=False``). Maps: a fast bank ("dtcm", mem_id 1) of each
@@ -55,7 +55,7 @@ def _banks(program: bytes, mm) -> dict:
     return bank_rows(plan, info, [(b.name, b.size, b.mem_id) for b in mm.banks])
 
 
-def rows_of(name: str, fractions, on_board: bool) -> list[dict]:
+def rows_of(name: str, fractions, on_board: bool, slowdowns=(1.1,)) -> list[dict]:
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.banked_memory_planning import (Bank, TargetMemoryMap,
                                                         banked_memory_planning_pass)
@@ -82,8 +82,12 @@ def rows_of(name: str, fractions, on_board: bool) -> list[dict]:
         plans = [("executorch", ExecutorchBackendConfig(
             memory_planning_pass=banked_memory_planning_pass(mm, alloc_graph_input=False)))]
         plans.append(("memsched", mx.backend_config(memory_map=mm, alloc_graph_input=False)))
-        plans.append(("memsched+patches", mx.backend_config(
-            memory_map=mm, alloc_graph_input=False, tile_patches=True, share_values=True)))
+        for slow in slowdowns:
+            label = "memsched+patches" + ("" if slow == 1.1 else
+                                          f" (max_slowdown={slow})")
+            plans.append((label, mx.backend_config(
+                memory_map=mm, alloc_graph_input=False, tile_patches=True, share_values=True,
+                max_slowdown=slow)))
         for planner, cfg in plans:
             row = {"model": name, "fraction": frac, "fast_bytes": mm.banks[0].size,
                    "default_arena": arena, "planner": planner}
@@ -94,12 +98,13 @@ def rows_of(name: str, fractions, on_board: bool) -> list[dict]:
                 rows.append(row)
                 _progress(row)
                 continue
-            if planner == "memsched+patches":
+            if planner.startswith("memsched+patches"):
                 program = mx.share_values(program)[0]
             if planner.startswith("memsched"):
                 (rep,) = mx.report(cfg).values()
                 row["bound_share"] = round(rep.banks[0].traffic_bound /
                                            max(1, sum(b.traffic for b in rep.banks)), 4)
+                row["report_share"] = round(rep.fast_share(), 4)
                 if rep.patches is not None:
                     row["patches"] = rep.patches.summary().split(", MACs")[0] \
                         if rep.patches.patched else "unpatched"
@@ -157,12 +162,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--fractions", default="0.5,0.25")
+    ap.add_argument("--slowdowns", default="1.1",
+                    help="max_slowdown of the patched rows (none: no bound)")
     ap.add_argument("--no-board", action="store_true")
     ap.add_argument("--json")
     a = ap.parse_args(argv)
     rows = []
     for name in a.models.split(","):
-        rows += rows_of(name, [float(f) for f in a.fractions.split(",")], not a.no_board)
+        rows += rows_of(name, [float(f) for f in a.fractions.split(",")], not a.no_board,
+                        [None if v == "none" else float(v) for v in a.slowdowns.split(",")])
     print(table(rows))
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
