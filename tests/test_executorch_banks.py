@@ -155,3 +155,34 @@ def test_patches_prefer_a_plan_that_fits_the_fast_bank_and_run_bit_equal_on_the_
     assert ra["status"] == 0 and rb["status"] == 0, (rb.get("error"), rb.get("et_log"))
     assert rb["planned_buffers"] == sizes[1:]
     assert a == b
+
+
+def test_cli_export_with_a_memory_map(tmp_path, capsys):
+    """``memsched export model.pt2 --memory-map dtcm:SIZE:1,sram:8M:2 --measure``: the banks
+    in the report and in the file, bit-equal to ExecuTorch's default program; a malformed or
+    too small map: one line, exit 2, nothing written."""
+    import json
+
+    from memsched.cli import main
+
+    torch.manual_seed(0)
+    m = nn.Sequential(cba(3, 8, 3, 1), Block(8, 8, 1, 2), cba(8, 16, 3, 2),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4)).eval()
+    x = torch.randn(1, 3, 16, 16)
+    src = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(m, (x,)), str(src))
+    out = tmp_path / "m.pte"
+    assert main(["export", str(src), "-o", str(out), "--memory-map", "dtcm:4K:1,sram:8M:2",
+                 "--measure", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    banks = rep["methods"]["method0"]["banks"]
+    assert [b["name"] for b in banks] == ["dtcm", "sram"] and banks[0]["bytes"] <= 4096
+    assert rep["max_abs_diff"] == 0.0
+    sizes = read_program(out.read_bytes()).program.execution_plan[0].non_const_buffer_sizes
+    assert list(sizes[1:]) == [b["bytes"] for b in banks]
+    for bad in ("dtcm:4K", "dtcm:1K:1,sram:2K:2"):
+        bad_out = tmp_path / "bad.pte"
+        assert main(["export", str(src), "-o", str(bad_out), "--memory-map", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("memsched: error:"), err
+        assert not bad_out.exists()

@@ -86,11 +86,13 @@ def cmd_export(args) -> int:
                 _quiet_native_stderr(getattr(args, "verbose", False)):
             from executorch.exir import to_edge
 
+            memory_map = _memory_map(args.memory_map)
             program = load_exported_program(args.model)
             config = backend_config(time_limit=limit, tile_patches=args.tile_patches,
                                     max_overhead=args.max_overhead, grid=args.grid,
                                     max_slowdown=slowdown(args.max_slowdown),
-                                    exact_reductions=not args.float_reductions)
+                                    exact_reductions=not args.float_reductions,
+                                    memory_map=memory_map)
             data = bytes(to_edge(program).to_executorch(config).buffer)
             default = None
             if args.measure:  # ExecuTorch's own plan of the same program, and both run
@@ -104,6 +106,11 @@ def cmd_export(args) -> int:
             if rep.order is not None:
                 d.update(order_peak_before=rep.order.input_peak, order_peak=rep.order.peak,
                          lower_bound=rep.order.lower_bound, order_optimal=rep.order.optimal)
+            if rep.banks:
+                d["banks"] = [{"name": b.name, "mem_id": b.mem_id, "size": b.size,
+                               "bytes": b.used, "traffic_bytes": b.traffic,
+                               "traffic_bound": b.traffic_bound} for b in rep.banks]
+                d["fast_bank_traffic_share"] = round(rep.fast_share(), 6)
             if rep.patches is not None:
                 d["patches"] = rep.patches.summary()
                 # why the regions stop (e.g. a float mean: not bit-exact through patches)
@@ -138,6 +145,13 @@ def cmd_export(args) -> int:
             status = "optimal" if d["order_optimal"] else f"lower bound {d['lower_bound']:,} B"
             print(f"  {name}: liveness peak {d['order_peak_before']:,} B in export order -> "
                   f"{d['order_peak']:,} B ({status})")
+        for b in d.get("banks", []):
+            print(f"  {name}: bank {b['name']} (mem_id {b['mem_id']}): {b['bytes']:,} of "
+                  f"{b['size']:,} B, traffic {b['traffic_bytes']:,} B (bound "
+                  f"{b['traffic_bound']:,} B)")
+        if "banks" in d:
+            print(f"  {name}: fast bank's share of the traffic "
+                  f"{d['fast_bank_traffic_share']:.1%}")
         if "patches" in d:
             print(f"  {name}: {d['patches']}")
     if "max_abs_diff" in report:
@@ -145,6 +159,18 @@ def cmd_export(args) -> int:
                             f"within {report['max_abs_diff']:g} of")
               + " ExecuTorch's default program's, in its runtime")
     return 0
+
+
+def _memory_map(text):
+    """``--memory-map NAME:SIZE:MEM_ID[,...]`` as ExecuTorch's ``TargetMemoryMap`` (None
+    without one); a malformed map is a ``ValueError`` (exit 2)."""
+    if not text:
+        return None
+    from executorch.exir.banked_memory_planning import Bank, TargetMemoryMap
+
+    from ..banks import parse_memory_map
+
+    return TargetMemoryMap([Bank(n, s, m) for n, s, m in parse_memory_map(text)])
 
 
 def register(sub) -> None:
@@ -167,6 +193,9 @@ def register(sub) -> None:
     p.add_argument("--time-limit", default="10",
                    help="seconds for the scheduler, each arena's packer and the patch search "
                         "(default 10)")
+    p.add_argument("--memory-map", metavar="NAME:SIZE:MEM_ID[,...]",
+                   help="plan across these memory banks, fastest first (SIZE in bytes or with "
+                        "K/M; e.g. dtcm:64K:1,sram:8M:2): the fast bank's traffic first")
     p.add_argument("--measure", action="store_true",
                    help="also lower with ExecuTorch's default config and run both programs "
                         "in its runtime before writing (outputs must match)")
