@@ -169,19 +169,30 @@ def test_small_model_runs_bit_equal_with_zero_point_borders(kernels, m55, tmp_pa
     edge = edge[0][0]
     new, _ = mx.tile_graph_module(edge.exported_program().graph_module, grid=(2, 2),
                                   split="cortex_m_quantized_add_default", max_overhead=10.0)
-    pads = [n for n in new.graph.nodes if "constant_pad_nd" in str(n.target)]
+    # int8 pads are the backend's arm_pad_s8 (cortex_m::pad), not the portable constant_pad_nd
+    assert not [n for n in new.graph.nodes if "constant_pad_nd" in str(n.target)]
+    calls = [n for n in new.graph.nodes if n.op == "call_function" and cm.is_cortex_m(n.target)]
+    pads = [n for n in calls if cm.op_name(n.target) == "pad.default"]
     assert pads
     zps = set()
     for p in pads:
-        assert p.args[1][:2] == [0, 0]  # NHWC: channels are never padded
+        pre, post = p.args[1], p.args[2]  # the NHWC form's own order: N, H, W, C
+        assert pre[0] == pre[3] == post[0] == post[3] == 0  # never batch or channels
+        assert list(p.meta["val"].shape) == [int(d) + a + b for d, a, b in
+                                             zip(p.args[0].meta["val"].shape, pre, post)]
         (permute,) = p.users  # back to channels-last: permute, then declare the dim order
         (view,) = permute.users
         assert "permute_copy" in str(permute.target) and "_clone_dim_order" in str(view.target)
         readers = [u for u in view.users if cm.op_name(u.target) in cm.INPUT_OFFSET]
         for r in readers:
-            assert p.args[2] == -int(r.args[cm.INPUT_OFFSET[cm.op_name(r.target)]])
-            zps.add(p.args[2])
+            assert p.args[3] == -int(r.args[cm.INPUT_OFFSET[cm.op_name(r.target)]])
+            zps.add(p.args[3])
     assert zps - {0}
+    # the stride-2 stem's top / left border patches pad through the kernel's own padding
+    # (patch_cortex_m.own_padding): no pad before them
+    own = [n for n in calls if cm.op_name(n.target) in cm.INPUT_OFFSET and
+           list(n.args[cm.WINDOW[cm.op_name(n.target)][2]]) != [0, 0]]
+    assert own and all(n.args[3] == [2, 2] for n in own if "depthwise" not in str(n.target))
 
 
 def test_windows_are_copied_row_contiguous():

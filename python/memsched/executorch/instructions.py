@@ -244,9 +244,23 @@ def _quantize(args) -> tuple[str, dict]:
     return "quantize", {"c": 1, "v16": n // 16, "t": n % 16}
 
 
+def _cm_channels_last(t: T) -> bool:
+    """The Cortex-M kernels' ``is_channels_last_tensor``: 4-D, and dim 1 or dims 2 and 3 of
+    size 1 (ambiguous) or the dim order (0, 2, 3, 1)."""
+    s = list(t.sizes)
+    if len(s) != 4:
+        return False
+    if s[1] == 1 or (s[2] == 1 and s[3] == 1) or t.dim_order is None:
+        return True
+    return tuple(t.dim_order) == (0, 2, 3, 1)
+
+
 def _cm_pad(args) -> tuple[str, dict]:
     out = args[-1]
-    n, h, w, c = _nhwc(out)
+    # the kernel's (N, H, W, C): the logical sizes permuted for a channels-last input, else
+    # the logical sizes as they are (the patch rewrite's NHWC form)
+    n, h, w, c = _nhwc(out) if _cm_channels_last(args[0]) else \
+        tuple((list(out.sizes) + [1, 1, 1, 1])[:4])
     # arm_pad_s8: per output row a memset / memcpy pair, 16 bytes an MVE iteration
     return "cm_pad", {"c": 1, "rows": n * h, "vec": n * h * _ceil(w * c, 16)}
 

@@ -159,6 +159,46 @@ def classify(k, n, ins, out, pos, tensors) -> SOp:
     return _other(k, kind, ins, out, f"{kind} is not spatially local")
 
 
+# the kernels that take a border patch's pads as their own padding (`own_padding`)
+OWN_PADDING = ("cortex_m.quantized_conv2d.default", "cortex_m.quantized_depthwise_conv2d.default")
+
+
+def own_padding(op: SOp, pads) -> bool:
+    """Whether a border patch of Cortex-M convolution ``op`` can take its border pads
+    ``pads`` = (top, bottom, left, right) as the kernel's own ``padding`` = (top, left), no
+    pad node before it (`memsched.patches.Runtime.own_padding`). CMSIS-NN reads every tap
+    through bounds checks, the top / left padding from the parameter, the bottom / right
+    implied by the output size; the backend's shape function (and its reference kernel)
+    make ``(H + 2 * top - (K - 1) * d - 1) // s + 1`` rows, which is the patch's (on its
+    exact window: ``(oh - 1) * s + (K - 1) * d + 1 = H + top + bottom``) exactly when
+    ``0 <= top - bottom < s``; the same for the columns. So on a stride-2 map a top / left
+    border (the bottom / right one needs no padding there), on any stride a patch padded
+    equally on both sides; the padded cells are the input zero point in both forms. A 1 x N
+    kernel on one row runs CMSIS-NN's ``arm_convolve_1_x_n_s8``, which refuses a left pad
+    larger than the right: only equal ones there."""
+    if op.kind not in OWN_PADDING or op.pad_value != PAD_ZERO:
+        return False
+    top, bottom, left, right = pads
+    (sh, sw), (kh, kw) = op.stride, op.kernel
+    if not (0 <= top - bottom < sh and 0 <= left - right < sw):
+        return False
+    return not (kh == 1 and kw > 1 and left != right)
+
+
+def cm_pad_fits(shape, dtype) -> bool:
+    """Whether a border pad of the NHWC form ``shape`` = [N, H, W, C] (contiguous) can be
+    ``cortex_m::pad`` (``arm_pad_s8``: one memset / memcpy per row) instead of the portable
+    ``constant_pad_nd`` (a recursion to the padded dim, the fill value by value: about 4x the
+    instructions on the M55): int8, and a shape both the runtime and the backend's shape
+    function read as contiguous (logical = physical order: they take a 4-D tensor with
+    dim 1 or dims 2 and 3 of size 1 for channels-last, `is_channels_last_tensor`, and would
+    pad the wrong dims)."""
+    if str(dtype).replace("torch.", "") != "int8" or len(shape) != 4:
+        return False
+    n, h, w, c = (int(x) for x in shape)
+    return h > 1 and w > 1 and c > 1
+
+
 # ---------------------------------------------------------------------------- rewrite
 def zero_point(em, t: int) -> int:
     """The int8 value a padded cell of tensor ``t`` stands for: the input zero point of the
@@ -202,7 +242,9 @@ def rebuild(call, graph, first, orig, op: SOp, nd, ins, act_pos):
             if hasattr(a, "op") and getattr(a.target, "__name__", "") == "alloc":
                 args[i] = _alloc(graph, first, _val(a).shape[0], memory, torch)
         return call(orig.target, args, orig)
-    args[WINDOW[name][2]] = [0, 0]
+    # padding 0 (the border pads are explicit), or the border's (top, left) when the kernel
+    # pads the clipped window itself (`own_padding`)
+    args[WINDOW[name][2]] = [nd.pads[0], nd.pads[2]] if nd.implicit else [0, 0]
     scratch = [i for i, a in enumerate(args)
                if hasattr(a, "op") and getattr(a.target, "__name__", "") == "alloc"]
     for i in scratch:

@@ -147,11 +147,19 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
                 value = _cm.zero_point(em, nd.tensor)  # what a padded cell stands for
             else:
                 value = 0.0
-            # constant_pad_nd's pads run from the last dim: (C,) W, H on NHWC; W, H on NCHW
-            pads = ([0, 0] if cl else []) + [left, right, top, bottom]
-            node = call(aten.constant_pad_nd.default, [ins[0], pads, value],
-                        val=like(fake, xv, int(xv.shape[hd]) + top + bottom,
-                                 int(xv.shape[wd]) + left + right))
+            val = like(fake, xv, int(xv.shape[hd]) + top + bottom,
+                       int(xv.shape[wd]) + left + right)
+            if cl and _cm.cm_pad_fits(xv.shape, xv.dtype):
+                # int8 on the NHWC form: the backend's arm_pad_s8, pads in the (contiguous)
+                # form's own order N, H, W, C
+                node = call(exir_ops.edge.cortex_m.pad.default,
+                            [ins[0], [0, top, left, 0], [0, bottom, right, 0], int(value)],
+                            val=val)
+            else:
+                # constant_pad_nd's pads run from the last dim: (C,) W, H on NHWC; W, H on
+                # NCHW
+                pads = ([0, 0] if cl else []) + [left, right, top, bottom]
+                node = call(aten.constant_pad_nd.default, [ins[0], pads, value], val=val)
         elif nd.kind == "concat":
             node = call(aten.cat.default, [list(ins), hd if nd.axis == 1 else wd],
                         val=like(fake, ins[0].meta["val"], nd.win.height, nd.win.width))

@@ -6,6 +6,7 @@ pads, ``cat``, per-patch quantize, views), priced by the kernels' cost model of
 from __future__ import annotations
 
 from ..patches import RuntimeTime
+from .patch_cortex_m import cm_pad_fits
 from .instructions import (COEFFICIENTS, EXECUTE_INSTRUCTIONS, TARGET, T, args_of_node,
                            node_instructions, op_instructions, op_key)
 _NO_INSTRUCTION = ("getitem", "alloc", "view_copy", "permute_copy", "view", "sym_size")
@@ -130,6 +131,9 @@ class ExecutorchTime(RuntimeTime):
             src = self._nhwc(sm, t, win)
             out = self._nhwc(sm, nd.tensor, nd.win)
             top, bottom, left, right = nd.pads
+            if self.cl and cm_pad_fits(src.sizes, src.dtype):  # as the rewrite writes it
+                return op_instructions("cortex_m::pad", [src, [0, top, left, 0],
+                                                         [0, bottom, right, 0], 0, out]) or 0
             pads = [0, 0, left, right, top, bottom] if self.cl else [left, right, top, bottom]
             return op_instructions("aten::constant_pad_nd", [src, pads, 0, out]) or 0
         if kind == "concat":
@@ -159,8 +163,8 @@ class ExecutorchTime(RuntimeTime):
                 args[p[0]] = lst
         args[-1] = self._native(sm, nd.tensor, nd.win)
         name = getattr(node.target, "__name__", "")
-        if name in WINDOW:
-            args[WINDOW[name][2]] = [0, 0]
+        if name in WINDOW:  # padding 0, or the border's (top, left) (`own_padding`)
+            args[WINDOW[name][2]] = [nd.pads[0], nd.pads[2]] if nd.implicit else [0, 0]
         n = op_instructions(node.target, args)
         return self._op.get(nd.op, 0) if n is None else n
 

@@ -152,6 +152,9 @@ class Prices:
     def pad(self, pads: int = 4) -> int:  # constant_pad_nd(self, pad, value)
         return self.call([READ, ("IntList", pads), ("Double", 0)])
 
+    def cm_pad(self) -> int:  # cortex_m::pad(self, pre_pad, post_pad, pad_value)
+        return self.call([READ, ("IntList", 4), ("IntList", 4), INT])
+
     def concat(self, n: int) -> int:  # cat(tensors, dim)
         return self.call([("TensorList", n), INT])
 
@@ -272,6 +275,7 @@ class ExecutorchRecords(RuntimeMemory):
         # a window copied row-contiguous (`patch_layout.flat_windows`): 3-item lists
         self._slice, self._window, self._flat_window = p.slice(), p.window(), p.window(3)
         self._pad = p.pad(6 if layout is not None else 4)
+        self._cm_pad = p.cm_pad()  # int8 border pads on the NHWC form (`_is_cm_pad`)
         self._view, self._input_view = p.view(), p.view(planned=False)
         self.unplanned = frozenset(unplanned)
 
@@ -286,14 +290,14 @@ class ExecutorchRecords(RuntimeMemory):
     def plan_persistent_delta(self, sm, plan) -> int:
         p = self.prices
         flat = self._flat(plan)
-        add = self._shared_content(plan, flat) if p.shared else 0
+        add = self._shared_content(plan, flat, sm) if p.shared else 0
         seen: set = set()
         for k, nd in enumerate(plan.nodes):
             if nd.kind == "slice":  # as the rewrite cuts: one axis, or a strided window
                 add += (self._flat_window if k in flat else self._window) \
                     if all(nd.cuts()) else self._slice
             elif nd.kind == "pad":
-                add += self._pad
+                add += self._cm_pad if self._is_cm_pad(sm, nd) else self._pad
             elif nd.kind == "concat":
                 add += p.concat(len(nd.inputs))
             elif nd.kind in ("partial", "accumulate", "reduce"):
@@ -321,13 +325,27 @@ class ExecutorchRecords(RuntimeMemory):
                 add += self._input_view if outside else self._view
         return add - sum(self.op_bytes.get(sm.ops[k].index, 0) for k in plan.region.ops)
 
+    def _is_cm_pad(self, sm, nd) -> bool:
+        """Whether the rewrite writes border pad ``nd`` as ``cortex_m::pad``
+        (`patch_cortex_m.cm_pad_fits`: int8, one byte a value in the Cortex-M flow, on the
+        NHWC form of channels-last maps)."""
+        from .patch_cortex_m import cm_pad_fits
+        from .patch_layout import CHANNELS_LAST
+
+        if self.layout != CHANNELS_LAST or sm.tensors[nd.tensor].itemsize != 1:
+            return False
+        top, bottom, left, right = nd.pads
+        n, _, _, c = (list(sm.tensors[nd.tensor].shape) + [1, 1, 1, 1])[:4]
+        return cm_pad_fits([n, nd.win.height - top - bottom, nd.win.width - left - right, c],
+                           "int8")
+
     def _flat(self, plan) -> set:
         """The windows the rewrite copies row-contiguous (on channels-last maps only)."""
         from .patch_layout import CHANNELS_LAST, flat_windows
 
         return flat_windows(plan) if self.layout == CHANNELS_LAST else set()
 
-    def _shared_content(self, plan, flat=frozenset()) -> int:
+    def _shared_content(self, plan, flat, sm) -> int:
         """With shared values: the bytes of the scalar content the plan's cuts bring, each
         distinct value once (`Prices.slice` and friends then price their calls without it):
         a slice's bounds and a window's offset (ints), a window's sizes and a border's pads
@@ -347,6 +365,10 @@ class ExecutorchRecords(RuntimeMemory):
                     ints.update(size)
                 else:
                     ints.update(rows if cut_rows else cols)
+            elif nd.kind == "pad" and self._is_cm_pad(sm, nd):  # pre and post, 4 items
+                top, bottom, left, right = nd.pads
+                lists.update({("ints", 4, 0, top, left, 0), ("ints", 4, 0, bottom, right, 0)})
+                ints.update((0, *nd.pads))
             elif nd.kind == "pad":
                 lists.add(("pads", pad_items, *nd.pads))
                 ints.update(nd.pads)

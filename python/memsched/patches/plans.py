@@ -128,12 +128,15 @@ class PatchPlan:
 
 
 def plan_patches(sm: SpatialModel, region: Region, grid: tuple[int, int],
-                 keep: bool = False, max_concat: int | None = None) -> PatchPlan:
+                 keep: bool = False, max_concat: int | None = None,
+                 own_padding=None) -> PatchPlan:
     """The patched region for ``grid`` = (rows, cols) (see the module docstring; ``keep``:
     the feature maps later passes read are kept, not recomputed; only for a region with a
     squeeze-and-excitation block; ``max_concat``: the most inputs the runtime's
-    concatenation takes, `Runtime.max_concat_inputs`)."""
-    return _Planner(sm, region, grid, keep).build(max_concat)
+    concatenation takes, `Runtime.max_concat_inputs`; ``own_padding``: ``(op, pads) ->
+    bool``, `Runtime.own_padding`: a border patch's operator that takes its pads as its own
+    padding reads the clipped window, no pad node before it)."""
+    return _Planner(sm, region, grid, keep, own_padding).build(max_concat)
 
 
 class _At(NamedTuple):
@@ -150,9 +153,11 @@ class _At(NamedTuple):
 class _Planner:
     """The nodes of one plan (`plan_patches`), added pass by pass, patch by patch."""
 
-    def __init__(self, sm: SpatialModel, region: Region, grid: tuple[int, int], keep: bool):
+    def __init__(self, sm: SpatialModel, region: Region, grid: tuple[int, int], keep: bool,
+                 own_padding=None):
         rows, cols = grid
         self.sm, self.region, self.keep = sm, region, keep
+        self.own_padding = own_padding
         self.cells = cells = grid_cells(*region.hw, rows, cols)
         self.passes = passes = pass_targets(sm, region)
         self.se = len(passes) > 1
@@ -245,6 +250,7 @@ class _Planner:
             return
         self.computed.add(k)
         ins = []
+        own = ()  # the border pads the operator takes as its own padding
         for pos, t in enumerate(op.inputs):
             if op.cls == "scale" and pos == 1:
                 ins.append(self.vec_node[t])  # the vector, whole
@@ -258,6 +264,12 @@ class _Planner:
                                   "averages over")
                 if op.is_pad:
                     ins.append(src)  # the op itself pads (with the border amounts)
+                    continue
+                pads = full.pads(clipped)
+                if self.own_padding is not None and len(op.inputs) == 1 and \
+                        self.own_padding(op, pads):
+                    own = pads  # the kernel pads the clipped window itself
+                    ins.append(src)
                     continue
                 src = self.add(PNode("pad", t, full, (src,), pads=full.pads(clipped),
                                      patch=at.p, pad_value=op.pad_value, phase=at.phase))
@@ -273,7 +285,8 @@ class _Planner:
                                                    phase=at.phase))
             return
         at.node_of[op.output] = self.add(PNode("op", op.output, out, tuple(ins), op=k,
-                                               patch=at.p, phase=at.phase))
+                                               patch=at.p, phase=at.phase,
+                                               pads=own or (0, 0, 0, 0), implicit=bool(own)))
         plan.macs += sm.op_macs(op, out)
 
     def _partials(self, at: _At, targets: list[int], tw: dict, acc: dict) -> None:

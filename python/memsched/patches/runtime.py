@@ -12,6 +12,7 @@ fixed padding; on channels-last maps the Cortex-M layout contract, `Layout`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from ..memory import MemoryModel
 from .geometry import SOp, SpatialModel
@@ -129,7 +130,11 @@ class Runtime:
     blocks (reduce / vector / scale operators). ``no_split_kinds``: operator kinds whose
     outputs it cannot reassemble (a region never ends at them). ``layout``: its layout contract
     for cuts (`Layout`; None: one form for every node). ``time``: what its kernels cost in
-    instructions (`RuntimeTime`; None: no model, the search bounds MACs alone)."""
+    instructions (`RuntimeTime`; None: no model, the search bounds MACs alone).
+    ``own_padding``: ``(op, pads) -> bool``, whether the adapter writes a window operator on a
+    border patch with the border pads (top, bottom, left, right) as the kernel's own padding
+    instead of a pad node before it (`plans.plan_patches`: the operator node then reads the
+    clipped window, ``implicit=True``, ``pads`` the border's; None: never)."""
 
     memory: RuntimeMemory
     implicit_padding: bool = False
@@ -141,6 +146,7 @@ class Runtime:
     no_split_kinds: tuple = ()
     layout: Layout | None = None
     time: RuntimeTime | None = None
+    own_padding: Callable | None = None
 
     def __post_init__(self):
         if self.implicit_padding and self.padding_rule not in PADDING_RULES:

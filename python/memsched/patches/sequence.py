@@ -139,8 +139,14 @@ class SequenceSearch:
         """Queue ``c`` to extend: by the total a sequence has as it is (a bound cannot tell a
         shallow sequence, its rest still to patch, from a deep one; its total can); a seed or
         ``start`` (a candidate skipped for the operators after it: its worth is what a next
-        region leaves of it) first, by its bound."""
-        if len(c.sequence) < self.ev.request.max_regions and c.macs <= self.mac_budget and \
+        region leaves of it) first, by its bound. Not one over the instruction budget
+        (``max_slowdown``): every region after it adds instructions (its copies, halos and
+        cuts), so no extension of it may be chosen and the budget goes to those that may."""
+        req = self.ev.request
+        if req.max_slowdown is not None and not req.forced and c.slowdown is not None and \
+                c.slowdown > req.max_slowdown + 1e-12:
+            return  # over the instruction budget already: a next region only adds to it
+        if len(c.sequence) < req.max_regions and c.macs <= self.mac_budget and \
                 c.region_ops < self.first.max_end:
             seed = start or len(c.sequence) == 1 and (c.region_start, c.region_ops) in self.seeds
             key = (0, self.bound(c)) if seed else (1, c.total)
