@@ -49,6 +49,26 @@ class BankReport:
     seconds: float
 
 
+class BankedAlgo:
+    """The packing algorithm under a memory map: callable with ExecuTorch's algorithm
+    signature (`plan_banked`), one `BankReport` per bank per call in ``bank_reports``; the
+    banks are packed by ``packer`` (a `MemschedAlgo`, whose ``reports`` stay empty)."""
+
+    __name__ = "memsched_banked"
+
+    def __init__(self, memory_map, packer):
+        self.memory_map = memory_map
+        self.packer = packer
+        self.bank_reports: list = []
+        self.reports = packer.reports
+        self.top = None
+
+    def __call__(self, alignment, specs, graph_module, graph_signature, extra_padding=0):
+        self.packer.top = self.top
+        return plan_banked(self, self.memory_map, alignment, specs, graph_module,
+                           graph_signature, extra_padding)
+
+
 def describe_map(memory_map) -> str:
     return ", ".join(f"{b.name}:{b.size}:{b.mem_id}" for b in memory_map.banks)
 
@@ -125,7 +145,7 @@ def _banks(memory_map, alignment: int, reserve, extra_padding: int):
 
 def plan_banked(algo, memory_map, alignment, specs, graph_module, graph_signature,
                 extra_padding):
-    """`MemschedAlgo.__call__` under a memory map: a ``MemoryAlgoResult`` whose buffers sit in
+    """`BankedAlgo.__call__`: a ``MemoryAlgoResult`` whose buffers sit in
     the map's banks (module docstring). Raises `MemoryMapError` when the map cannot hold
     them."""
     from executorch.exir.memory_planning import MemoryAlgoResult, SpecAllocResult
@@ -158,7 +178,7 @@ def plan_banked(algo, memory_map, alignment, specs, graph_module, graph_signatur
         sub = [placed_roots[i] for i in idx]
         inside = _idset(sub)
         pairs = [x for x in share if x[1] in inside and x[2] in inside]
-        p = _aligned(algo._pack(sub, pairs, a), sub, pairs)
+        p = _aligned(algo.packer._pack(sub, pairs, a), sub, pairs)
         return p.arena, list(p.offsets)
 
     at = {id(s): k for k, s in enumerate(placed_roots)}
@@ -175,7 +195,7 @@ def plan_banked(algo, memory_map, alignment, specs, graph_module, graph_signatur
         arenas.setdefault(mem_id, []).append(s)
         offset[id(s)] = banks[k].reserved - extra_padding + off
     for mem_id, group in outside.items():  # laid out on their own, as ExecuTorch does
-        p = algo._pack(group, [], alignment)
+        p = algo.packer._pack(group, [], alignment)
         base = reserve[mem_id] if len(reserve) > mem_id else 0
         arenas[mem_id] = group
         for s, off in zip(group, p.offsets):

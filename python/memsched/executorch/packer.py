@@ -46,12 +46,8 @@ class MemschedAlgo:
     __name__ = "memsched"
 
     def __init__(self, time_limit: float | None = 10.0, name: str = "memsched",
-                 arena_nodes: int | None = None, memory_map=None):
+                 arena_nodes: int | None = None):
         self.time_limit = time_limit
-        # ExecuTorch's ``TargetMemoryMap``: the buffers are placed across its banks
-        # (`memsched.executorch.bank_planning`), one `BankReport` per bank per call
-        self.memory_map = memory_map
-        self.bank_reports: list = []
         # a node budget (the patch search's `Budget.arena_nodes`): the packing is bounded by
         # work, not seconds, so the program is the same on any machine
         self.arena_nodes = arena_nodes
@@ -63,11 +59,6 @@ class MemschedAlgo:
         from executorch.exir.memory_planning import MemoryAlgoResult, SpecAllocResult, greedy
 
         specs = list(specs)
-        if self.memory_map is not None:
-            from .bank_planning import plan_banked
-
-            return plan_banked(self, self.memory_map, alignment, specs, graph_module,
-                               graph_signature, extra_padding)
         g = greedy(alignment, specs, graph_module, graph_signature, extra_padding)
         reserve = getattr(graph_module, "input_mem_buffer_sizes", None) or []
         roots_by_arena: dict[int, list] = {}

@@ -131,7 +131,10 @@ def _pass_class():
             self.budget = budget
             self.memory_map = memory_map
             self.algo = MemschedAlgo(time_limit, arena_nodes=budget.arena_nodes
-                                     if budget is not None else None, memory_map=memory_map)
+                                     if budget is not None else None)
+            if memory_map is not None:  # the banks, each packed by memsched's packer
+                from .bank_planning import BankedAlgo
+                self.algo = BankedAlgo(memory_map, self.algo)
             # under a map the suite must not compare with ``greedy``: it would pick the smaller
             # sum of bytes, blind to the banks' capacities
             algos = [self.algo] if memory_map is not None else [greedy, self.algo]
@@ -180,14 +183,15 @@ def _pass_class():
             else:
                 note = "reordering off"
             first = len(self.algo.reports)
-            first_bank = len(self.algo.bank_reports)
+            first_bank = len(getattr(self.algo, "bank_reports", ()))
             self.algo.top = graph_module  # apply_algo also calls the algorithm on submodules
             result = super().run(graph_module, graph_signature)
             arenas = self.algo.reports[first:]
             checked = check_graph_module(graph_module, graph_signature, flags) \
                 if self.check else 0
             name = f"method{len(self.report)}"
-            banks = [b for b in self.algo.bank_reports[first_bank:] if b.graph == "top"]
+            banks = [b for b in getattr(self.algo, "bank_reports", [])[first_bank:]
+                     if b.graph == "top"]
             self.report[name] = PlanReport(
                 name, order, arenas, list(graph_module.meta["non_const_buffer_sizes"]),
                 checked, time.perf_counter() - t0, note, banks=banks)
