@@ -59,8 +59,16 @@ _BUILTIN_32 = {
     "UNPACK": (8, 4), "GATHER": (8, 4), "BATCH_MATMUL": (3, 1), "SVDF": (8, 4),
     "UNIDIRECTIONAL_SEQUENCE_LSTM": (16, 4),
 }
+_BUILTIN_32.update({
+    "ARG_MAX": (1, 1), "ARG_MIN": (1, 1), "CAST": (2, 1), "CUMSUM": (2, 1),
+    "DEPTH_TO_SPACE": (4, 4), "DIV": (1, 1), "L2_NORMALIZATION": (1, 1), "MIRROR_PAD": (1, 1),
+    "RESIZE_BILINEAR": (2, 1), "SHAPE": (1, 1), "SPACE_TO_DEPTH": (4, 4),
+    "TRANSPOSE_CONV": (16, 4), "L2_POOL_2D": (40, 4),
+})
 _BUILTIN_64 = dict(_BUILTIN_32, FULLY_CONNECTED=(32, 8), ADD=(8, 4), MUL=(4, 4), SUB=(8, 4),
-                   SVDF=(12, 4))
+                   SVDF=(12, 4), ARG_MAX=(4, 4), ARG_MIN=(4, 4), CAST=(8, 4), DIV=(4, 4),
+                   L2_NORMALIZATION=(4, 4), MIRROR_PAD=(4, 4), SHAPE=(4, 4),
+                   TRANSPOSE_CONV=(20, 4))
 
 # op data: sizeof of what each kernel's Init allocates (16-byte aligned); None: no Init
 _OP_DATA_COMMON = {
@@ -70,14 +78,28 @@ _OP_DATA_COMMON = {
     "RESHAPE": None, "SQUEEZE": None, "EXPAND_DIMS": None, "TRANSPOSE": None,
     "RESIZE_NEAREST_NEIGHBOR": None, "SPLIT": None, "SPLIT_V": None, "PACK": None,
     "UNPACK": None, "GATHER": None,
+    # issue 60: the elementwise, comparison and shape kernels (kernels_elementwise)
+    "ABS": 28, "RSQRT": 28, "DIV": 28, "SQUARED_DIFFERENCE": 112, "EQUAL": 32,
+    "NOT_EQUAL": 32, "LESS": 32, "LESS_EQUAL": 32, "GREATER": 32, "GREATER_EQUAL": 32,
+    "SELECT_V2": 1, "PRELU": 28, "ELU": 256, "L2_NORMALIZATION": 4, "SPACE_TO_BATCH_ND": 4,
+    "MIRROR_PAD": 20,
+    "SIN": None, "COS": None, "LOG": None, "SQRT": None, "SQUARE": None, "LOGICAL_NOT": None,
+    "EXP": None, "CEIL": None, "ROUND": None, "NEG": None, "FLOOR": None, "ZEROS_LIKE": None,
+    "CAST": None, "LOG_SOFTMAX": None, "MAXIMUM": None, "MINIMUM": None,
+    "LOGICAL_AND": None, "LOGICAL_OR": None, "ARG_MAX": None, "ARG_MIN": None,
+    "FLOOR_DIV": None, "FLOOR_MOD": None, "ADD_N": None, "CUMSUM": None, "SHAPE": None,
+    "SLICE": None, "FILL": None, "BROADCAST_TO": None, "RESIZE_BILINEAR": None,
+    "DEPTH_TO_SPACE": None, "SPACE_TO_DEPTH": None, "BATCH_TO_SPACE_ND": None,
+    "L2_POOL_2D": None, "REVERSE_V2": None, "GATHER_ND": None,
 }
 _OP_DATA_CMSIS = dict(_OP_DATA_COMMON, CONV_2D=60, DEPTHWISE_CONV_2D=60, FULLY_CONNECTED=72,
                       ADD=60, AVERAGE_POOL_2D=36, MAX_POOL_2D=36, SOFTMAX=64,
                       CONCATENATION=24, BATCH_MATMUL=36, SVDF=40,
-                      UNIDIRECTIONAL_SEQUENCE_LSTM=912)
+                      UNIDIRECTIONAL_SEQUENCE_LSTM=912, TRANSPOSE_CONV=76)
 _OP_DATA_REF = dict(_OP_DATA_COMMON, CONV_2D=80, DEPTHWISE_CONV_2D=80, FULLY_CONNECTED=72,
                     ADD=60, AVERAGE_POOL_2D=32, MAX_POOL_2D=32, SOFTMAX=80, CONCATENATION=80,
-                    BATCH_MATMUL=32, SVDF=36, UNIDIRECTIONAL_SEQUENCE_LSTM=688)
+                    BATCH_MATMUL=32, SVDF=36, UNIDIRECTIONAL_SEQUENCE_LSTM=688,
+                    TRANSPOSE_CONV=88)
 
 ABIS = {
     "cortex-m": Abi("cortex-m", "cmsis-nn", 4, ((52, 4), (44, 4), (124, 4)), (8, 4), (8, 4),
@@ -91,7 +113,7 @@ ABIS = {
 # TFLM's TfLiteTypeSizeOf per schema TensorType (INT4 counts one byte per element)
 TYPE_BYTES = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 6: 1, 7: 2, 8: 8, 9: 1, 10: 8, 11: 16, 12: 8,
                13: 4, 15: 4, 16: 2, 17: 1, 18: 2}
-FLOAT32, INT32, INT64, INT16, INT8, INT4 = 0, 2, 4, 7, 9, 17
+FLOAT32, INT32, INT64, BOOL, INT16, INT8, INT4 = 0, 2, 4, 6, 7, 9, 17
 
 
 def priced_operators() -> tuple[str, ...]:

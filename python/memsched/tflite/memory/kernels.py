@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..format.read import TFLiteGraph, TFLiteModelError
 from .abi import (ALIGN, FLOAT32, INT4, INT8, INT16, INT32, TYPE_BYTES,
                   UnpricedModelError)
+from .kernels_elementwise import PREPARE as _ELEMENTWISE
 
 # ---------------------------------------------------------------------------------------------
 # the model as TFLM sees it
@@ -526,3 +527,4 @@ PREPARE = {
     "SPLIT_V": _split, "GATHER": _gather, "BATCH_MATMUL": _batch_matmul, "PACK": _no_prepare,
     "UNPACK": _no_prepare, "SVDF": _svdf, "UNIDIRECTIONAL_SEQUENCE_LSTM": _lstm,
 }
+PREPARE.update(_ELEMENTWISE)
