@@ -58,9 +58,12 @@ K_w x K_h`` when C_in == C_out, batch 1 and no dilation, or (one input channel) 
 convolution's size plus the filter's; FULLY_CONNECTED: ``8 x C_out`` when the output has more
 than two dimensions and the depth is a multiple of 4 (per-tensor quantization), else the
 kernel sums go to the tail; BATCH_MATMUL: ``4 x`` the output's columns; AVERAGE_POOL_2D: 0
-with MVE. The reference kernels (``host``) ask for none (MEAN / SUM ask for their
-accumulators on both, SVDF for its feature products and int8 outputs on both, LSTM for 4
-buffers of its cell state, 3 with CMSIS-NN in int8).
+with MVE; int8 TRANSPOSE_CONV: a column buffer and a reversed-filter buffer
+(`kernels_elementwise`). The reference kernels (``host``) ask for none of these (MEAN / SUM
+ask for their accumulators on both, SVDF for its feature products and int8 outputs on both,
+LSTM for 4 buffers of its cell state, 3 with CMSIS-NN in int8; ADD_N for its input pointers,
+MIRROR_PAD for two arrays of 4 B per dimension, int8 TRANSPOSE_CONV (reference) for 4 B per
+output element).
 
 **The planner** (``GreedyMemoryPlanner``, `greedy_plan`): buffers with an offline offset (the
 ``OfflineMemoryAllocation`` metadata) are placed at it first, in tensor order; the others,
