@@ -18,7 +18,8 @@ COMPARISONS = ("EQUAL", "NOT_EQUAL", "LESS", "LESS_EQUAL", "GREATER", "GREATER_E
 OTHERS = ("LOGICAL_AND", "LOGICAL_OR", "LOGICAL_NOT", "SELECT_V2", "CAST", "SHAPE", "ARG_MAX",
           "ARG_MIN", "ADD_N", "CUMSUM", "SLICE", "FILL", "BROADCAST_TO", "RESIZE_BILINEAR",
           "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND",
-          "MIRROR_PAD", "TRANSPOSE_CONV", "L2_POOL_2D", "REVERSE_V2", "GATHER_ND")
+          "MIRROR_PAD", "TRANSPOSE_CONV", "L2_POOL_2D", "REVERSE_V2", "GATHER_ND",
+          "EMBEDDING_LOOKUP", "BROADCAST_ARGS", "REDUCE_ALL")
 OPERATORS = UNARY + BINARY + COMPARISONS + OTHERS
 
 
@@ -206,6 +207,20 @@ def elementwise_model(kind: str, quantized: bool = True, seed: int = 0, size: in
     elif kind == "GATHER_ND":
         rows = [[[0, s - 1 - r] for r in range(s)]]  # (1, s, 2): the rows upside down
         out, oshape = g.op(kind, [a, g.const(rows)], [g.tensor(shape, like=a)]), shape
+    elif kind == "EMBEDDING_LOOKUP":
+        table, _ = net.reshape(a, [s * s, c])
+        rows = g.op(kind, [g.const(list(range(s * s - 1, -1, -1))), table],
+                    [g.tensor([s * s, c], like=a)])
+        out, oshape = net.reshape(rows, shape)
+    elif kind == "BROADCAST_ARGS":
+        dims = g.op("SHAPE", [a], [g.tensor([4], T.INT32)], "ShapeOptions", outType=T.INT32)
+        extra.append(g.op(kind, [dims, g.const([1, 1, 1, c])], [g.tensor([4], T.INT32)]))
+        out, oshape = a, shape
+    elif kind == "REDUCE_ALL":
+        cond = g.op("GREATER", [a, b2], [g.tensor(shape, T.BOOL)])
+        extra.append(g.op(kind, [cond, g.const([3])], [g.tensor(shape[:3] + [1], T.BOOL)],
+                          "ReducerOptions", keepDims=True))
+        out, oshape = a, shape
     else:
         raise ValueError(f"no generator for {kind}")
     data_shape = oshape if len(oshape) == 4 else shape

@@ -63,7 +63,7 @@ _BUILTIN_32.update({
     "ARG_MAX": (1, 1), "ARG_MIN": (1, 1), "CAST": (2, 1), "CUMSUM": (2, 1),
     "DEPTH_TO_SPACE": (4, 4), "DIV": (1, 1), "L2_NORMALIZATION": (1, 1), "MIRROR_PAD": (1, 1),
     "RESIZE_BILINEAR": (2, 1), "SHAPE": (1, 1), "SPACE_TO_DEPTH": (4, 4),
-    "TRANSPOSE_CONV": (16, 4), "L2_POOL_2D": (40, 4),
+    "TRANSPOSE_CONV": (16, 4), "L2_POOL_2D": (40, 4), "REDUCE_ALL": (1, 1),
 })
 _BUILTIN_64 = dict(_BUILTIN_32, FULLY_CONNECTED=(32, 8), ADD=(8, 4), MUL=(4, 4), SUB=(8, 4),
                    SVDF=(12, 4), ARG_MAX=(4, 4), ARG_MIN=(4, 4), CAST=(8, 4), DIV=(4, 4),
@@ -90,7 +90,8 @@ _OP_DATA_COMMON = {
     "FLOOR_DIV": None, "FLOOR_MOD": None, "ADD_N": None, "CUMSUM": None, "SHAPE": None,
     "SLICE": None, "FILL": None, "BROADCAST_TO": None, "RESIZE_BILINEAR": None,
     "DEPTH_TO_SPACE": None, "SPACE_TO_DEPTH": None, "BATCH_TO_SPACE_ND": None,
-    "L2_POOL_2D": None, "REVERSE_V2": None, "GATHER_ND": None,
+    "L2_POOL_2D": None, "REVERSE_V2": None, "GATHER_ND": None, "EMBEDDING_LOOKUP": None,
+    "BROADCAST_ARGS": None, "REDUCE_ALL": 44,
 }
 _OP_DATA_CMSIS = dict(_OP_DATA_COMMON, CONV_2D=60, DEPTHWISE_CONV_2D=60, FULLY_CONNECTED=72,
                       ADD=60, AVERAGE_POOL_2D=36, MAX_POOL_2D=36, SOFTMAX=64,

@@ -69,6 +69,33 @@ def _gather_nd(n, cmsis: bool):
     n.persist(4 + 4 * len(y.shape))
 
 
+def _embedding_lookup(n, cmsis: bool):
+    """EMBEDDING_LOOKUP: ids, table, output, then the output's dims copy and its op data
+    (a float and a size_t: 8 B at 32 bits, 16 at 64)."""
+    ids, table, y = n.inp(0), n.inp(1), n.out(0)
+    n.need(ids, table, y)
+    _types(n, "ids", (INT32,), ids)
+    _types(n, "a table", (FLOAT32, INT8), table)
+    n.tin(0), n.tin(1), n.tout(0)
+    n.persist(4 + 4 * len(y.shape))
+    n.persist(2 * n.abi.word)
+
+
+def _reduce_all(n, cmsis: bool):
+    """REDUCE_ALL (bool): input, output, axis, then PrepareSimple's input and axis, and two
+    scratch arrays: 4 B per input dimension and per axis."""
+    x, axis, y = n.inp(0), n.inp(1), n.out(0)
+    n.need(x, axis, y)
+    _types(n, "an input", (BOOL,), x)
+    n.tin(0), n.tout(0), n.tin(1)
+    n.tin(0), n.tin(1)
+    n.scratch(4 * len(x.shape))
+    elems = 1
+    for d in axis.shape:
+        elems *= d
+    n.scratch(4 * elems)
+
+
 def _add_n(n, cmsis: bool):
     """ADD_N: the first input and the output, then each other input; float32 asks for a
     scratch array of input pointers, int8 keeps its op data (40 B) and asks for the same."""
@@ -220,4 +247,6 @@ PREPARE = {
     "SPACE_TO_BATCH_ND": _reads(*_UNARY, types=(FLOAT32, INT8), arity=(3, 1)),
     "MIRROR_PAD": _mirror_pad, "TRANSPOSE_CONV": _transpose_conv, "L2_POOL_2D": _l2_pool,
     "REVERSE_V2": _reads(*_BINARY, arity=(2, 1)), "GATHER_ND": _gather_nd,
+    "EMBEDDING_LOOKUP": _embedding_lookup, "REDUCE_ALL": _reduce_all,
+    "BROADCAST_ARGS": _reads(*_BINARY, types=(INT32, INT64), arity=(2, 1)),
 }
