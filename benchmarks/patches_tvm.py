@@ -36,6 +36,7 @@ MODELS = {
     # hardswish, SE blocks with relu + hardsigmoid), float32 and integer
     "mbv3s-1.0-128": dict(mbv3=dict(alpha=1.0, size=128)),
     "mbv3s-1.0-128-int": dict(mbv3=dict(alpha=1.0, size=128, integer=True)),
+    "mbv3s-1.0-224-int": dict(mbv3=dict(alpha=1.0, size=224, integer=True)),
 }
 DEFAULT = ["mbv2-0.35-144", "mbv2-1.0-96", "mbv2-0.35-144-int8", "mbv2-1.0-96-int8"]
 

@@ -15,6 +15,11 @@ bounding boxes split by axis, so a grid's windows are the products of its row an
 """
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+
 from .errors import Refused
 from .geometry import SpatialModel, Win, axis_read, bbox
 from .regions import VECTOR, Region, pass_targets
@@ -169,57 +174,281 @@ def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
         per = [(sm.ops[k].output, sm.tensors[sm.ops[k].output].channels *
                 sm.ops[k].macs_per_out) for k in region.ops
                if not (sm.ops[k].is_pad or sm.ops[k].cls in VECTOR)]
-        fixed = cache["fixed"] = (passes, se, vector, per)
-    passes, se, total, per = fixed
+        fixed = cache["fixed"] = (passes, se, vector, [t for t, _ in per],
+                                  np.array([m for _, m in per], dtype=np.int64))
+    passes, se, total, outs, m = fixed
     groups = (_keep_targets(passes) if keep else passes) if se else [None]
-    hs = _band_sums(sm, region, 0, grid[0], groups, keep, cache)
-    ws = _band_sums(sm, region, 1, grid[1], groups, keep, cache)
-    for sh, sw in zip(hs, ws):
-        for t, m in per:
-            h = sh.get(t)
-            if h is not None:
-                total += h * sw[t] * m
-    return total
+    hb = _bands(sm, region, 0, grid[0], groups, keep, cache)
+    wb = _bands(sm, region, 1, grid[1], groups, keep, cache)
+    hc, wc = hb.walk.columns(outs), wb.walk.columns(outs)
+    h, w = hb.sums[:, hc], wb.sums[:, wc]
+    there = hb.first[:, hc] & (hc >= 0)  # computed in the first row band
+    if (there & (wc < 0)).any():
+        raise KeyError("a tensor of the row bands missing from the column bands")
+    return total + int((h * w * m)[there].sum())
 
 
 def _band_sums(sm: SpatialModel, region: Region, axis: int, n: int, groups, keep: bool,
                cache: dict | None) -> list[dict]:
     """Per pass group (None: the region without reductions, cut at its split tensors): per
     tensor computed in the first band, the sum of its extents along ``axis`` over ``n``
-    bands (`axis_windows`)."""
-    key = (region.start, region.length, axis, n, keep)
-    if cache is not None and key in cache:
-        return cache[key]
-    prog_key = ("program", region.start, region.length, axis)
-    program = cache.get(prog_key) if cache is not None else None
-    if program is None:
-        program = axis_program(sm, region, axis)
-        if cache is not None:
-            cache[prog_key] = program
-    out = []
-    for group in groups:
-        sums: dict[int, int] = {}
-        for i in range(n):
+    bands (`axis_windows`, band by band; what `grid_macs` reads from `_bands`)."""
+    b = _bands(sm, region, axis, n, groups, keep, cache)
+    names = b.walk.names
+    return [{t: v for t, v, o in zip(names, row, ok) if o}
+            for row, ok in zip(b.sums.tolist(), b.first.tolist())]
+
+
+class _Walk(NamedTuple):
+    """The tensors one `_walk` held, in its order, and their columns."""
+
+    names: list
+    pos: dict
+    cols: dict
+
+    def columns(self, outs: list) -> np.ndarray:
+        """The columns of ``outs`` (-1: not held), once per list."""
+        got = self.cols.get(id(outs))
+        if got is None:
+            got = self.cols[id(outs)] = (outs, np.array([self.pos.get(t, -1) for t in outs],
+                                                        dtype=np.intp))
+        return got[1]
+
+
+class _Bands(NamedTuple):
+    """One band count's sums along one axis: per pass group (rows) and held tensor (columns,
+    `_Walk`), the sum of its extents over the bands, and whether the first band holds it."""
+
+    walk: _Walk
+    sums: np.ndarray
+    first: np.ndarray
+
+
+def _bands(sm: SpatialModel, region: Region, axis: int, n: int, groups, keep: bool,
+           cache: dict | None) -> _Bands:
+    """`_Bands` of ``n`` bands (`Refused` as `axis_windows` band by band). The first call for
+    a region, axis and ``keep`` walks the region once for the band counts 1-8 and ``n``
+    together (`_band_table`: every band of every count at once, numpy lanes); later counts
+    come from ``cache``."""
+    if cache is None:
+        cache = {}
+    strict = groups == [None]
+    keep = keep and not strict  # one pass: the same windows either way
+    if axis == 1 and _square(sm, region, groups, keep, cache):
+        axis = 0  # the same walk along both axes
+    key = ("bands", region.start, region.length, axis, keep)
+    table = cache.get(key)
+    if table is None:
+        table = cache[key] = {}
+    got = table.get(n)
+    if got is None:
+        table.update(_band_table(sm, region, axis, sorted({n, *range(1, BATCH + 1)}
+                                                           - set(table)), groups,
+                                 _program(sm, region, axis, cache)))
+        got = table[n]
+    if isinstance(got, Refused):
+        raise Refused(str(got))
+    return got
+
+
+def _program(sm: SpatialModel, region: Region, axis: int, cache: dict) -> list:
+    """`_lane_program` of a region and axis, once."""
+    key = ("lanes", region.start, region.length, axis)
+    got = cache.get(key)
+    if got is None:
+        got = cache[key] = _lane_program(sm, region, axis)
+    return got
+
+
+def _square(sm: SpatialModel, region: Region, groups, keep: bool, cache: dict) -> bool:
+    """Are the walks along both axes the same (the same rules and sizes along H as along W,
+    targets included: a square region of square kernels)?"""
+    key = ("square", region.start, region.length, keep)
+    got = cache.get(key)
+    if got is None:
+        hw = [region.hw] if groups == [None] else \
+            [sm.tensors[t].hw for group in groups for t in group]
+        got = cache[key] = all(h == w for h, w in hw) and \
+            _program(sm, region, 0, cache) == _program(sm, region, 1, cache)
+    return got
+
+
+BATCH = 8  # band counts walked together (`_bands`): the default grids' rows and columns
+_NONE = 1 << 40  # a lane's low where the tensor is not needed (its high: -_NONE)
+
+
+def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], groups,
+                program: list) -> dict:
+    """``n`` -> `_Bands` (or the `Refused` `axis_windows` gives) for each band count in
+    ``ns``: `axis_windows` for every band of every count and group at once, one lane each,
+    in one walk over the region (same ranges, same tensors, same reasons)."""
+    out: dict = {}
+    lanes = 0
+    seeds: dict = {}  # target (None: the split tensors) -> (first lane, lows, highs) per group
+    blocks: list[int] = []  # the first lane of each (count, group), count-major
+    counts: list[int] = []
+    strict = groups == [None]
+    for n in ns:
+        why = None
+        for group in groups:  # as `axis_windows` band by band: the first size too small
+            sizes = [region.hw[axis]] if group is None else \
+                [sm.tensors[t].hw[axis] for t in group]
+            size = next((s for s in sizes if n > s), None)
+            if size is not None:
+                why = Refused(f"{n} bands do not fit a size of {size}")
+                break
+        if why is not None:
+            out[n] = why
+            continue
+        counts.append(n)
+        for group in groups:
+            blocks.append(lanes)
             if group is None:
-                size = region.hw[axis]
-                if n > size:
-                    raise Refused(f"{n} bands do not fit a size of {size}")
-                held = axis_windows(sm, region, axis, round(i * size / n),
-                                    round((i + 1) * size / n), program=program)
+                seeds.setdefault(None, []).append((lanes, *_cuts(region.hw[axis], n)))
             else:
-                rng = {}
-                for t in group:
-                    size = sm.tensors[t].hw[axis]
-                    if n > size:
-                        raise Refused(f"{n} bands do not fit a size of {size}")
-                    rng[t] = (round(i * size / n), round((i + 1) * size / n))
-                held = axis_windows(sm, region, axis, 0, 0, rng, program)
-            if i == 0:
-                sums = {t: 0 for t in held}
-            for t in sums:
-                a, b = held.get(t, (0, 0))
-                sums[t] += b - a
-        out.append(sums)
-    if cache is not None:
-        cache[key] = out
+                for t in dict.fromkeys(group):
+                    seeds.setdefault(t, []).append((lanes, *_cuts(sm.tensors[t].hw[axis], n)))
+            lanes += n
+    if not blocks:
+        return out
+    lows: dict = {}
+    highs: dict = {}
+    for t, rows in seeds.items():  # a target's range in the lanes of its groups
+        lo = np.full(lanes, _NONE, dtype=np.int64)
+        hi = np.full(lanes, -_NONE, dtype=np.int64)
+        for first, a, b in rows:
+            lo[first:first + len(a)], hi[first:first + len(a)] = a, b
+        if t is None:  # the region without reductions: its split tensors, every lane
+            for s in region.split:
+                lows[s], highs[s] = lo, hi
+        else:
+            lows[t], highs[t] = lo, hi
+    try:
+        full = set(lows) if strict else \
+            {t for t in lows if all(t in group for group in groups)}
+        held = _walk(program, lows, highs, strict, full)
+    except Refused as e:
+        for n in counts:
+            out[n] = e
+        return out
+    for t in region.inputs:
+        if t in lows:
+            held[t] = (lows[t], highs[t])
+    names = list(held)
+    lo = np.stack([held[t][0] for t in names])
+    ext = np.stack([held[t][1] for t in names]) - lo
+    there = lo != _NONE  # a range is never that far out: the lanes that need the tensor
+    if not strict:
+        ext[~there] = 0
+    sums = np.add.reduceat(ext, blocks, axis=1).T  # (count, group) x tensor
+    first = there[:, blocks].T
+    walk = _Walk(names, {t: c for c, t in enumerate(names)}, {})
+    g = len(groups)
+    for j, n in enumerate(counts):
+        out[n] = _Bands(walk, sums[j * g:(j + 1) * g], first[j * g:(j + 1) * g])
     return out
+
+
+def _lane_program(sm: SpatialModel, region: Region, axis: int) -> list:
+    """`axis_program` for `_walk`: per operator its output, its name for errors and per read
+    (tensor, mode, stride, pad, kernel, dilation, size), mode 0 split in two: 3 where the
+    read tensor is no smaller than the output along the axis (the range itself: every range
+    lies in its tensor), else 0. Each operator's entry depends on the operator alone: kept
+    on the model (``sm._lane_ops``) for every region that holds it."""
+    known = sm.__dict__.setdefault("_lane_ops", {})
+    prog = []
+    for k in reversed(region.ops):
+        op = sm.ops[k]
+        got = known.get((axis, k))
+        if got is None or got[0] is not op:
+            got = known[(axis, k)] = (op, _lane_op(sm, op, axis))
+        entry = got[1]
+        if entry is not None:
+            prog.append(entry)
+    return prog
+
+
+def _lane_op(sm: SpatialModel, op, axis: int):
+    """One operator's `_lane_program` entry (None: a vector operator, computed whole)."""
+    if op.cls in VECTOR:
+        return None
+    osize = sm.tensors[op.output].shape[1 + axis]
+    reads = []
+    for pos, t in enumerate(op.inputs):
+        if op.cls == "scale" and pos == 1:
+            continue  # the vector: whole
+        size = sm.tensors[t].shape[1 + axis]
+        if op.cls != "window":
+            reads.append((t, 3, 1, 0, 1, 1, size) if size >= osize else (t, 0, 1, 0, 1, 1, size))
+            continue
+        kernel, stride = op.kernel[axis], op.stride[axis]
+        dilation, pad = op.dilation[axis], op.pad[axis]
+        mode = 1 if dilation == 1 and stride <= kernel else 2
+        reads.append((t, mode, stride, pad, kernel, dilation, size))
+    return (op.output, f"{op.index} ({op.kind})", reads)
+
+
+@lru_cache(maxsize=4096)
+def _cuts(size: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The lows and highs of ``n`` near-equal bands of ``size`` (`grid_cells`' rounding)."""
+    return (np.array([round(i * size / n) for i in range(n)], dtype=np.int64),
+            np.array([round((i + 1) * size / n) for i in range(n)], dtype=np.int64))
+
+
+def _walk(program: list, lows: dict, highs: dict, strict: bool, full: set) -> dict:
+    """`axis_windows`' walk on numpy lanes (tensor -> int64 array per lane; a lane where a
+    tensor is not needed holds ``_NONE`` / ``-_NONE``; ``strict``: every lane needs the same
+    tensors, an output never needed is refused; ``full``: tensors every lane needs, grown as
+    the walk goes). Returns tensor -> (lows, highs) per
+    operator output, walk order."""
+    held: dict = {}
+    for out, where, reads in program:
+        a = lows.get(out)
+        if a is None:
+            if strict:
+                raise Refused(f"operator {where}: its output is never used")
+            continue
+        b = highs[out]
+        ok = None
+        if out not in full:
+            ok = a != _NONE
+            if ok.all():
+                ok = None
+                full.add(out)
+        held[out] = (a, b)
+        for t, mode, stride, pad, kernel, dilation, size in reads:
+            if ok is None:
+                full.add(t)  # every lane reads it
+            if mode == 3:  # element-wise, concat, no smaller: the same range
+                r0, r1 = a, b
+            elif mode == 0:  # ... clipped (not emptied, as `axis_windows`)
+                r0, r1 = np.maximum(a, 0), np.minimum(b, size)
+            else:
+                if mode == 1:
+                    r0 = np.maximum(a * stride - pad, 0)
+                    r1 = np.minimum((b - 1) * stride - pad + kernel, size)
+                else:
+                    r0, r1 = _axis_read(a, b, kernel, stride, dilation, pad, size)
+                empty = r0 >= r1
+                if empty.any():
+                    r0, r1 = np.where(empty, 0, r0), np.where(empty, 0, r1)
+                if ok is not None:
+                    r0, r1 = np.where(ok, r0, _NONE), np.where(ok, r1, -_NONE)
+            if t in lows:
+                lows[t], highs[t] = np.minimum(lows[t], r0), np.maximum(highs[t], r1)
+            else:
+                lows[t], highs[t] = r0, r1
+    return held
+
+
+def _axis_read(a, b, kernel: int, stride: int, dilation: int, pad: int, size: int):
+    """`geometry.axis_read` on lanes (an empty range not yet zeroed: the caller does)."""
+    lo = np.full(a.shape, size, dtype=np.int64)
+    hi = np.full(a.shape, -1, dtype=np.int64)
+    for j in range(kernel):
+        off = j * dilation - pad
+        o = np.maximum(a, -(-(-off) // stride))
+        lo = np.where(o < b, np.minimum(lo, o * stride + off), lo)
+        o = np.minimum(b - 1, (size - 1 - off) // stride)
+        hi = np.where(o >= a, np.maximum(hi, o * stride + off + 1), hi)
+    return lo, hi

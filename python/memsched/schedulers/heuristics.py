@@ -17,6 +17,8 @@ input order always does).
 """
 from __future__ import annotations
 
+import heapq
+
 from ..limits import Checker, Deadline, Expired
 from ..memory import Problem
 from .base import bound_in_time, register
@@ -137,13 +139,15 @@ def dfs(p: Problem, deadline: Deadline | None = None, **_):
     return _result(p, _dfs(p, deadline), "dfs", deadline)
 
 
-def _greedy(p: Problem, key, deadline: Deadline | None = None):
-    """Greedy simulation: at each step evaluate every ready op with ``key(foot, live_after, v)``
-    and take the smallest. Footprints are `Problem.step`'s, from counts of each tensor's readers
-    still to run (the executed-set masks cost O(V) per step on large graphs)."""
+def _greedy(p: Problem, lpmf: bool, deadline: Deadline | None = None):
+    """Greedy simulation: at each step take the ready op with the smallest key -- list
+    scheduling: (live after - live before, footprint); ``lpmf``: (footprint, live after) --
+    ties to the lowest op id. Footprints are `Problem.step`'s, from counts of each tensor's
+    readers still to run (the executed-set masks cost O(V) per step on large graphs). Every
+    ready op's key is its step's bytes over the live bytes, which all share: kept in a heap,
+    an op's key recomputed only when a tensor it reads loses a reader."""
     succs = _succs(p)
     indeg = [len(set(ps)) for ps in p.preds]
-    ready = {v for v in range(p.n) if indeg[v] == 0}
     size, pinned, creates, reads, inplace, ws = (p.size, p.pinned, p.creates, p.reads,
                                                  p.inplace, p.workspace)
     readers = [set(cs) for cs in p.consumers]
@@ -152,8 +156,14 @@ def _greedy(p: Problem, key, deadline: Deadline | None = None):
     for t, r in enumerate(readers):
         for c in r:
             read_by[c].append(t)
+    touch: list[set] = [set() for _ in size]  # the ops whose step looks at t's readers
+    for v in range(p.n):
+        for t in reads[v]:
+            touch[t].add(v)
+        for t in inplace[v]:
+            touch[t].add(v)
 
-    def step(v: int, live: int) -> tuple[int, int]:
+    def key(v: int) -> tuple[int, int]:
         created = freed = 0
         for t in creates[v]:
             created += size[t]
@@ -162,42 +172,52 @@ def _greedy(p: Problem, key, deadline: Deadline | None = None):
         for t in reads[v]:  # dead once v ran: every reader of t has run
             if not pinned[t] and waiting[t] == (v in readers[t]):
                 freed += size[t]
-        foot = live + created + ws[v]
+        foot = created + ws[v]
         for t in inplace[v]:
             if not pinned[t] and waiting[t] == (v in readers[t]):
                 foot -= min(size[t], created)
                 break
-        return foot, live + created - freed
+        return (foot, created - freed) if lpmf else (created - freed, foot)
 
-    live = p.initial_live()
+    keys: dict[int, tuple[int, int]] = {}  # ready op -> its key now
+    heap: list = []
+
+    def push(v: int) -> None:
+        k = keys[v] = key(v)
+        heapq.heappush(heap, (k, v))
+
+    for v in range(p.n):
+        if indeg[v] == 0:
+            push(v)
     order = []
     chk = Checker(deadline, 64)
-    while ready:
+    while keys:
+        k, v = heapq.heappop(heap)
+        if keys.get(v) != k:
+            continue  # an older key of an op since re-keyed or run
         chk.tick()
-        best = None
-        for v in ready:
-            foot, after = step(v, live)
-            k = (key(foot, after, live), v)
-            if best is None or k < best[0]:
-                best = (k, v, after)
-        _, v, live = best
-        ready.remove(v)
+        del keys[v]
+        stale = set()
         for t in read_by[v]:
             waiting[t] -= 1
+            stale |= touch[t]
         order.append(v)
-        for s in succs[v]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                ready.add(s)
+        for u in stale:
+            if u in keys:
+                push(u)
+        for s_ in succs[v]:
+            indeg[s_] -= 1
+            if indeg[s_] == 0:
+                push(s_)
     return order
 
 
 def _list(p: Problem, deadline: Deadline | None = None) -> list[int]:
-    return _greedy(p, lambda foot, after, live: (after - live, foot), deadline)
+    return _greedy(p, False, deadline)
 
 
 def _lpmf(p: Problem, deadline: Deadline | None = None) -> list[int]:
-    return _greedy(p, lambda foot, after, live: (foot, after), deadline)
+    return _greedy(p, True, deadline)
 
 
 @register("list", "XLA-style list scheduling: most bytes freed net of allocated first")
