@@ -11,7 +11,9 @@ target tensor's own size).
 
 The MACs of a grid (`grid_macs`) without building its plan: windows are rectangles whose
 bounding boxes split by axis, so a grid's windows are the products of its row and column ranges
-(`axis_windows`), and the MACs are sums of those ranges' extents per axis.
+(`axis_windows`), and the MACs are sums of those ranges' extents per axis. The search counts
+them for thousands of (region, grid) pairs: every band of the band counts 1-8 is walked at
+once, one numpy lane per band (`_bands`), the same ranges as `axis_windows` band by band.
 """
 from __future__ import annotations
 
