@@ -173,25 +173,20 @@ def test_analyze_reports_the_arena_of_a_transpose_file(files, capsys):
 
 
 def _with_unknown_op() -> bytes:
-    """conv -> DYNAMIC_UPDATE_SLICE (not priced) -> conv."""
-    net, _, a, shape = synth._op_net("update_slice", True, 0)
-    s = net.s
-    upd = net.b.tensor("update", [1, 2, 2, shape[3]], s.TensorType.INT8,
-                       net.b.buffer(np.ones([1, 2, 2, shape[3]], np.int8)),
-                       scale=net.scale[a][0], zero_point=net.scale[a][1])
-    out = synth._data_op(net, "DYNAMIC_UPDATE_SLICE", [a, upd, net.const_i32("at", [0, 1, 1, 0])],
-                         [shape], like=a)[0]
-    return synth._op_finish(net, out, shape)
+    """conv -> a custom operator ("MyCustomOp", not priced) -> conv."""
+    from memsched.generators.tflite_synth import custom_op_model
+
+    return custom_op_model()
 
 
 def test_unknown_and_refused_stay_named(tmp_path, capsys):
-    with pytest.raises(UnpricedModelError, match="DYNAMIC_UPDATE_SLICE"):
+    with pytest.raises(UnpricedModelError, match="MyCustomOp"):
         arena(_with_unknown_op())
-    p = tmp_path / "update_slice.tflite"
+    p = tmp_path / "custom_op.tflite"
     p.write_bytes(_with_unknown_op())
     assert main(["analyze", str(p), "--json", "--time-limit", "5"]) == 0
     res = json.loads(capsys.readouterr().out)
-    assert res["arena_bytes"] is None and "DYNAMIC_UPDATE_SLICE" in res["arena_unpriced"]
+    assert res["arena_bytes"] is None and "MyCustomOp" in res["arena_unpriced"]
     # a kernel's case outside the priced ones is refused, not guessed: a non-constant
     # TRANSPOSE permutation (TFLite Micro rejects it)
     tg = read_tflite(synth.transpose_model())

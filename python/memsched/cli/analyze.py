@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import sys
 
+from ..errors import ModelLoadError, UnsupportedModelError
+
 from .common import (CLIError, _add_verbose, _import_tvm, _load, _progress_callback,
                      _quiet_native_stderr, _status, seconds)
 from .compile import (_parse_pass_config, _plain_tvm_planned, _plan, _resolve_pass, _target,
@@ -47,7 +49,18 @@ def cmd_analyze(args) -> int:
         from ..report import check_outputs
 
         check_outputs(args.plot, args.report)
-    analyzed = _analyze_file(args) if view == "file" else _analyze_relax(args)
+    try:
+        analyzed = _analyze_file(args) if view == "file" else _analyze_relax(args)
+    except (UnsupportedModelError, ModelLoadError) as e:
+        # a .tflite file memsched cannot schedule (control flow, resource variables) may
+        # still have a computed TFLite Micro arena: "will it fit?" is answered alone
+        result = _arena_only(args, view, e)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            print(f"{args.model}: not scheduled ({e})")
+            print(_arena_line(result))
+        return 0
     result, graph, model, order = analyzed
     if args.plot or args.report:
         from ..report import write_outputs
@@ -108,6 +121,33 @@ def _analyze_file(args):
     if str(args.model).lower().endswith(".tflite"):
         result.update(_tflite_arena(args))
     return result, graph, model, best.order
+
+
+def _arena_only(args, view: str, error: Exception) -> dict:
+    """The TFLite Micro arena of a .tflite file the file view cannot schedule; ``error``
+    again unless the arena is computed (other files, plots and reports, malformed files,
+    unpriced operators keep the error)."""
+    if view != "file" or not str(args.model).lower().endswith(".tflite") or \
+            args.plot or args.report or getattr(args, "input_shapes", None):
+        raise error
+    try:
+        from ..tflite.format.read import CONTROL_FLOW, op_names, read_tflite
+
+        tg = read_tflite(args.model)
+        names, codes = op_names(), tg.model.operatorCodes or []
+        kinds = {names.get(max(int(codes[op.opcodeIndex].builtinCode),
+                               int(codes[op.opcodeIndex].deprecatedBuiltinCode)))
+                 for op in tg.subgraph.operators or []}
+        if not (kinds & set(CONTROL_FLOW) or
+                any(int(t.type) == 13 for t in tg.subgraph.tensors or [])):  # RESOURCE
+            raise error
+        arena = _tflite_arena(args)
+    except (ValueError, OSError, IndexError):
+        raise error from None
+    if arena.get("arena_bytes") is None:
+        raise error
+    return {"model": args.model, "view": "file", "scheduled": False,
+            "not_scheduled": str(error), **arena}
 
 
 def _tflite_arena(args) -> dict:

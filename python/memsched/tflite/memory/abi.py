@@ -64,11 +64,13 @@ _BUILTIN_32.update({
     "DEPTH_TO_SPACE": (4, 4), "DIV": (1, 1), "L2_NORMALIZATION": (1, 1), "MIRROR_PAD": (1, 1),
     "RESIZE_BILINEAR": (2, 1), "SHAPE": (1, 1), "SPACE_TO_DEPTH": (4, 4),
     "TRANSPOSE_CONV": (16, 4), "L2_POOL_2D": (40, 4), "REDUCE_ALL": (1, 1),
+    "VAR_HANDLE": (8, 4),  # kernels_misc; the custom operators have no builtin options
+    "CALL_ONCE": (4, 4), "IF": (8, 4), "WHILE": (8, 4),
 })
 _BUILTIN_64 = dict(_BUILTIN_32, FULLY_CONNECTED=(32, 8), ADD=(8, 4), MUL=(4, 4), SUB=(8, 4),
                    SVDF=(12, 4), ARG_MAX=(4, 4), ARG_MIN=(4, 4), CAST=(8, 4), DIV=(4, 4),
                    L2_NORMALIZATION=(4, 4), MIRROR_PAD=(4, 4), SHAPE=(4, 4),
-                   TRANSPOSE_CONV=(20, 4))
+                   TRANSPOSE_CONV=(20, 4), VAR_HANDLE=(16, 8))
 
 # op data: sizeof of what each kernel's Init allocates (16-byte aligned); None: no Init
 _OP_DATA_COMMON = {
@@ -92,6 +94,10 @@ _OP_DATA_COMMON = {
     "DEPTH_TO_SPACE": None, "SPACE_TO_DEPTH": None, "BATCH_TO_SPACE_ND": None,
     "L2_POOL_2D": None, "REVERSE_V2": None, "GATHER_ND": None, "EMBEDDING_LOOKUP": None,
     "BROADCAST_ARGS": None, "REDUCE_ALL": 44,
+    # kernels_misc (DETECTION_POSTPROCESS and CIRCULAR_BUFFER: custom operators)
+    "DETECTION_POSTPROCESS": 112, "DYNAMIC_UPDATE_SLICE": None, "CIRCULAR_BUFFER": 8,
+    "VAR_HANDLE": 4, "READ_VARIABLE": None, "ASSIGN_VARIABLE": None,
+    "CALL_ONCE": 8, "IF": 8, "WHILE": 8,
 }
 _OP_DATA_CMSIS = dict(_OP_DATA_COMMON, CONV_2D=60, DEPTHWISE_CONV_2D=60, FULLY_CONNECTED=72,
                       ADD=60, AVERAGE_POOL_2D=36, MAX_POOL_2D=36, SOFTMAX=64,
@@ -100,7 +106,7 @@ _OP_DATA_CMSIS = dict(_OP_DATA_COMMON, CONV_2D=60, DEPTHWISE_CONV_2D=60, FULLY_C
 _OP_DATA_REF = dict(_OP_DATA_COMMON, CONV_2D=80, DEPTHWISE_CONV_2D=80, FULLY_CONNECTED=72,
                     ADD=60, AVERAGE_POOL_2D=32, MAX_POOL_2D=32, SOFTMAX=80, CONCATENATION=80,
                     BATCH_MATMUL=32, SVDF=36, UNIDIRECTIONAL_SEQUENCE_LSTM=688,
-                    TRANSPOSE_CONV=88)
+                    TRANSPOSE_CONV=88, ASSIGN_VARIABLE=4)
 
 ABIS = {
     "cortex-m": Abi("cortex-m", "cmsis-nn", 4, ((52, 4), (44, 4), (124, 4)), (8, 4), (8, 4),
@@ -110,6 +116,9 @@ ABIS = {
                  (24, 8), (64, 8), (64, 8), (24, 8), (8, 8), (16, 8), (32, 8),
                  _BUILTIN_64, _OP_DATA_REF),
 }
+
+# MicroResourceVariables and one MicroResourceVariable (kernels_misc): sizeof per target
+RESOURCE_VARIABLES = {"cortex-m": (12, 20), "host": (16, 40)}
 
 # TFLM's TfLiteTypeSizeOf per schema TensorType (INT4 counts one byte per element)
 TYPE_BYTES = {0: 4, 1: 2, 2: 4, 3: 1, 4: 8, 6: 1, 7: 2, 8: 8, 9: 1, 10: 8, 11: 16, 12: 8,

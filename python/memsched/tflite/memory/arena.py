@@ -71,7 +71,10 @@ largest first (ties: the later-added buffer first; scratch buffers are added aft
 tensors), go at the lowest offset where they do not overlap any buffer live at the same time.
 A tight offline plan leaves no gap, so CMSIS-NN's scratch buffers land above it and the head
 grows past the plan's size. Lifetimes: operator ``i`` is step ``i + 1``; subgraph inputs from
-step 0, outputs to the last step, scratch buffers during their operator.
+step 0, outputs to the last step, scratch buffers during their operator. With several
+subgraphs (CALL_ONCE, IF, WHILE) every subgraph's tensors are planned together, in subgraph
+order, and each subgraph an operator runs is marked inside that operator's steps (one new step
+per call, `_lifetimes`); eval tensors and nodes are allocated per subgraph.
 
 **The bisection's transient needs**: a probe fails as soon as one allocation fails: a
 temporary one with fewer bytes left below the tail, the planner's memory under 40 B per
@@ -90,7 +93,9 @@ cleanly (checked on the board with ``--arena N`` and ``N - 16``). Otherwise ``ar
 is the board's (and the host's) bisection result.
 
 Priced: the builtin operators of `priced_operators`, float32 and int8 convolutions and fully
-connected layers (int16 activations and int4 weights are not priced there), one subgraph.
+connected layers (int16 activations and int4 weights are not priced there), any number of
+subgraphs; the resource variables as the ``tflite-micro`` package sets them up
+(`kernels_misc`).
 Anything else raises `UnpricedModelError` naming it; bad files raise `TFLiteModelError` (both
 ``ValueError``).
 """
@@ -98,13 +103,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from ..format.read import (TFLiteGraph, TFLiteModelError, _text, op_names, read_offline_plan,
                            read_tflite)
 from .abi import (ABIS, ALIGN, MAX_SCRATCH_PER_OP, ONLINE, PLANNER_BYTES_PER_BUFFER,
-                  TARGETS, Abi, UnpricedModelError, persistent_price,  # noqa: F401
+                  RESOURCE_VARIABLES, TARGETS, Abi, UnpricedModelError, persistent_price,  # noqa: F401
                   priced_operators, round_down, round_up)
 from .kernels import PREPARE, Node, tensors_of
+from .kernels_misc import CUSTOM, resource_variables
 from .planner import greedy_plan  # noqa: F401 (importable here)
 
 
@@ -167,17 +174,82 @@ class _Trace:
     parts: tuple
 
 
+_CALLS = {"IF": ("thenSubgraphIndex", "elseSubgraphIndex"), "CALL_ONCE":
+          ("initSubgraphIndex",), "WHILE": ("condSubgraphIndex", "bodySubgraphIndex")}
+
+
+def _lifetimes(model, sgs, requests):
+    """``AllocationInfoBuilder::MarkAllocationLifetimes`` from subgraph 0: one scope per
+    operator, and the subgraphs a control-flow operator runs marked inside it (a new scope
+    each); a scratch buffer lives from its operator's scope to the end of its subgraphs'.
+    Returns first and last scope per subgraph and tensor, and (first, last) per request."""
+    names = op_names()
+    codes = model.operatorCodes or []
+    first = [[-1] * len(g.tensors or []) for g in sgs]
+    last = [[-1] * len(g.tensors or []) for g in sgs]
+    req_life = [(-1, -1)] * len(requests)
+    scope = 0
+    depth = 0
+
+    def mark(s):
+        nonlocal scope, depth
+        depth += 1
+        if depth > 64:
+            raise UnpricedModelError("control flow nested deeper than 64 subgraphs (a cycle?)")
+        g = sgs[s]
+        f, la = first[s], last[s]
+        for t in (g.inputs if g.inputs is not None else []):
+            t = int(t)
+            if f[t] == -1:
+                f[t] = scope
+            la[t] = scope
+        for v, op in enumerate(g.operators or []):
+            scope += 1
+            for t in (op.outputs if op.outputs is not None else []):
+                if f[int(t)] == -1:
+                    f[int(t)] = scope
+            start = scope
+            code = codes[op.opcodeIndex]
+            kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)))
+            for attr in _CALLS.get(kind, ()):
+                callee = int(getattr(op.builtinOptions, attr))
+                if not 0 <= callee < len(sgs):
+                    raise UnpricedModelError(f"operator {v} ({kind}) calls subgraph {callee} "
+                                             f"of {len(sgs)}; TFLite Micro rejects the file")
+                scope += 1
+                mark(callee)
+            for t in (op.inputs if op.inputs is not None else []):
+                if int(t) >= 0:
+                    la[int(t)] = scope
+            for t in (op.outputs if op.outputs is not None else []):
+                la[int(t)] = scope
+            for r, (_, rs, rv) in enumerate(requests):
+                if rs == s and rv == v:
+                    req_life[r] = (start if req_life[r][0] == -1 else req_life[r][0], scope)
+        for t in (g.outputs if g.outputs is not None else []):
+            t = int(t)
+            if f[t] == -1:
+                f[t] = scope
+            la[t] = scope
+        depth -= 1
+
+    mark(0)
+    return first, last, req_life
+
+
 def _trace(tg: TFLiteGraph, abi: Abi, label: str) -> _Trace:
     model = tg.model
-    if len(model.subgraphs or []) != 1:
-        raise UnpricedModelError(f"{label}: {len(model.subgraphs or [])} subgraphs (control "
-                                 "flow): not priced")
-    sg = tg.subgraph
+    sgs = list(model.subgraphs or [])
+    if not sgs:
+        raise UnpricedModelError(f"{label}: no subgraph")
+    sg = sgs[0]
     names = op_names()
-    tensors = tensors_of(tg, label)
-    nt = len(tensors)
+    # per subgraph: its tensors as TFLM sees them (control flow: IF, WHILE, CALL_ONCE run
+    # the others; every subgraph is allocated, prepared and planned together)
+    tensors_by = [tensors_of(SimpleNamespace(model=model, subgraph=g), label) for g in sgs]
+    tensors = tensors_by[0]
+    nt_all = sum(len(t) for t in tensors_by)
     codes = model.operatorCodes or []
-    ops = sg.operators or []
     cmsis = abi.kernels == "cmsis-nn"
     ev: list = []
 
@@ -186,35 +258,50 @@ def _trace(tg: TFLiteGraph, abi: Abi, label: str) -> _Trace:
 
     for size, align in abi.allocator_objects:
         persist("allocator", size, align)
+    nvars = resource_variables(tg)
+    if nvars:  # MicroResourceVariables::Create, before the interpreter (as the package does)
+        persist("resource_variables", RESOURCE_VARIABLES[abi.name][0], ALIGN)
+        persist("resource_variables", RESOURCE_VARIABLES[abi.name][1] * nvars, ALIGN)
     # StartModelAllocation
     persist("allocator", *abi.builtin_data_allocator)
     req_size, req_align = abi.scratch_request
     ev.append(("resize", req_size * MAX_SCRATCH_PER_OP, req_align))
-    persist("allocator", *abi.subgraph_allocations)
-    persist("eval_tensors", abi.eval_tensor[0] * nt, abi.eval_tensor[1])
-    persist("nodes", abi.node_and_registration[0] * len(ops), abi.node_and_registration[1])
+    persist("allocator", abi.subgraph_allocations[0] * len(sgs), abi.subgraph_allocations[1])
+    for ts in tensors_by:
+        persist("eval_tensors", abi.eval_tensor[0] * len(ts), abi.eval_tensor[1])
+    for g in sgs:
+        persist("nodes", abi.node_and_registration[0] * len(g.operators or []),
+                abi.node_and_registration[1])
     nodes = []
     unpriced: dict[str, list[int]] = {}
-    for v, op in enumerate(ops):
-        code = codes[op.opcodeIndex]
-        kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "?")
-        if kind == "CUSTOM" or kind not in PREPARE:
-            name = kind if kind != "CUSTOM" else f"CUSTOM {_text(code.customCode)!r}"
-            unpriced.setdefault(name, []).append(v)
-            continue
-        node = Node(v, kind, op, tensors, abi)
-        for t in node.outs:
-            if not 0 <= t < nt:
-                raise TFLiteModelError(f"cannot read model {label!r}: operator {v} writes "
-                                       f"tensor {t}")
-        inter = [int(t) for t in (op.intermediates if op.intermediates is not None else [])]
-        if any(not 0 <= t < nt for t in inter):
-            raise TFLiteModelError(f"cannot read model {label!r}: operator {v} has an "
-                                   "intermediate tensor out of range")
-        if any(tensors[t].bytes != 0 for t in inter):
-            raise UnpricedModelError(f"{label}: operator {v} ({kind}) has intermediate "
-                                     "tensors of non-zero size, which TFLite Micro rejects")
-        nodes.append(node)
+    state: dict = {}
+    for s, g in enumerate(sgs):
+        ts, nt = tensors_by[s], len(tensors_by[s])
+        for v, op in enumerate(g.operators or []):
+            code = codes[op.opcodeIndex]
+            kind = names.get(max(int(code.builtinCode), int(code.deprecatedBuiltinCode)), "?")
+            if kind == "CUSTOM":
+                kind = CUSTOM.get(_text(code.customCode), kind)
+            if kind == "CUSTOM" or kind not in PREPARE:
+                name = kind if kind != "CUSTOM" else f"CUSTOM {_text(code.customCode)!r}"
+                unpriced.setdefault(name, []).append(v if s == 0 else f"{v} of subgraph {s}")
+                continue
+            node = Node(v, kind, op, ts, abi)
+            node.state, node.sg, node.subgraphs = state, s, sgs
+            for t in node.outs:
+                if not 0 <= t < nt:
+                    raise TFLiteModelError(f"cannot read model {label!r}: operator {v} "
+                                           f"writes tensor {t}")
+            inter = [int(t) for t in (op.intermediates if op.intermediates is not None
+                                      else [])]
+            if any(not 0 <= t < nt for t in inter):
+                raise TFLiteModelError(f"cannot read model {label!r}: operator {v} has an "
+                                       "intermediate tensor out of range")
+            if any(ts[t].bytes != 0 for t in inter):
+                raise UnpricedModelError(f"{label}: operator {v} ({kind}) has intermediate "
+                                         "tensors of non-zero size, which TFLite Micro "
+                                         "rejects")
+            nodes.append(node)
     if unpriced:
         what = ", ".join(f"{k} (operator{'s' if len(v) > 1 else ''} "
                          f"{', '.join(map(str, v[:5]))}{' ...' if len(v) > 5 else ''})"
@@ -229,20 +316,21 @@ def _trace(tg: TFLiteGraph, abi: Abi, label: str) -> _Trace:
         if size is not None:
             persist("op_data", size, ALIGN)
     scratch: list[tuple[int, str, int]] = []
-    requests: list[tuple[int, int]] = []  # (bytes, node)
+    requests: list[tuple[int, int, int]] = []  # (bytes, subgraph, node)
     for node in nodes:  # PrepareSubgraphs
         PREPARE[node.kind](node, cmsis)
         for e in node.events:
             if e[0] == "s":
-                requests.append((e[1], node.v))
-                scratch.append((node.v, node.kind, round_up(e[1], ALIGN)))
+                requests.append((e[1], node.sg, node.v))
+                if node.sg == 0:
+                    scratch.append((node.v, node.kind, round_up(e[1], ALIGN)))
             elif e[0] == "p":
                 ev.append(("p", e[1], e[2], "prepare"))
             else:
                 ev.append(e)
         for t in node.outs:
-            if tensors[t].bytes < 0 or (any(d <= 0 for d in tensors[t].shape) and
-                                        tensors[t].shape != (0,)):
+            t = node.tensors[t]
+            if t.bytes < 0 or (any(d <= 0 for d in t.shape) and t.shape != (0,)):
                 raise UnpricedModelError(f"{label}: operator {node.v} ({node.kind}) has a "
                                          "dynamic output shape, which TFLite Micro rejects")
         ev.append(("reset",))
@@ -250,57 +338,39 @@ def _trace(tg: TFLiteGraph, abi: Abi, label: str) -> _Trace:
         # a failure here, but then the requests overwrite temporaries: counted as failing;
         # planning needs more room anyway)
         ev.append(("resize", req_size * (len(requests) + MAX_SCRATCH_PER_OP), req_align))
-    for t in tensors:
-        if t.bytes < 0:
-            raise UnpricedModelError(f"{label}: a tensor of dynamic shape: not priced")
+    if any(t.bytes < 0 for ts in tensors_by for t in ts):
+        raise UnpricedModelError(f"{label}: a tensor of dynamic shape: not priced")
     # FinishModelAllocation
     if requests:
         persist("scratch_handles", abi.scratch_handle[0] * len(requests), abi.scratch_handle[1])
-    ev.append(("t", abi.word, abi.word, abi.word))  # subgraph offsets
+    ev.append(("t", abi.word * len(sgs), abi.word, abi.word * len(sgs)))  # subgraph offsets
     ai_size, ai_align = abi.allocation_info
-    ai_bytes = ai_size * (nt + len(requests))
+    ai_bytes = ai_size * (nt_all + len(requests))
     ev.append(("t", ai_bytes, ai_align, ai_bytes))
     plan = read_offline_plan(model)
-    if plan is not None and len(plan) != nt:
-        raise UnpricedModelError(f"{label}: its offline plan has {len(plan)} offsets for {nt} "
-                                 "tensors; TFLite Micro rejects the file")
-    for i, t in enumerate(tensors):  # AllocateVariables
-        if t.variable and (plan is None or plan[i] == ONLINE):
-            persist("variables", t.bytes, ALIGN)
-    # lifetimes (MarkAllocationLifetimes of subgraph 0)
-    first = [-1] * nt
-    last = [-1] * nt
-    for t in (sg.inputs if sg.inputs is not None else []):
-        t = int(t)
-        if first[t] == -1:
-            first[t] = 0
-        last[t] = 0
-    scope = 0
-    for v, op in enumerate(ops):
-        scope += 1
-        for t in (op.outputs if op.outputs is not None else []):
-            if first[int(t)] == -1:
-                first[int(t)] = scope
-        for t in (op.inputs if op.inputs is not None else []):
-            if int(t) >= 0:
-                last[int(t)] = scope
-        for t in (op.outputs if op.outputs is not None else []):
-            last[int(t)] = scope
-    for t in (sg.outputs if sg.outputs is not None else []):
-        t = int(t)
-        if first[t] == -1:
-            first[t] = scope
-        last[t] = scope
+    if plan is not None and len(plan) != nt_all:
+        raise UnpricedModelError(f"{label}: its offline plan has {len(plan)} offsets for "
+                                 f"{nt_all} tensors; TFLite Micro rejects the file")
+    for ts in tensors_by:  # AllocateVariables (each subgraph indexes the plan from 0)
+        for i, t in enumerate(ts):
+            if t.variable and (plan is None or plan[i] == ONLINE):
+                persist("variables", t.bytes, ALIGN)
+    first, last, req_life = _lifetimes(model, sgs, requests)
     buffers = []
-    for i, t in enumerate(tensors):
-        needs = not t.const and not t.variable and t.bytes != 0
-        off = plan[i] if plan is not None else ONLINE
-        if plan is not None and t.variable and off != ONLINE:
-            needs = True
-        if needs:
-            buffers.append((round_up(t.bytes, ALIGN), first[i], last[i], off))
-    for nbytes, v in requests:
-        buffers.append((round_up(nbytes, ALIGN), v + 1, v + 1, ONLINE))
+    # a VAR_HANDLE's output points at its op data after Prepare: not planned
+    handles = state.get("tensor_ids", {})
+    k = 0
+    for s, ts in enumerate(tensors_by):
+        for i, t in enumerate(ts):
+            needs = not t.const and not t.variable and t.bytes != 0 and (s, i) not in handles
+            off = plan[k] if plan is not None else ONLINE
+            if plan is not None and t.variable and off != ONLINE:
+                needs = True
+            if needs:
+                buffers.append((round_up(t.bytes, ALIGN), first[s][i], last[s][i], off))
+            k += 1
+    for (nbytes, _, _), (a, b) in zip(requests, req_life):
+        buffers.append((round_up(nbytes, ALIGN), a, b, ONLINE))
     offsets = greedy_plan(buffers)
     head = max((o + b[0] for o, b in zip(offsets, buffers)), default=0)
     tensor_buffers = buffers[:len(buffers) - len(requests)]

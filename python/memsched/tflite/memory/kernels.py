@@ -11,6 +11,7 @@ from ..format.read import TFLiteGraph, TFLiteModelError
 from .abi import (ALIGN, FLOAT32, INT4, INT8, INT16, INT32, TYPE_BYTES,
                   UnpricedModelError)
 from .kernels_elementwise import PREPARE as _ELEMENTWISE
+from .kernels_misc import PREPARE as _MISC
 
 # ---------------------------------------------------------------------------------------------
 # the model as TFLM sees it
@@ -82,6 +83,10 @@ class Node:
         self.ins = [int(t) for t in (op.inputs if op.inputs is not None else [])]
         self.outs = [int(t) for t in (op.outputs if op.outputs is not None else [])]
         self.options = op.builtinOptions
+        self.custom_options = op.customOptions
+        self.state: dict = {}  # shared by the nodes of one replay (resource variables)
+        self.sg = 0  # its subgraph
+        self.subgraphs: list = []  # the file's subgraphs (control flow)
         self.events: list[tuple] = []
 
     def tensor_events(self, t: int, kind: str) -> list[tuple]:
@@ -528,3 +533,4 @@ PREPARE = {
     "UNPACK": _no_prepare, "SVDF": _svdf, "UNIDIRECTIONAL_SEQUENCE_LSTM": _lstm,
 }
 PREPARE.update(_ELEMENTWISE)
+PREPARE.update(_MISC)
