@@ -46,9 +46,9 @@ def _lower(edge, config) -> bytes:
 
 
 def _banks(program: bytes, mm) -> dict:
-    from memsched.executorch.pte import read_program
-    from memsched.executorch.pte_banks import bank_rows
-    from memsched.executorch.pte_liveness import plan_graph
+    from memsched.executorch.format.read import read_program
+    from memsched.executorch.plan.pte_banks import bank_rows
+    from memsched.executorch.memory.liveness import plan_graph
 
     plan = read_program(program).program.execution_plan[0]
     _, info = plan_graph(plan, 16)
@@ -71,7 +71,7 @@ def rows_of(name: str, fractions, on_board: bool, slowdowns=(1.1,)) -> list[dict
         edge, x = edge_int8(copy.deepcopy(model), shape, 4, None)
     default = _lower(edge, ExecutorchBackendConfig(
         memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
-    from memsched.executorch.pte import planned_sizes
+    from memsched.executorch.format.read import planned_sizes
 
     arena = sum(next(iter(planned_sizes(default).values()))[1:])
     base = _board(default, x, f"{name}-default") if on_board else None

@@ -383,7 +383,7 @@ def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
     the planned arena, and arena plus the method allocator's bytes measured by loading it
     (`executorch_method_bytes`). ``mve``: the same for the default M55 (MVE) export, planned
     bytes only (its kernels do not run here). ``share``: memsched's program is priced and
-    written with its equal values shared (`memsched.executorch.share`), ExecuTorch's default
+    written with its equal values shared (`memsched.executorch.plan.share`), ExecuTorch's default
     as the emitter writes it."""
     import torch
     from executorch.exir import ExecutorchBackendConfig

@@ -53,7 +53,7 @@ def prefix_counts(program: bytes, x, work: Path) -> tuple:
     program cut after 0, 1, ..., all of them): instruction ``k`` costs ``counts[k + 1] -
     counts[k]``."""
     from memsched import board
-    from memsched.executorch.pte_format import read_pte, write_pte
+    from memsched.executorch.format.pte import read_pte, write_pte
 
     pte = read_pte(program)
     plan = pte.program.execution_plan[0]

@@ -42,7 +42,7 @@ def _tool() -> Path:
 
 def operator_names(buffer: bytes, method: str = "forward") -> list[str]:
     """``aten::convolution.out``-style names of the method's operators."""
-    from memsched.executorch.pte import read_program
+    from memsched.executorch.format.read import read_program
 
     plan = next(p for p in read_program(buffer).program.execution_plan if p.name == method)
     return [f"{op.name}.{op.overload}" if op.overload else op.name for op in plan.operators]

@@ -232,7 +232,7 @@ def run_times(buffer: bytes, x, runs: int):
 
 
 def pte_counts(buffer: bytes) -> tuple[int, int]:
-    from memsched.executorch.pte import read_program
+    from memsched.executorch.format.read import read_program
 
     plan = read_program(buffer).program.execution_plan[0]
     return len(plan.values), sum(len(c.instructions) for c in plan.chains)
@@ -245,7 +245,7 @@ def measure(name: str, runs: int, time_limit: float, max_overhead: float, grid=N
     from executorch.exir import ExecutorchBackendConfig
 
     import memsched.executorch as mx
-    from memsched.executorch.pte import planned_sizes
+    from memsched.executorch.format.read import planned_sizes
 
     from executorch_method_bytes import method_allocator_bytes
 

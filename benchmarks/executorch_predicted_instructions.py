@@ -1,5 +1,5 @@
 """Predicted against measured: the instructions of one ``Method::execute`` of Cortex-M
-programs on the emulated Cortex-M55 (`memsched.executorch.instructions` vs `memsched.board`).
+programs on the emulated Cortex-M55 (`memsched.executorch.memory.instructions` vs `memsched.board`).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/executorch_predicted_instructions.py
         [--models mobilenet_v1_025,resnet8,stack] [--planned both|yes|no]
@@ -103,7 +103,7 @@ def _module(expr: str):
 def programs(model, shape, planned: bool, search: dict | None = None) -> tuple[dict, object]:
     """({"default": bytes, "memsched": bytes}, input) of ``model`` (the M55's MVE export).
     ``search``: filled with what the patch search predicted for each (its time model on the
-    edge graph, `patch_time.ExecutorchTime`; None where it had none)."""
+    edge graph, `patch.time.ExecutorchTime`; None where it had none)."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
@@ -137,7 +137,7 @@ def _zoo(name: str):
 def per_instruction(program: bytes, x, work: Path) -> tuple[list, list]:
     """(one row per instruction: name, arguments, instructions; the prefix counts)."""
     from executorch_instructions import prefix_counts
-    from memsched.executorch.instructions import _instr_name, decode_args
+    from memsched.executorch.memory.instructions import _instr_name, decode_args
 
     plan, instrs, counts = prefix_counts(program, x, work)
     rows = [{"name": _instr_name(plan, ins), "args": decode_args(plan, ins, jsonable=True),
@@ -160,7 +160,7 @@ def calibrate(out: str) -> None:
 
 
 def _t(a):
-    from memsched.executorch.instructions import T
+    from memsched.executorch.memory.instructions import T
 
     if isinstance(a, dict) and "sizes" in a:
         return T(tuple(a["sizes"]), a["dtype"], tuple(a["dim_order"]))
@@ -172,7 +172,7 @@ def fit(files: list[str]) -> dict:
     import numpy as np
     from scipy.optimize import nnls
 
-    from memsched.executorch import instructions as ins
+    from memsched.executorch.memory import instructions as ins
 
     data: dict = {}
     for path in files:
@@ -215,7 +215,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", metavar="FILES", help="comma-separated calibration files")
     a = ap.parse_args(argv)
     from memsched import board
-    from memsched.executorch.instructions import program_instructions
+    from memsched.executorch.memory.instructions import program_instructions
 
     if a.fit:
         fit(a.fit.split(","))

@@ -39,7 +39,7 @@ def capture(name: str, pte: bool = False):
     from executorch.exir import to_edge
 
     import memsched.executorch as mx
-    import memsched.executorch.reorder as reorder
+    import memsched.executorch.plan.reorder as reorder
     from benchmarks import zoo
 
     caught = {"pte": None}
@@ -57,7 +57,8 @@ def capture(name: str, pte: bool = False):
             to_edge(torch.export.export(model, (x,))).to_executorch(
                 mx.backend_config(time_limit=0.2))
         if pte:
-            from memsched.executorch.pte import plan_graph, read_program
+            from memsched.executorch.memory.liveness import plan_graph
+            from memsched.executorch.format.read import read_program
 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -93,7 +94,7 @@ def with_all_edges(graph):
 
 
 def solve(graph, time_limit: float, repeat: int) -> dict:
-    from memsched.executorch.model import EXECUTORCH_MODEL
+    from memsched.executorch.memory.model import EXECUTORCH_MODEL
     from memsched.schedulers import schedule
 
     secs, s = [], None

@@ -36,8 +36,8 @@ def describe(name: str):
         from executorch.exir import to_edge
         from executorch_patches import build
 
-        from memsched.executorch.patch_describe import describe_graph
-        from memsched.executorch.patch_pass import executorch_runtime
+        from memsched.executorch.patch.describe import describe_graph
+        from memsched.executorch.patch.tile import executorch_runtime
 
         model, x = build(rest)
         with torch.no_grad():

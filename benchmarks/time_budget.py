@@ -105,7 +105,7 @@ def et_rows(name: str, slowdowns, planned: bool) -> list[dict]:
 
     import memsched.executorch as mx
     from executorch_cortex_m import _on_board, edge_int8
-    from memsched.executorch.instructions import program_instructions
+    from memsched.executorch.memory.instructions import program_instructions
 
     model, shape = _et_build(name)
     with warnings.catch_warnings():

@@ -1,4 +1,4 @@
-"""`memsched.executorch.ram`: the RAM a ``.pte`` needs, computed from the file, equal to the
+"""`memsched.executorch.memory.ram`: the RAM a ``.pte`` needs, computed from the file, equal to the
 byte to what the runtime takes:
 
 * ``cortex-m``: the emulated Cortex-M55's firmware (`memsched.board`, ExecuTorch's runtime with
@@ -38,8 +38,8 @@ from cortex_m_models import LAYERS, Block, cba, int8_edge, stack  # noqa: E402
 from memsched import board  # noqa: E402
 from memsched.cli import main  # noqa: E402
 from memsched.executorch.errors import PteFileError  # noqa: E402
-from memsched.executorch.pte import read_program  # noqa: E402
-from memsched.executorch.ram import program_ram  # noqa: E402
+from memsched.executorch.format.read import read_program  # noqa: E402
+from memsched.executorch.memory.ram import program_ram  # noqa: E402
 
 # the host harness: benchmarks/native/method_allocator.cpp (libexecutorch of the wheel, a
 # method allocator and a temp allocator that remember how far they went)
@@ -145,7 +145,7 @@ def test_small_int8_default_and_patched(m55, harness, tmp_path):
 
 
 def test_shared_values_on_the_board(m55, harness, tmp_path):
-    """Programs with equal values shared (`memsched.executorch.share`): ExecuTorch's default
+    """Programs with equal values shared (`memsched.executorch.plan.share`): ExecuTorch's default
     and the patched one priced for sharing (``share_values=True``), the input planned and
     not. Each shared program's RAM is computed exactly (host harness and board), its method
     allocator is smaller than the emitter's, and on the board it computes the emitter's

@@ -23,9 +23,9 @@ from executorch.exir.memory_planning import update_all_tensors_lifetime  # noqa:
 from executorch.exir.passes import MemoryPlanningPass  # noqa: E402
 
 import memsched.executorch as mx  # noqa: E402
-from memsched.executorch import model as mm  # noqa: E402
+from memsched.executorch.memory import model as mm  # noqa: E402
 from memsched.executorch import pte  # noqa: E402
-from memsched.executorch.reorder import apply_node_order, schedule_model  # noqa: E402
+from memsched.executorch.plan.reorder import apply_node_order, schedule_model  # noqa: E402
 from memsched.arena_problem import max_live  # noqa: E402
 
 
@@ -599,14 +599,14 @@ def test_pte_graph_has_the_fx_models_optimum(make, args):
     """The op graph built from a ``.pte`` (`pte.plan_graph`: instructions) and the one the
     planning pass builds from the FX graph (`model.build_model`) are the same problem: the
     same certified optimum, and the file order's peak equals the FX order's."""
-    from memsched.executorch.model import EXECUTORCH_MODEL
+    from memsched.executorch.memory.model import EXECUTORCH_MODEL
     from memsched.memory import peak_memory
     from memsched.schedulers import schedule
 
     torch.manual_seed(0)
     xs = tuple(torch.randn(*s) for s in args)
     caught = {}
-    import memsched.executorch.reorder as reorder
+    import memsched.executorch.plan.reorder as reorder
     original = reorder.schedule_model
 
     def keep(model, time_limit=10.0, options=None):

@@ -24,8 +24,9 @@ from torch import nn  # noqa: E402
 import memsched.executorch as mx  # noqa: E402
 from cortex_m_models import Block, cba, int8_edge  # noqa: E402
 from memsched import board  # noqa: E402
-from memsched.executorch.bank_planning import MemoryMapError, read_counts  # noqa: E402
-from memsched.executorch.pte import read_program, run_method  # noqa: E402
+from memsched.executorch.plan.banks import MemoryMapError, read_counts  # noqa: E402
+from memsched.executorch.format.read import read_program  # noqa: E402
+from memsched.executorch.pte import run_method  # noqa: E402
 
 
 def _float_edge():

@@ -28,8 +28,8 @@ import memsched.executorch as mx  # noqa: E402
 from cortex_m_models import LAYERS, Block, cba, int8_edge, stack  # noqa: E402
 from memsched import board  # noqa: E402
 from memsched.executorch import host_kernels, pte  # noqa: E402
-from memsched.executorch import patch_cortex_m as cm  # noqa: E402
-from memsched.executorch.patch_describe import describe_graph  # noqa: E402
+from memsched.executorch.patch import cortex_m as cm  # noqa: E402
+from memsched.executorch.patch.describe import describe_graph  # noqa: E402
 from memsched.patches import region_starts  # noqa: E402
 
 
@@ -189,7 +189,7 @@ def test_small_model_runs_bit_equal_with_zero_point_borders(kernels, m55, tmp_pa
             zps.add(p.args[3])
     assert zps - {0}
     # the stride-2 stem's top / left border patches pad through the kernel's own padding
-    # (patch_cortex_m.own_padding): no pad before them
+    # (patch.cortex_m.own_padding): no pad before them
     own = [n for n in calls if cm.op_name(n.target) in cm.INPUT_OFFSET and
            list(n.args[cm.WINDOW[cm.op_name(n.target)][2]]) != [0, 0]]
     assert own and all(n.args[3] == [2, 2] for n in own if "depthwise" not in str(n.target))
@@ -225,7 +225,7 @@ def test_windows_are_copied_row_contiguous():
 
 def test_window_reshape_is_a_view_without_removing_view_copy(kernels):
     """With ExecuTorch's ``remove_view_copy`` off, the window's reshape is still made a view
-    (`patch_layout.lower_layout_views`), never a copy, and the program runs bit-equal with
+    (`patch.layout.lower_layout_views`), never a copy, and the program runs bit-equal with
     the backend's kernels (a model without a flatten: ExecuTorch's own program fails on a
     channels-last flatten's ``view_copy`` in that setting)."""
     from executorch.exir import ExecutorchBackendConfig
@@ -277,7 +277,7 @@ def test_same_bytes_leaves_out_sizes_of_one():
     """A one-channel map is channels-last and contiguous at once; ExecuTorch labels its
     channels-last form by sorting the strides, ``(0, 2, 1, 3)``, neither. Seeing it as NHWC
     (or back) moves no byte, whatever the label."""
-    from memsched.executorch.patch_layout import TO_NATIVE, TO_NHWC, same_bytes
+    from memsched.executorch.patch.layout import TO_NATIVE, TO_NHWC, same_bytes
 
     assert same_bytes((0, 2, 1, 3), TO_NHWC, (0, 1, 2, 3), (1, 1, 28, 28))
     assert not same_bytes((0, 2, 1, 3), TO_NHWC, (0, 1, 2, 3))  # the labels alone differ
@@ -330,7 +330,7 @@ def test_one_channel_maps_run_bit_equal(kernels, m55, tmp_path, case):
 def test_checker_accepts_exactly_the_quantize_alias():
     """The int8 output may start at most 3 bytes above the float input it overwrites (the
     kernel's forward loop); any other overlap is an error."""
-    from memsched.executorch.check import check_intervals
+    from memsched.executorch.memory.check import check_intervals
     from memsched.executorch.errors import PlanCheckError
 
     class Spec:
@@ -396,8 +396,8 @@ def test_in_place_packing_keeps_the_kernels_rule():
     import random
 
     from memsched.arena import Lifetime, plan
-    from memsched.executorch.check import check_intervals
-    from memsched.executorch.packer import MemschedAlgo
+    from memsched.executorch.memory.check import check_intervals
+    from memsched.executorch.plan.packer import MemschedAlgo
 
     rng = random.Random(0)
     for _ in range(30):
@@ -419,7 +419,7 @@ def test_checker_accepts_the_alias_through_a_layout_view():
     """A patch's float window reaches its quantize through a layout view (`_ViewSpec`: the
     window's bytes seen in the model's form): the quantize may write over the window it views,
     where the kernel's rule allows, and nothing else may."""
-    from memsched.executorch.check import check_intervals
+    from memsched.executorch.memory.check import check_intervals
     from memsched.executorch.errors import PlanCheckError
 
     class Spec:
@@ -447,8 +447,8 @@ def test_in_place_packing_with_several_pairs():
     import random
 
     from memsched.arena import Lifetime, plan
-    from memsched.executorch.check import check_intervals
-    from memsched.executorch.packer import MemschedAlgo
+    from memsched.executorch.memory.check import check_intervals
+    from memsched.executorch.plan.packer import MemschedAlgo
 
     rng = random.Random(1)
     for _ in range(30):

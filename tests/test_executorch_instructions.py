@@ -1,4 +1,4 @@
-"""`memsched.executorch.instructions`: the instructions of one ``Method::execute`` on the
+"""`memsched.executorch.memory.instructions`: the instructions of one ``Method::execute`` on the
 Cortex-M55 predicted from a ``.pte`` (and from the edge graph, for the patch search), held
 within 5 % of the emulated board (`memsched.board`) on one small default and one small
 patched Cortex-M program; the board part skips with the reason where it cannot run."""
@@ -17,8 +17,8 @@ import memsched.executorch as mx  # noqa: E402
 from cortex_m_models import int8_edge, stack  # noqa: E402
 from memsched import board  # noqa: E402
 from memsched.cli import main  # noqa: E402
-from memsched.executorch import instructions as ins  # noqa: E402
-from memsched.executorch.pte_format import read_pte, write_pte  # noqa: E402
+from memsched.executorch.memory import instructions as ins  # noqa: E402
+from memsched.executorch.format.pte import read_pte, write_pte  # noqa: E402
 
 LAYERS = ["conv3", "dw3", "conv3s2"]
 

@@ -1,7 +1,7 @@
 """Border pads of the Cortex-M patch rewrite (issue 58, "less overhead for the same RAM"): a
 convolution takes a border patch's pads as its own padding where the backend's shape function
-gives the patch's output size (`patch_cortex_m.own_padding`), the other int8 pads are
-``cortex_m::pad`` on the NHWC form (`patch_cortex_m.cm_pad_fits`), and the plans, the time
+gives the patch's output size (`patch.cortex_m.own_padding`), the other int8 pads are
+``cortex_m::pad`` on the NHWC form (`patch.cortex_m.cm_pad_fits`), and the plans, the time
 model and the instruction features say so. The programs themselves run bit-equal with the
 backend's kernels and on the M55 in tests/test_executorch_cortex_m.py."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from memsched.patches.plans import plan_patches
 from memsched.patches.regions import regions
 from patch_reference import random_weights, run_plan, run_whole, stack_model
 
-cm = pytest.importorskip("memsched.executorch.patch_cortex_m")
+cm = pytest.importorskip("memsched.executorch.patch.cortex_m")
 CONV = "cortex_m.quantized_conv2d.default"
 DW = "cortex_m.quantized_depthwise_conv2d.default"
 
@@ -105,7 +105,7 @@ def test_cm_pad_features_on_the_nhwc_form():
     """``arm_pad_s8`` runs on the sizes the kernel reads: a channels-last NCHW tensor
     permuted to (N, H, W, C), the rewrite's contiguous NHWC form as it is: the same bytes,
     the same features."""
-    from memsched.executorch.instructions import T, op_instructions
+    from memsched.executorch.memory.instructions import T, op_instructions
 
     cl_in, cl_out = T((1, 8, 5, 7), "int8", (0, 2, 3, 1)), T((1, 8, 6, 8), "int8", (0, 2, 3, 1))
     nhwc_in, nhwc_out = T((1, 5, 7, 8), "int8", (0, 1, 2, 3)), T((1, 6, 8, 8), "int8",

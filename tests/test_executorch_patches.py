@@ -1,4 +1,4 @@
-"""Patch-based execution in ExecuTorch (`memsched.executorch.patch_pass`, issue 33).
+"""Patch-based execution in ExecuTorch (`memsched.executorch.patch.tile`, issue 33).
 
 Small plain torch.nn stacks (MobileNetV2-like inverted residuals with ReLU6, stride-2
 depthwise convolutions, max and average pooling, channel concatenation) are exported, lowered
@@ -24,7 +24,7 @@ from executorch.runtime import Runtime  # noqa: E402
 import memsched.executorch as mx  # noqa: E402
 from memsched.patches import PatchOptions  # noqa: E402
 from memsched.executorch import pte  # noqa: E402
-from memsched.executorch.patch_pass import TilePatchesPass, describe_graph  # noqa: E402
+from memsched.executorch.patch.tile import TilePatchesPass, describe_graph  # noqa: E402
 
 TOL = 1e-5
 
@@ -322,7 +322,7 @@ def test_float_se_mean_refused_by_default():
     """Exact or refused: the SE block's mean is a float sum, so by default no region runs
     through it (the reason in the report's ``prefix_end``); ``exact_reductions=False`` lets
     the same forced region through."""
-    from memsched.executorch.patch_pass import tile_graph_module
+    from memsched.executorch.patch.tile import tile_graph_module
 
     torch.manual_seed(4)
     model, x = MobileV3Like(), torch.randn(1, 3, 64, 64)
@@ -410,8 +410,8 @@ def test_regions_in_sequence_rewritten_equal():
     within TOL of the default one."""
     from torch.fx.passes.infra.pass_base import PassResult
 
-    from memsched.executorch.patch_describe import describe_graph
-    from memsched.executorch.patch_pass import _rewritten
+    from memsched.executorch.patch.describe import describe_graph
+    from memsched.executorch.patch.tile import _rewritten
     from memsched.patches.plans import plan_patches
     from memsched.patches.regions import regions
 
@@ -439,7 +439,7 @@ def test_second_region_after_the_first():
     grid, starting right after the first one's reassembly) lowers it within the same MAC
     budget; the twice-patched program runs in ExecuTorch's runtime within TOL of the default
     one and plans fewer bytes."""
-    from memsched.executorch.patch_pass import tile_graph_module
+    from memsched.executorch.patch.tile import tile_graph_module
 
     torch.manual_seed(5)
     model, x = MBV2Small(), torch.randn(1, 3, 64, 64)
@@ -580,7 +580,7 @@ def test_user_written_stacks_with_margins(seed):
 
 def test_batch_norm_model_patched_and_records_measured():
     """A Conv-BN-ReLU6 MobileNetV2-like model: batch norm is no region boundary, and the
-    method-allocator bytes the pass models (`memsched.executorch.records`) are what
+    method-allocator bytes the pass models (`memsched.executorch.patch.records`) are what
     ExecuTorch's runtime takes when it loads the two programs (the benchmark's harness)."""
     import sys
     from pathlib import Path
@@ -606,5 +606,5 @@ def test_batch_norm_model_patched_and_records_measured():
     measured = method_allocator_bytes(et.buffer)["bytes"] - \
         method_allocator_bytes(base.buffer)["bytes"]
     assert rep.records_added > 0 and rep.records_target == "host"  # a portable graph
-    # the records priced at the host's ABI (`memsched.executorch.ram.ABIS`): to the byte
+    # the records priced at the host's ABI (`memsched.executorch.memory.ram.ABIS`): to the byte
     assert rep.records_added == measured, (rep.records_added, measured)

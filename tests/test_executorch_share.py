@@ -1,4 +1,4 @@
-"""`memsched.executorch.share` (one value where the emitter wrote several equal ones) and
+"""`memsched.executorch.plan.share` (one value where the emitter wrote several equal ones) and
 `memsched.arena.align_equal` (equal buffers at shared offsets, the packing kept valid).
 
 The shared programs run in ExecuTorch's runtime bit-equal to the emitter's, need fewer
@@ -58,9 +58,9 @@ from torch import nn  # noqa: E402
 import memsched.executorch as mx  # noqa: E402
 from memsched.executorch import pte  # noqa: E402
 from memsched.executorch.errors import PlanCheckError  # noqa: E402
-from memsched.executorch.pte_format import Int, write_pte  # noqa: E402
-from memsched.executorch.ram import program_ram  # noqa: E402
-from memsched.executorch.share import check_shared, share_values  # noqa: E402
+from memsched.executorch.format.pte import Int, write_pte  # noqa: E402
+from memsched.executorch.memory.ram import program_ram  # noqa: E402
+from memsched.executorch.plan.share import check_shared, share_values  # noqa: E402
 
 
 class Stack(nn.Module):

@@ -71,7 +71,7 @@ def test_each_entry_point_translates_the_error(tmp_path):
 
     pytest.importorskip("executorch")
     from memsched.executorch import backend_config
-    from memsched.executorch.patch_pass import TilePatchesError, TilePatchesPass
+    from memsched.executorch.patch.tile import TilePatchesError, TilePatchesPass
 
     with pytest.raises(TilePatchesError, match="se_patches"):
         TilePatchesPass(se_patches="both")

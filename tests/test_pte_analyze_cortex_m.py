@@ -28,7 +28,8 @@ from cortex_m_models import Block, cba, int8_edge, stack  # noqa: E402
 from torch import nn  # noqa: E402
 
 import memsched.executorch as mx  # noqa: E402
-from memsched.executorch import pte, pte_format  # noqa: E402
+from memsched.executorch import pte  # noqa: E402
+from memsched.executorch.format import pte as pte_format  # noqa: E402
 
 MODELS = {
     # a stem, a depthwise and a pointwise layer (MobileNetV1-like)

@@ -1,4 +1,4 @@
-"""Memory banks on the ``.pte`` side (issue 59 items 3-4, `memsched.executorch.pte_banks`):
+"""Memory banks on the ``.pte`` side (issue 59 items 3-4, `memsched.executorch.plan.pte_banks`):
 
 * the traffic of a planned tensor (bytes x (1 + the calls that read it)), per planned buffer
   in ``analyze``'s ``banks`` and its fast bank's share;
@@ -25,7 +25,8 @@ nn = torch.nn
 
 from memsched.banks import Bank, Buffer, greedy_place  # noqa: E402
 from memsched.cli import main  # noqa: E402
-from memsched.executorch import pte, pte_banks  # noqa: E402
+from memsched.executorch import pte  # noqa: E402
+from memsched.executorch.plan import pte_banks  # noqa: E402
 
 
 class Branches(nn.Module):

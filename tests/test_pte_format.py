@@ -1,5 +1,5 @@
-"""memsched's own ``.pte`` reader and writer (`memsched.executorch.pte_format`,
-`pte_verify`) against ExecuTorch's: the same Program read from every file, files written here
+"""memsched's own ``.pte`` reader and writer (`memsched.executorch.format.pte`,
+`format.verify`) against ExecuTorch's: the same Program read from every file, files written here
 read back by ExecuTorch's deserializer as the same program and run bit-equal by its runtime;
 segments (constants, delegate blobs) byte for byte; what a kernel call writes, read from the
 call, equal to what the operator schemas say; byte-mutated files either refused here with one
@@ -24,7 +24,8 @@ pytest.importorskip("executorch")
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from memsched.executorch import pte, pte_format  # noqa: E402
+from memsched.executorch import pte  # noqa: E402
+from memsched.executorch.format import pte as pte_format  # noqa: E402
 from memsched.executorch.errors import PteFileError  # noqa: E402
 
 
@@ -479,7 +480,7 @@ def test_shared_values_on_every_kind_of_program(programs):
     bit-equal in ExecuTorch's runtime (the mutable buffer's second run too), has no more
     values than before, and keeps the method's inputs, outputs and delegate arguments as
     they were."""
-    from memsched.executorch.share import pinned_values, share_values
+    from memsched.executorch.plan.share import pinned_values, share_values
 
     for name, data in programs.items():
         shared, reports = share_values(data)

@@ -1,6 +1,6 @@
 """The patch search prices ExecuTorch's method-allocator records at the target's ABI
-(`memsched.executorch.records`, issue 51): a Cortex-M graph at the 32-bit one, a portable
-graph at the host's, each what `memsched.executorch.ram.program_ram` computes for the written
+(`memsched.executorch.patch.records`, issue 51): a Cortex-M graph at the 32-bit one, a portable
+graph at the host's, each what `memsched.executorch.memory.ram.program_ram` computes for the written
 programs (itself equal to the emulated Cortex-M55 and the x86-64 runtime to the byte,
 tests/test_board_pte_ram.py).
 
@@ -23,11 +23,11 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 import memsched.executorch as mx  # noqa: E402
-from memsched.executorch.patch_pass import TilePatchesError  # noqa: E402
-from memsched.executorch.pte import read_program  # noqa: E402
-from memsched.executorch.ram import ABIS, program_ram  # noqa: E402
-from memsched.executorch.records import (ExecutorchRecords, Prices, default_target,  # noqa: E402
-                                         node_call, node_call_bytes)
+from memsched.executorch.patch.tile import TilePatchesError  # noqa: E402
+from memsched.executorch.format.read import read_program  # noqa: E402
+from memsched.executorch.memory.ram import ABIS, program_ram  # noqa: E402
+from memsched.executorch.patch.records import (ExecutorchRecords, Prices, default_target,  # noqa: E402
+                                               node_call, node_call_bytes)
 
 PAD_PER_CALL = {"host": 0, "cortex-m": 4}  # the bound per call of the patched program
 

@@ -132,7 +132,7 @@ for planned in (True, False):
 
 # 4. Will it fit? Users flash the M55's default export (MVE). `memsched analyze model.pte`
 #    prints the RAM the program needs on a 32-bit Cortex-M -- planned buffers, method allocator,
-#    temp allocator -- computed from the file (`memsched.executorch.ram`), no board needed.
+#    temp allocator -- computed from the file (`memsched.executorch.memory.ram`), no board needed.
 #    Where the emulated Cortex-M55 is built (`python -m memsched.board build`, a test oracle
 #    from ../shared), the same programs run there: the number is the board's, outputs bit-equal.
 import tempfile  # noqa: E402
@@ -141,7 +141,7 @@ from pathlib import Path  # noqa: E402
 from executorch.backends.cortex_m.target_config import CortexM, CortexMTargetConfig  # noqa: E402
 
 from memsched import board  # noqa: E402
-from memsched.executorch.ram import program_ram  # noqa: E402
+from memsched.executorch.memory.ram import program_ram  # noqa: E402
 
 mve = lower_for(CortexMTargetConfig(cpu=CortexM.M55))
 default = copy.deepcopy(mve).to_executorch(ExecutorchBackendConfig(

@@ -255,7 +255,7 @@ def align_equal(lifetimes: Sequence[Lifetime], offsets: Sequence[int], keys: Seq
 
     Why: a runtime that describes each buffer by a record (ExecuTorch: one tensor value per
     buffer) can share one record between buffers that are equal and at the same place at
-    disjoint times (`memsched.executorch.share`); the copies of an operator that a
+    disjoint times (`memsched.executorch.plan.share`); the copies of an operator that a
     patch-based schedule runs once per patch are such buffers, at whatever offsets the
     packer left them. ``keys[i]``: what must be equal (None: never moved to share, but it
     may move out of another buffer's way); ``fixed``: buffers that stay where they are."""

@@ -7,10 +7,10 @@ them (`memsched.executorch.pte`). Not a command of its own: `analyze` and `reord
         [--time-limit S] [--memory-map NAME:SIZE:MEM_ID[,...]]
 
 ``reorder`` rewrites each method's instruction order into the certified one and its planned
-tensors' offsets into the exact packer's, then shares equal values (`memsched.executorch.share`,
-unless ``--no-share-values``: one value where the emitter wrote several equal scalars, lists
-or identically placed tensors, fewer method-allocator records); every new plan passes the
-independent check and the shared program `share.check_shared`; a
+tensors' offsets into the exact packer's, then shares equal values
+(`memsched.executorch.plan.share`, unless ``--no-share-values``: one value where the emitter wrote
+several equal scalars, lists or identically placed tensors, fewer method-allocator records); every
+new plan passes the independent check and the shared program `share.check_shared`; a
 method whose plan would not shrink, or that memsched cannot model (a note names why), is left
 as written. ``--measure`` runs both programs in ExecuTorch's runtime on the same random inputs
 before anything is written: any output that differs is one line on stderr, exit status 1, and
@@ -19,7 +19,7 @@ exit status 2, nothing written.
 
 ``--memory-map NAME:SIZE:MEM_ID[,...]`` (banks fastest first; SIZE in bytes or with K/M):
 ``reorder`` places the planned tensors across the banks, the fast bank's traffic first
-(`memsched.executorch.pte_banks`), writing each tensor's mem_id and one planned buffer per
+(`memsched.executorch.plan.pte_banks`), writing each tensor's mem_id and one planned buffer per
 bank; a map that is malformed or cannot hold a method is one line naming the bank and the
 bytes missing, exit status 2, nothing written. ``analyze`` then names the banks in its
 per-bank lines (``banks`` in the JSON) and takes the map's first bank as the fastest.
@@ -46,7 +46,7 @@ def _needs_executorch(what: str = "this") -> None:
 def analyze_pte(args) -> int:
     """``memsched analyze model.pte``: per method, planned bytes as written, the liveness peak
     of the file's order, the certified optimum and its lower bound, the written plan's check,
-    and the RAM the method needs on ``--target`` (`memsched.executorch.ram`: planned buffers,
+    and the RAM the method needs on ``--target`` (`memsched.executorch.memory.ram`: planned buffers,
     method and temp allocator bytes, their sum)."""
     target = device_target(args)
     if args.passes or args.pass_config or (args.view not in (None, "file")):
@@ -75,12 +75,12 @@ def analyze_pte(args) -> int:
         methods = pte.analyze(args.model, time_limit=args.time_limit, keep=keep,
                               progress=lambda t: show(f"{args.model}: {t}"),
                               memory_map=memory_map)
-    from ..executorch.ram import program_ram
+    from ..executorch.memory.ram import program_ram
 
     for name, row in program_ram(args.model, target).items():
         methods[name].update(row)
     if target == "cortex-m":  # the time figure is for the Cortex-M55 the kernels are modelled on
-        from ..executorch.instructions import TARGET, program_instructions
+        from ..executorch.memory.instructions import TARGET, program_instructions
 
         for name, mi in program_instructions(args.model).items():
             if name in methods:
@@ -89,7 +89,7 @@ def analyze_pte(args) -> int:
                                       "cpu_instructions_target": TARGET})
     result = {"model": args.model, "format": "pte", "methods": methods}
     if args.plot or args.report:
-        from ..executorch.model import EXECUTORCH_MODEL
+        from ..executorch.memory.model import EXECUTORCH_MODEL
         from ..report import write_outputs
 
         if not keep:
@@ -131,7 +131,7 @@ def analyze_pte(args) -> int:
 
 def bank_lines(row: dict, rows_key: str = "banks") -> list[str]:
     """One line per planned buffer (a memory bank): its bytes, its traffic (bytes x (1 +
-    reads), `memsched.executorch.pte_banks`) and the share of it; the fastest bank marked."""
+    reads), `memsched.executorch.plan.pte_banks`) and the share of it; the fastest bank marked."""
     rows = row.get(rows_key) or []
     known = all(r["traffic_bytes"] is not None for r in rows)
     total = sum(r["traffic_bytes"] for r in rows) if known else 0
@@ -163,7 +163,7 @@ def instructions_line(row: dict) -> str:
 
 
 def ram_lines(row: dict) -> list[str]:
-    """The RAM of one method as text (a `memsched.executorch.ram` row): one line with the sum
+    """The RAM of one method as text (a `memsched.executorch.memory.ram` row): one line with the sum
     and its parts, a second when the temp allocator's pool must be larger than its peak, a
     third for a delegate's own memory."""
     planned = sum(row["planned_buffers"])
@@ -211,7 +211,7 @@ def reorder_pte(args) -> int:
                                         progress=lambda t: show(f"{args.model}: {t}"),
                                         memory_map=memory_map)
             if not getattr(args, "no_share_values", False):
-                from ..executorch.share import share_reordered
+                from ..executorch.plan.share import share_reordered
 
                 show(f"{args.model}: sharing equal values")
                 with open(args.model, "rb") as f:

@@ -5,7 +5,7 @@ Why. Exported the standard way (``to_edge(torch.export.export(model, inputs))``)
 ``nn.Linear`` becomes ``permute_copy(weight)`` + ``addmm``: the weight is transposed at run
 time, into a tensor of the planned arena (MobileNetV2's 1280 x 1000 fp32 classifier:
 5,120,000 B, four times the rest of its patched plan). The patch search
-(`memsched.executorch.patch_pass`) models the nodes that read an activation, so its peak left
+(`memsched.executorch.patch.tile`) models the nodes that read an activation, so its peak left
 those bytes out and the report promised less than the program planned. Folded into
 constants, they are written once into the program's constant data (the transposed weight
 replaces the parameter when nothing else reads it: no bigger ``.pte``) and nothing is left

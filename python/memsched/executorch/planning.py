@@ -2,13 +2,13 @@
 ``edge.to_executorch(...)``.
 
 `MemschedPlanningPass` is a `MemoryPlanningPass` that, right before planning, reorders the graph
-into memsched's certified peak-optimal order (`memsched.executorch.reorder`) and then plans with
-``MemoryPlanningAlgorithmSuite(algo_list=[greedy, MemschedAlgo])``. The reorder sits here and
+into memsched's certified peak-optimal order (`memsched.executorch.plan.reorder`) and then plans
+with ``MemoryPlanningAlgorithmSuite(algo_list=[greedy, MemschedAlgo])``. The reorder sits here and
 not in ``ExecutorchBackendConfig.passes`` because user passes run before ``ToOutVarPass``,
 ``alloc`` nodes and ``memory.view``: only at planning time is the node order the schedule
 ExecuTorch measures lifetimes in, and nothing runs between this pass and the emitter. After
-planning, the plan is checked independently (`memsched.executorch.check`) and the pass keeps a
-`PlanReport` per method in ``report``.
+planning, the plan is checked independently (`memsched.executorch.memory.check`) and the pass keeps
+a `PlanReport` per method in ``report``.
 """
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ..errors import GraphError
-from .check import check_graph_module
+from .memory.check import check_graph_module
 from .errors import UnsupportedProgramError
 from .fold_constants import fold_constants as _fold_constants
-from .model import FastSignature, PlanFlags
-from .packer import ArenaReport, MemschedAlgo
-from .patch_layout import lower_layout_views
-from .reorder import OrderReport, reorder_graph_module
+from .memory.model import FastSignature, PlanFlags
+from .plan.packer import ArenaReport, MemschedAlgo
+from .patch.layout import lower_layout_views
+from .plan.reorder import OrderReport, reorder_graph_module
 
 DEFAULT_TIME_LIMIT = 10.0
 
@@ -42,7 +42,7 @@ class PlanReport:
     seconds: float
     note: str = ""
     patches: object = None  # the `tile.TileReport` of this method (tile_patches=True)
-    # one `bank_planning.BankReport` per bank of the memory map (``memory_map=``), top level
+    # one `plan.banks.BankReport` per bank of the memory map (``memory_map=``), top level
     banks: list = field(default_factory=list)
 
     def fast_share(self) -> float | None:
@@ -123,7 +123,7 @@ def _pass_class():
             if "memory_planning_algo" in kwargs:
                 raise TypeError("MemschedPlanningPass chooses its own memory_planning_algo")
             if memory_map is not None and kwargs.get("share_mutable_buffers"):
-                from .bank_planning import MemoryMapError
+                from .plan.banks import MemoryMapError
                 raise MemoryMapError("share_mutable_buffers reserves arena 2 for shared state: "
                                      "not with a memory map (as in ExecuTorch's banked planner)")
             # ``budget`` (a `memsched.patches.Budget`, given after a patch search): the order
@@ -133,7 +133,7 @@ def _pass_class():
             self.algo = MemschedAlgo(time_limit, arena_nodes=budget.arena_nodes
                                      if budget is not None else None)
             if memory_map is not None:  # the banks, each packed by memsched's packer
-                from .bank_planning import BankedAlgo
+                from .plan.banks import BankedAlgo
                 self.algo = BankedAlgo(memory_map, self.algo)
             # under a map the suite must not compare with ``greedy``: it would pick the smaller
             # sum of bytes, blind to the banks' capacities
@@ -217,12 +217,12 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     """An ``ExecutorchBackendConfig`` whose memory planning is memsched's.
 
     ``time_limit``: seconds for the scheduler and for each arena's packer. ``tile_patches``:
-    run the spatial prefix patch by patch (`memsched.executorch.patch_pass.TilePatchesPass`,
+    run the spatial prefix patch by patch (`memsched.executorch.patch.tile.TilePatchesPass`,
     appended to ``passes``) with the search's options ``patch_options``
     (`memsched.patches.PatchOptions`, or a dict of its fields) and these keywords put over
     them: ``max_overhead`` extra MACs (default 0.3); ``max_slowdown``: the most instructions
     per execute the choice may run on a Cortex-M55, predicted from the program
-    (`memsched.executorch.instructions`), as a factor of the unpatched program's (default
+    (`memsched.executorch.memory.instructions`), as a factor of the unpatched program's (default
     1.10; None: no bound, the RAM-only choice); ``grid`` ("RxC" or (rows, cols)) and
     ``split`` (a node name) force the choice, and so does ``se_patches`` ("recompute" /
     "keep": how the patches after a squeeze-and-excitation block's mean get their feature
@@ -234,14 +234,14 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     (default: both priced). The search is bounded by its work budgets; its wall-clock safety
     net is ``PatchOptions.time_limit`` (default 60 s), not ``time_limit``. ``price_records``:
     choose on the planned arena plus the method allocator's records the patches add
-    (`memsched.executorch.records`: what a microcontroller provisions), or (False) on the
+    (`memsched.executorch.patch.records`: what a microcontroller provisions), or (False) on the
     planned arena alone. ``target``: the device whose ABI those records are priced at,
     ``"cortex-m"`` (32-bit Arm: a TensorImpl of 32 B, 4-byte pointers) or ``"host"`` (x86-64:
     64 B, 8 bytes); None (the default): ``"cortex-m"`` for the Cortex-M backend's graphs
     (``cortex_m::`` operators), ``"host"`` for the rest (portable kernels); what
-    ``memsched analyze --target`` and `memsched.executorch.ram` compute for the written
+    ``memsched analyze --target`` and `memsched.executorch.memory.ram` compute for the written
     program. ``share_values``: the patches' records are priced for the program with its
-    equal values shared (`memsched.executorch.share`: write ``share_values(et)``, not
+    equal values shared (`memsched.executorch.plan.share`: write ``share_values(et)``, not
     ``et.buffer``; a copied call then costs its instruction, slots and new tensors, not its
     scalars again); default False, the emitter's values. Bad patch options, an unknown
     ``target`` included, raise `TilePatchesError`.
@@ -259,20 +259,20 @@ def backend_config(time_limit: float | None = DEFAULT_TIME_LIMIT, reorder: bool 
     nothing, ExecuTorch's default. ``memory_map``: ExecuTorch's own
     ``executorch.exir.banked_memory_planning.TargetMemoryMap`` (banks fastest first): every
     planned buffer is placed in one of its banks, the fastest bank's activation traffic
-    maximized first (`memsched.executorch.bank_planning`, `memsched.banks`), pins (a ``mem_id``
+    maximized first (`memsched.executorch.plan.banks`, `memsched.banks`), pins (a ``mem_id``
     a pass set) kept, per-bank alignment; a map that cannot hold the program raises
     `MemoryMapError` naming the bank and the bytes missing. With ``tile_patches`` the search
     prefers a plan whose arena fits the fastest bank over a smaller one that does not.
     """
     from executorch.exir import ExecutorchBackendConfig
 
-    from .patch_pass import records_target
+    from .patch.tile import records_target
 
     target = records_target(target)  # checked once, patches or not
     _fold_constants(executorch_config_options, fold_constants)
 
     if tile_patches:
-        from .patch_pass import TilePatchesPass
+        from .patch.tile import TilePatchesPass
 
         tp = TilePatchesPass(patch_options, max_overhead=max_overhead, grid=grid,
                              max_slowdown=max_slowdown,

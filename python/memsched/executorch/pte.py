@@ -1,90 +1,25 @@
 """Reading, analyzing and rewriting ``.pte`` files, on memsched's own reader and writer
-(`pte_format`, `pte_verify`): neither torch nor executorch is imported unless ``--measure``
+(`format.pte`, `format.verify`): neither torch nor executorch is imported unless ``--measure``
 runs both programs in ExecuTorch's runtime.
 
-`read_program` decodes a file and makes the checks ExecuTorch's runtime makes when it loads
-the program and its methods, so anything the runtime would refuse is a `PteFileError` with one
-line. `planned_sizes` gives each method's ``non_const_buffer_sizes`` as written (index 0 is
-reserved for constants; arenas are 1..n); `summary` the per-method facts the command line
-prints (operators, instructions, planned tensors and bytes).
+The front of the commands on ``.pte`` files (``memsched analyze``, ``reorder``): `analyze`,
+`reorder` / `write_reordered`, and running a method (`run_method`, `random_inputs`). Reading
+(`read_program`: decoded and checked as the runtime checks it at load, `planned_sizes`,
+`summary`) is `format.read`'s, re-exported here.
 
 What a kernel call reads and writes comes from the program itself (`kernel_writes`), not from
 a table of operator schemas, so every backend's kernels (``cortex_m::`` ...) are covered; the
-liveness model and the check of the written plan are in `pte_liveness`; memory banks (each
-planned buffer's traffic, placement across a memory map for ``reorder``) in `pte_banks`.
+liveness model and the check of the written plan are in `memory.liveness`; memory banks (each
+planned buffer's traffic, placement across a memory map for ``reorder``) in `plan.pte_banks`.
 """
 from __future__ import annotations
 
-import os
-from collections import Counter
 
-from .errors import PteFileError
-from .pte_format import read_pte, write_pte
-from .pte_liveness import (_alloc, _nbytes, _views, check_written_plan,  # noqa: F401
-                           kernel_writes, plan_graph)
-from .pte_verify import verify
-
-MAX_PTE_BYTES = 1 << 32  # 4 GiB: above this a file is refused before it is read
-
-
-def _bytes_of(source) -> tuple[bytes, str]:
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        return bytes(source), "<bytes>"
-    path = os.fspath(source)
-    try:
-        size = os.path.getsize(path)
-        if size > MAX_PTE_BYTES:
-            raise PteFileError(f"{path}: {size:,} bytes, more than the {MAX_PTE_BYTES:,} B limit")
-        with open(path, "rb") as f:
-            return f.read(), path
-    except OSError as e:
-        raise PteFileError(f"{path}: cannot read ({e.strerror or e})") from None
-
-
-def read_program(source, label: str | None = None):
-    """The decoded `pte_format.PteFile` of ``source`` (a path or the bytes; ``label`` names it
-    in errors), verified as the runtime verifies it at program and method load."""
-    data, name = _bytes_of(source)
-    name = label or name
-    pte = read_pte(data, name)
-    verify(pte, name)
-    return pte
-
-
-def planned_sizes(source) -> dict[str, list[int]]:
-    """``{method: non_const_buffer_sizes}`` as written in the file."""
-    pte = read_program(source)
-    return {plan.name: list(plan.non_const_buffer_sizes) for plan in pte.program.execution_plan}
-
-
-def summary(source) -> dict:
-    """Per method: operator counts, instructions, delegates, planned tensors and the planned
-    bytes as written (``planned_bytes``: arenas 1..n summed)."""
-    return _summary(read_program(source))
-
-
-def _summary(pte) -> dict:
-    out = {}
-    for plan in pte.program.execution_plan:
-        ops = [f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators]
-        calls: Counter = Counter()
-        n_instr = 0
-        kinds: Counter = Counter()
-        for chain in plan.chains:
-            for ins in chain.instructions:
-                n_instr += 1
-                arg = ins.instr_args
-                kinds[type(arg).__name__] += 1
-                if type(arg).__name__ == "KernelCall":
-                    calls[ops[arg.op_index]] += 1
-        planned = sum(1 for v in plan.values
-                      if getattr(v.val, "allocation_info", None) is not None)
-        sizes = list(plan.non_const_buffer_sizes)
-        out[plan.name] = {"instructions": n_instr, "instruction_kinds": dict(kinds),
-                          "operators": dict(calls), "delegates": len(plan.delegates),
-                          "planned_tensors": planned, "non_const_buffer_sizes": sizes,
-                          "planned_bytes": sum(sizes[1:])}
-    return out
+from .format.pte import write_pte
+from .format.read import (MAX_PTE_BYTES, _bytes_of, _summary,  # noqa: F401
+                          planned_sizes, read_program, summary)
+from .memory.liveness import (_alloc, _nbytes, _views, check_written_plan,  # noqa: F401
+                              kernel_writes, plan_graph)
 
 
 # ---------------------------------------------------------------------- the file's schedule
@@ -103,14 +38,14 @@ def analyze(source, time_limit: float | None = 10.0, alignment: int = 16,
     ``keep``: a dict that receives ``{method: (OpGraph, optimal order)}`` (for plots);
     ``progress``: called with a line of text as each method reaches each stage.
 
-    Each method's ``banks`` (`pte_banks.bank_rows`): per planned buffer (mem_id 1..n) its
+    Each method's ``banks`` (`plan.pte_banks.bank_rows`): per planned buffer (mem_id 1..n) its
     ``bytes`` and ``traffic_bytes``, with ``fast_bank_traffic_share``: the fastest bank's
     share of the traffic (the lowest mem_id, or ``memory_map``'s first bank, whose names the
     rows then carry)."""
     from ..schedulers import schedule
     from .errors import ExecutorchError
-    from .model import EXECUTORCH_MODEL
-    from .pte_banks import bank_rows, memory_banks
+    from .memory.model import EXECUTORCH_MODEL
+    from .plan.pte_banks import bank_rows, memory_banks
 
     banks = memory_banks(memory_map)
     pte = read_program(source)
@@ -204,19 +139,19 @@ def reorder(source, time_limit: float | None = 10.0, alignment: int = 16,
     independent check. ``measure``: both programs run in ExecuTorch's runtime on the same
     random inputs and every output must be bit-equal, else `PlanCheckError` (nothing to write).
     ``progress``: called with a line of text as each method reaches each stage. Sharing equal
-    values afterwards: `memsched.executorch.share.share_reordered`.
+    values afterwards: `memsched.executorch.plan.share.share_reordered`.
 
     ``memory_map`` (``"NAME:SIZE:MEM_ID[,...]"`` or [(name, size, mem_id)], fastest first):
-    the storages are placed across the banks (`pte_banks.place_banks`: the fast bank's traffic
+    the storages are placed across the banks (`plan.pte_banks.place_banks`: the fast bank's traffic
     first, `memsched.banks.place`) instead of packed per arena, and each tensor's mem_id is
     written too; a method is left as written only when its plan fits the map and serves the
     banks at least as well. A map that cannot hold a method raises
     `memsched.banks.BankCapacityError` (a ``ValueError``) naming the bank and the bytes missing.
     """
     from ..schedulers import schedule
-    from . import pte_banks
+    from .plan import pte_banks
     from .errors import ExecutorchError
-    from .model import EXECUTORCH_MODEL
+    from .memory.model import EXECUTORCH_MODEL
 
     banks = pte_banks.memory_banks(memory_map)  # a malformed map: before any work
     data, name = _bytes_of(source)

@@ -46,7 +46,7 @@ and below them:
 
 The adapters import from this face only: `memsched.tflite.patch.tile` (.tflite files, TFLite
 Micro's memory model in `memsched.tflite.memory.model`), `memsched.transform.tile_patches`
-(the Relax pass `TilePatches`, TVM's planned storage) and `memsched.executorch.patch_pass`
+(the Relax pass `TilePatches`, TVM's planned storage) and `memsched.executorch.patch.tile`
 (ExecuTorch).
 """
 from .budget import Budget, Clock

@@ -4,7 +4,7 @@ Every entry point (`memsched tile` / `tile_tflite`, TVM's `TilePatches`, ExecuTo
 `TilePatchesPass` and ``backend_config(tile_patches=True)``) builds one `PatchOptions` from its
 keywords (or takes one, ``options=``) and hands it to `memsched.patches.search` unchanged. A bad
 value raises `PatchOptionsError` here, once; each adapter turns it into its own user-facing
-error (`memsched.tflite.patch.tile.TileError`, `memsched.executorch.patch_pass.TilePatchesError`, a
+error (`memsched.tflite.patch.tile.TileError`, `memsched.executorch.patch.tile.TilePatchesError`, a
 ``ValueError`` from the TVM pass).
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 runtime's description and the user's options in; the frontier, the choice and the plans out.
 
 An adapter (`memsched.tflite.patch.tile`, `memsched.transform.tile_patches`,
-`memsched.executorch.patch_pass`) describes its graph (`Described`: the spatial model, the
+`memsched.executorch.patch.tile`) describes its graph (`Described`: the spatial model, the
 `OpGraph` the scheduler prices and how their tensors match), says what its runtime costs and
 can write (`Runtime`), passes the user's `PatchOptions`, and applies the plans it gets back
 (`SearchResult.plans_of(choice)`). Everything the search decides -- where regions may start

@@ -6,7 +6,7 @@ The three runtimes' descriptions are built by their adapters: `memsched.tflite.m
 (TFLite Micro: the arena plus the bytes it keeps per operator, SAME padding, at most ten
 inputs per CONCATENATION, contiguous row bands), `memsched.transform.tile_patches` (TVM's
 planned storage, declared padding, no reassembly of a batch norm's tuple) and
-`memsched.executorch.patch_pass` (ExecuTorch's arena plus the method allocator's records,
+`memsched.executorch.patch.tile` (ExecuTorch's arena plus the method allocator's records,
 fixed padding; on channels-last maps the Cortex-M layout contract, `Layout`).
 """
 from __future__ import annotations
@@ -54,7 +54,7 @@ class RuntimeTime:
     alone, as for TVM). A candidate's instructions are ``program(sm)`` minus ``op(sm, k)`` of
     each operator its regions replace plus ``plan(sm, p)`` of each region's plan. The
     runtimes' subclasses live with their adapters, on their kernels' cost models
-    (`memsched.tflite.memory.instructions`, `memsched.executorch.instructions`)."""
+    (`memsched.tflite.memory.instructions`, `memsched.executorch.memory.instructions`)."""
 
     name: str = ""  # the target the figures are for, e.g. "Cortex-M55 (CMSIS-NN, MVE)"
 

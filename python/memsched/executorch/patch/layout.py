@@ -25,7 +25,7 @@ writes exactly those.
 """
 from __future__ import annotations
 
-from ..patches import Layout
+from ...patches import Layout
 
 # the layout contract the search prices and the rewrite writes (`memsched.patches.Layout`):
 # cuts on the NHWC form, operators on the native (channels-last NCHW) form
@@ -39,7 +39,7 @@ conversions = CHANNELS_LAST.conversions  # the views a plan needs
 
 def flat_windows(plan) -> set[int]:
     """The plan's slice nodes that cut both rows and columns (a strided window) and that only
-    native-form nodes read: `patch_rewrite` copies each as ``[N, rows, W x C]`` on the NHWC
+    native-form nodes read: `patch.rewrite` copies each as ``[N, rows, W x C]`` on the NHWC
     form and sees it as the native map through one view (`lower_layout_views`), and the
     search prices its ``as_strided_copy`` with 3-item lists (`records`)."""
     native_only: dict = {}
@@ -93,7 +93,7 @@ def lower_layout_views(graph_module) -> int:
       by the clone only and ``same_bytes(x, perm, d)`` (sizes 1 left out): NHWC bytes seen
       as channels-last NCHW (two copies in eager, none here);
     * a window copied as ``[N, rows, W x C]`` and seen as ``[N, rows, W, C]``
-      (``view_copy`` of an ``as_strided_copy``, `patch_rewrite`; ExecuTorch's own pass has
+      (``view_copy`` of an ``as_strided_copy``, `patch.rewrite`; ExecuTorch's own pass has
       made it a ``memory.view`` by now): a view too.
 
     A view read only by a view made here is folded into it (the window's reshape into the

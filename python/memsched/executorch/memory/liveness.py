@@ -5,7 +5,7 @@ quantize) and the independent check of its written offsets against it
 (`kernel_writes`), not from a table of operator schemas."""
 from __future__ import annotations
 
-from .pte_verify import ELEMENT_BYTES
+from ..format.verify import ELEMENT_BYTES
 
 
 def _content(values, v):
@@ -33,11 +33,11 @@ def kernel_writes(args, values) -> list[bool]:
 
 
 def _nbytes(tensor, alignment: int) -> int:
-    from ..arena_problem import align_up
+    from ...arena_problem import align_up
 
     n = ELEMENT_BYTES.get(int(tensor.scalar_type))
     if n is None:
-        from .errors import UnsupportedProgramError
+        from ..errors import UnsupportedProgramError
         raise UnsupportedProgramError(f"tensor scalar type {int(tensor.scalar_type)} unknown")
     for d in tensor.sizes:
         n *= int(d)
@@ -91,13 +91,13 @@ def plan_graph(plan, alignment: int = 16):
 
     An instance lives from the instruction that makes it to its last reference (plan outputs
     and state: to the end). The Cortex-M ``quantize_per_tensor`` may write its int8 output
-    over its float input (`memsched.executorch.inplace`): the op's ``inplace`` input, the
+    over its float input (`memsched.executorch.memory.inplace`): the op's ``inplace`` input, the
     memory model credits it when the input dies there. Instructions writing in place and
     delegate calls keep their order relative to every other reference of those instances.
     Returns ``(OpGraph, info)``; `UnsupportedProgramError` for control flow, moves or frees.
     """
-    from ..graph import GraphBuilder
-    from .errors import UnsupportedProgramError
+    from ...graph import GraphBuilder
+    from ..errors import UnsupportedProgramError
 
     if len(plan.chains) != 1:
         raise UnsupportedProgramError(f"method {plan.name!r} has {len(plan.chains)} chains")
@@ -399,7 +399,7 @@ def check_written_plan(plan, graph, info) -> None:
     a Cortex-M quantize's int8 output over the float input it reads for the last time, where
     the kernel's rule allows (`inplace.may_share`)."""
     from .check import check_intervals
-    from .errors import PlanCheckError
+    from ..errors import PlanCheckError
 
     n = len(graph.ops)
     insts = info["instances"]

@@ -3,8 +3,8 @@
 ExecuTorch's emitter writes a new value for every scalar, ``None`` and list argument of every
 call and a new tensor value for every FX node, and ``Method::init`` takes an `EValue` (16 B)
 for each value from the method allocator, plus a list's boxed and unboxed arrays and a
-tensor's ``TensorImpl`` and strides (`memsched.executorch.ram`). A patched program repeats its
-calls once per patch, with the same arguments, so the records, not the activations, grew with
+tensor's ``TensorImpl`` and strides (`memsched.executorch.memory.ram`). A patched program repeats
+its calls once per patch, with the same arguments, so the records, not the activations, grew with
 the number of patches (issue 52). Sharing keeps one value per distinct content, which
 ExecuTorch allows as it stands:
 
@@ -35,7 +35,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from .errors import PlanCheckError
+from ..errors import PlanCheckError
 
 _LISTS = ("IntList", "TensorList", "OptionalTensorList")
 
@@ -61,8 +61,8 @@ def _kind(ev) -> str:
 def pinned_values(plan) -> set[int]:
     """Values that keep their own `EValue`: the method's inputs and outputs, the arguments of
     delegate, move, free and jump instructions, and what a kernel call writes unless it is a
-    planned tensor (`pte_liveness.kernel_writes`)."""
-    from .pte import kernel_writes
+    planned tensor (`memory.liveness.kernel_writes`)."""
+    from ..memory.liveness import kernel_writes
 
     values = plan.values
     pinned = set(int(v) for v in list(plan.inputs or []) + list(plan.outputs or []))
@@ -170,7 +170,7 @@ def _remap(plan, new_index: list[int]) -> None:
 
 
 def share_plan(plan) -> ShareReport:
-    """Share equal values of one decoded method (`pte_format.ExecutionPlan`) in place."""
+    """Share equal values of one decoded method (`format.pte.ExecutionPlan`) in place."""
     values = list(plan.values or [])
     rep = _groups(plan)
     keep = [i for i in range(len(values)) if rep[i] == i]
@@ -191,8 +191,8 @@ def share_values(program) -> tuple[bytes, list[ShareReport]]:
     with equal values shared in every method, proven by `check_shared` against the
     original, and the per-method reports. A program with nothing to share comes back as it
     was (the same bytes). Malformed bytes raise `PteFileError`."""
-    from .pte import read_program
-    from .pte_format import write_pte
+    from ..format.read import read_program
+    from ..format.pte import write_pte
 
     data = program.buffer if hasattr(program, "buffer") else program
     before = read_program(data)
@@ -213,9 +213,10 @@ def share_reordered(original: bytes, data: bytes, report: dict, measure: bool = 
     Cortex-M ABI, `ram.program_ram`). ``measure``: a method whose values were shared runs in
     ExecuTorch's runtime against ``original`` on the same random inputs (`pte.run_method`);
     any output that differs raises `OutputsDifferError` (nothing to write)."""
-    from .errors import OutputsDifferError
-    from .pte import random_inputs, read_program, run_method
-    from .ram import program_ram
+    from ..errors import OutputsDifferError
+    from ..pte import random_inputs, run_method
+    from ..format.read import read_program
+    from ..memory.ram import program_ram
 
     out, reps = share_values(data)
     before, after = program_ram(data), program_ram(out)

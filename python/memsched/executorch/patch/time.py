@@ -2,13 +2,13 @@
 `memsched.patches.RuntimeTime`): the instructions of the edge graph's calls and of every node
 the patch rewrite writes for a plan (the operators' copies on windows, window copies, border
 pads, ``cat``, per-patch quantize, views), priced by the kernels' cost model of
-`memsched.executorch.instructions`; `time_model` attaches it where every call has a model."""
+`memsched.executorch.memory.instructions`; `time_model` attaches it where every call has a model."""
 from __future__ import annotations
 
-from ..patches import RuntimeTime
-from .patch_cortex_m import cm_pad_fits
-from .instructions import (COEFFICIENTS, EXECUTE_INSTRUCTIONS, TARGET, T, args_of_node,
-                           node_instructions, op_instructions, op_key)
+from ...patches import RuntimeTime
+from .cortex_m import cm_pad_fits
+from ..memory.instructions import (COEFFICIENTS, EXECUTE_INSTRUCTIONS, TARGET, T, args_of_node,
+                                   node_instructions, op_instructions, op_key)
 _NO_INSTRUCTION = ("getitem", "alloc", "view_copy", "permute_copy", "view", "sym_size")
 
 
@@ -19,12 +19,12 @@ def _graph_nodes(em):
 class ExecutorchTime(RuntimeTime):
     """The patch search's time model of an edge graph of the Cortex-M int8 flow
     (`memsched.patches.RuntimeTime`): per operator its kernel's instructions on the M55
-    (`node_instructions`), and per plan node what `patch_rewrite` writes for it: the
+    (`node_instructions`), and per plan node what `patch.rewrite` writes for it: the
     operator's copy on its windows (padding 0: the borders are explicit), a window cut
     (``slice_copy`` on one axis, ``as_strided_copy`` on both: ``[N, rows, W x C]`` when
-    `patch_layout.flat_windows` says the rewrite copies it row-contiguous), a border pad
+    `patch.layout.flat_windows` says the rewrite copies it row-contiguous), a border pad
     (``constant_pad_nd`` on the NHWC form), a concatenation (``cat``); the layout views are
-    free (`patch_layout.lower_layout_views` folds them at planning time) except a view of a
+    free (`patch.layout.lower_layout_views` folds them at planning time) except a view of a
     model input the caller owns (an ``et_view`` instruction at every execute).
 
     ``unknown``: the graph's calls no kernel model covers; `executorch_runtime` attaches
@@ -33,7 +33,7 @@ class ExecutorchTime(RuntimeTime):
     name = TARGET
 
     def __init__(self, em):
-        from .patch_layout import CHANNELS_LAST
+        from .layout import CHANNELS_LAST
 
         self.em = em
         self.cl = em.channels_last
@@ -73,7 +73,7 @@ class ExecutorchTime(RuntimeTime):
         return self._op.get(k, 0)
 
     def plan(self, sm, plan) -> int:
-        from .patch_layout import flat_windows
+        from .layout import flat_windows
 
         flat = flat_windows(plan) if self.cl else set()
         total = 0
@@ -147,7 +147,7 @@ class ExecutorchTime(RuntimeTime):
     def _op_copy(self, sm, plan, nd) -> int:
         """The operator's kernel on its windows: its FX arguments with the activations'
         shapes replaced by the windows' and the padding by 0."""
-        from .patch_cortex_m import WINDOW
+        from .cortex_m import WINDOW
 
         em = self.em
         node = em.nodes[nd.op]

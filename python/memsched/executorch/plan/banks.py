@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .check import check_placements
-from .errors import ExecutorchError
-from .model import storage_root
+from ..memory.check import check_placements
+from ..errors import ExecutorchError
+from ..memory.model import storage_root
 
 
 class MemoryMapError(ExecutorchError):
@@ -130,7 +130,7 @@ def traffic(spec, counts: dict[int, int]) -> int:
 
 
 def _banks(memory_map, alignment: int, reserve, extra_padding: int):
-    from ..banks import Bank
+    from ...banks import Bank
 
     out = []
     for b in memory_map.banks:
@@ -150,7 +150,7 @@ def plan_banked(algo, memory_map, alignment, specs, graph_module, graph_signatur
     them."""
     from executorch.exir.memory_planning import MemoryAlgoResult, SpecAllocResult
 
-    from ..banks import BankCapacityError, Buffer, place
+    from ...banks import BankCapacityError, Buffer, place
     from .packer import _aligned, _idset, _inplace, _offset_in_root, _set_object_ids
 
     t0 = time.perf_counter()

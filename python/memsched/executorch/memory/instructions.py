@@ -18,7 +18,7 @@ API:
   instruction, and ``unknown``: kernels (and delegate, move, free, jump instructions) no model
   covers, named and left out of ``total``.
 * The patch search's time model on these costs, `ExecutorchTime`, is in
-  `memsched.executorch.patch_time` (`patch_pass.executorch_runtime` attaches it).
+  `memsched.executorch.patch.time` (`patch.tile.executorch_runtime` attaches it).
 
 Each kernel's cost is a sum of coefficients times features (`FEATURES`) that follow its loop
 structure on the M55: CMSIS-NN's GEMM runs 4 lhs rows against each output channel with 16
@@ -474,10 +474,10 @@ class MethodInstructions:
 
 def program_instructions(program) -> dict[str, MethodInstructions]:
     """Per method of ``program`` (a ``.pte``'s bytes, a path, or a parsed
-    `pte_format.PteFile` / ``Program``), the predicted instructions of one
+    `format.pte.PteFile` / ``Program``), the predicted instructions of one
     ``Method::execute`` on the Cortex-M55 (`MethodInstructions`). Delegate calls are named
     unknown (their backends' kernels are not modelled)."""
-    from .pte_format import PteFile, read_pte
+    from ..format.pte import PteFile, read_pte
 
     if isinstance(program, (bytes, bytearray, memoryview)):
         program = read_pte(bytes(program))

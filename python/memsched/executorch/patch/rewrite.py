@@ -1,5 +1,5 @@
 """The rewrite half of the ExecuTorch patch adapter: apply a patch plan of `memsched.patches`
-to an edge-dialect graph module described by `memsched.executorch.patch_describe` (per patch
+to an edge-dialect graph module described by `memsched.executorch.patch.describe` (per patch
 slices, border pads, the region's operators on the windows, reassembly by ``cat``).
 """
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import copy
 import operator
 
-from ..patches import PAD_MIN, Refused
-from . import patch_cortex_m as _cm
-from . import patch_layout as _layout
-from .patch_describe import TUPLE_FIRST, EdgeModel, _aten_name, _keepdim, _pair
+from ...patches import PAD_MIN, Refused
+from . import cortex_m as _cm
+from . import layout as _layout
+from .describe import TUPLE_FIRST, EdgeModel, _aten_name, _keepdim, _pair
 
 def _min_value(dtype):
     import torch
@@ -67,12 +67,12 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
         return a
 
     cl = em.channels_last
-    form_made: dict = {}  # plan node id -> the form it was written in (patch_layout)
+    form_made: dict = {}  # plan node id -> the form it was written in (patch.layout)
     views: dict = {}
 
     def src(s, form=_layout.NATIVE):
         """Plan source ``s`` in ``form``: on channels-last maps, a view when it was made in
-        the other form (`patch_layout.conversions` prices the same ones), made once."""
+        the other form (`patch.layout.conversions` prices the same ones), made once."""
         node = em.node_of[s[1]] if isinstance(s, tuple) else made[s]
         have = _layout.NATIVE if isinstance(s, tuple) else form_made[s]
         if not cl or have == form:
@@ -102,7 +102,7 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
         ins = [src(s, form) for s in nd.inputs]
         dtype = em.dtype_of.get(nd.tensor)
         # H and W of the form the cutting nodes run on: NHWC on channels-last maps
-        # (patch_layout), NCHW otherwise; the plan's axes are 1 (H) and 2 (W)
+        # (patch.layout), NCHW otherwise; the plan's axes are 1 (H) and 2 (W)
         hd, wd = (1, 2) if cl else (2, 3)
         like = _nhwc if cl else _windowed
         if nd.kind == "slice":
@@ -124,7 +124,7 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
                     # copied as [N, rows, W x C] (the portable kernel's innermost loop then
                     # runs the whole row, not C values per call: 3 instead of 37
                     # instructions a value on the M55) and seen as [N, rows, W, C] again
-                    # (a view: `patch_layout.lower_layout_views` folds it into the layout
+                    # (a view: `patch.layout.lower_layout_views` folds it into the layout
                     # view that follows)
                     rows3 = [size[0], size[hd], size[wd] * size[3]]
                     with fake:

@@ -63,8 +63,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import UnsupportedProgramError
-from .pte_verify import tensor_nbytes
+from ..errors import UnsupportedProgramError
+from ..format.verify import tensor_nbytes
 
 TARGETS = ("cortex-m", "host")
 RANK_LIMIT = 16  # kTensorDimensionLimit: resolve_operator's room per argument
@@ -125,7 +125,7 @@ def _check_target(target: str) -> Abi:
 
 
 _LISTS = ("IntList", "TensorList", "OptionalTensorList")
-# the value kinds of a program (`pte_format`'s KernelTypes) parse_values knows
+# the value kinds of a program (`format.pte`'s KernelTypes) parse_values knows
 VALUE_KINDS = ("Null", "Int", "Bool", "Double", "Tensor", "IntList", "TensorList",
                "OptionalTensorList", "BoolList", "DoubleList", "String")
 
@@ -133,7 +133,7 @@ VALUE_KINDS = ("Null", "Int", "Bool", "Double", "Tensor", "IntList", "TensorList
 def value_records(abi: Abi, kind: str, n: int = 0, static: bool = True) -> list[tuple]:
     """The ``(record, count)`` allocations ``parse_values`` makes in the method allocator
     for one value besides its `EValue` (the one statement of them: `_simulate` replays them
-    and `memsched.executorch.records` prices calls with them). ``kind``: a `VALUE_KINDS`
+    and `memsched.executorch.patch.records` prices calls with them). ``kind``: a `VALUE_KINDS`
     name; ``n``: a tensor's rank or a list's length; ``static``: a tensor of static shape
     (else its sizes and dim order are copied out first)."""
     if kind == "Tensor":
@@ -208,7 +208,7 @@ def _simulate(plan, abi: Abi, temp_pool: int | None) -> tuple[int, int, int]:
 
 
 def method_ram(plan, target: str = "cortex-m", temp_pool: int | None = None) -> dict:
-    """The RAM of one decoded method (`pte_format.ExecutionPlan`, verified by
+    """The RAM of one decoded method (`format.pte.ExecutionPlan`, verified by
     `pte.read_program`) on ``target``; ``temp_pool``: the temp allocator's capacity (None: as
     large as the lookups need). See `program_ram` for the fields."""
     abi = _check_target(target)
@@ -261,7 +261,7 @@ def program_ram(data, target: str = "cortex-m", temp_pool: int | None = None) ->
     plan), ``target`` and, for programs with delegates, a ``note``. ``target``: ``cortex-m``
     (32-bit Arm, as on the Cortex-M55) or ``host`` (x86-64). Raises `PteFileError` for a
     file the runtime would refuse."""
-    from .pte import read_program
+    from ..format.read import read_program
 
     _check_target(target)
     pte = read_program(data)

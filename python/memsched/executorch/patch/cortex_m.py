@@ -29,7 +29,7 @@ report names it.
 """
 from __future__ import annotations
 
-from ..patches import PAD_MIN, PAD_NONE, PAD_ZERO, SOp
+from ...patches import PAD_MIN, PAD_NONE, PAD_ZERO, SOp
 
 # name -> (activation arg positions, MACs per output element or None for a window op's own)
 ELTWISE = {
@@ -207,7 +207,7 @@ def zero_point(em, t: int) -> int:
     zps = {-int(u.args[INPUT_OFFSET[op_name(u.target)]]) for u in node.users
            if is_cortex_m(u.target) and op_name(u.target) in INPUT_OFFSET}
     if len(zps) > 1:
-        from ..patches import Refused
+        from ...patches import Refused
 
         raise Refused(f"{node.name} is read by convolutions with different zero points")
     return zps.pop() if zps else 0

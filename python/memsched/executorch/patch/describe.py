@@ -1,20 +1,20 @@
 """The description half of the ExecuTorch patch adapter: an edge-dialect graph module (what a
 pass of ``ExecutorchBackendConfig(passes=[...])`` receives, before ``ToOutVarPass``; NCHW
 feature maps seen as 1 x H x W x C) as the patch problem's `SpatialModel` plus the matching
-`OpGraph` under ExecuTorch's memory model. `memsched.executorch.patch_pass` has the full story;
-the rewrite that applies a plan is `memsched.executorch.patch_rewrite`.
+`OpGraph` under ExecuTorch's memory model. `memsched.executorch.patch.tile` has the full story;
+the rewrite that applies a plan is `memsched.executorch.patch.rewrite`.
 """
 from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
 
-from ..graph import GraphBuilder
-from ..patches import (PAD_MIN, PAD_NONE, PAD_ZERO, Refused, RuntimeMemory, SOp,
-                       SpatialModel, STensor, classify_se)
-from . import patch_cortex_m as _cm
-from .inplace import input_it_may_overwrite
-from .model import EXECUTORCH_MODEL
+from ...graph import GraphBuilder
+from ...patches import (PAD_MIN, PAD_NONE, PAD_ZERO, Refused, RuntimeMemory, SOp,
+                        SpatialModel, STensor, classify_se)
+from . import cortex_m as _cm
+from ..memory.inplace import input_it_may_overwrite
+from ..memory.model import EXECUTORCH_MODEL
 from .records import Prices, check_target, default_target, node_call
 
 EXECUTORCH_MEMORY = RuntimeMemory("executorch", EXECUTORCH_MODEL)  # activations only
@@ -117,7 +117,7 @@ class EdgeModel:
     # at ``target``'s ABI
     op_bytes: dict = field(default_factory=dict)
     # feature maps stored channels-last (the Cortex-M flow, fp32 exported channels-last):
-    # the rewrite cuts and reassembles on their NHWC form (`patch_layout`)
+    # the rewrite cuts and reassembles on their NHWC form (`patch.layout`)
     channels_last: bool = False
     # the ABI the method allocator's records are priced at (`ram.ABIS`: "cortex-m", "host")
     target: str = "host"
@@ -136,7 +136,7 @@ def describe_graph(gm, planned_inputs: bool = True, target: str | None = None,
     its calls' method-allocator records are priced at (`records.Prices`); None:
     `records.default_target` (``cortex-m`` for a graph with ``cortex_m::`` operators, else
     ``host``); ``shared``: the written program's equal values will be shared
-    (`memsched.executorch.share`), so a call's scalars and scalar lists are priced once."""
+    (`memsched.executorch.plan.share`), so a call's scalars and scalar lists are priced once."""
     graph = gm.graph
     target = check_target(target) or default_target(graph.nodes)
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
@@ -249,7 +249,7 @@ def describe_graph(gm, planned_inputs: bool = True, target: str | None = None,
 
 def _channels_last(acts) -> bool:
     """Whether the feature maps are stored channels-last (the Cortex-M flow): the rewrite
-    then cuts, pads and reassembles them on their NHWC form (`patch_layout`)."""
+    then cuts, pads and reassembles them on their NHWC form (`patch.layout`)."""
     for n in acts:
         v = _val(n)
         if _is_tensor(v) and v.dim() == 4 and not v.is_contiguous():

@@ -4,14 +4,14 @@ A plan is correct when no two tensors live at the same time overlap in bytes of 
 (unless one is stored inside the other: ``storage_base``), and every tensor ends within its
 arena's planned size. `check_placements` checks a list of placements against the specs'
 recorded lifetimes; `check_graph_module` re-derives the lifetimes from the final node order by
-ExecuTorch's rule (`memsched.executorch.model.lifetimes_of_nodes`, not the specs' own
+ExecuTorch's rule (`memsched.executorch.memory.model.lifetimes_of_nodes`, not the specs' own
 ``lifetime`` fields) and checks what ``MemoryPlanningPass`` wrote on the specs and in
 ``graph_module.meta["non_const_buffer_sizes"]``. Written here, apart from the packers and from
 ExecuTorch's own ``Verifier``.
 """
 from __future__ import annotations
 
-from .errors import PlanCheckError
+from ..errors import PlanCheckError
 
 
 def _holders(spec) -> list[tuple]:
@@ -45,7 +45,7 @@ def _offset_in_root(spec) -> int:
 def check_intervals(items, bufsize: int | None, where: str = "", shared=()) -> None:
     """``items``: (spec, start, end, offset, size); raise `PlanCheckError` on a conflict.
     ``shared``: (input spec, output spec) of calls that may write their output over their
-    input (`memsched.executorch.inplace`): those two may overlap where the kernel's rule
+    input (`memsched.executorch.memory.inplace`): those two may overlap where the kernel's rule
     (`inplace.may_share`) allows and only there; so may the storages they are views of (a
     patch's float window read through its layout view)."""
     from .inplace import may_share

@@ -1,18 +1,19 @@
 """Reorder a graph module's nodes into memsched's certified peak-optimal order.
 
 Runs on the graph `MemoryPlanningPass` is about to plan (after ``ToOutVarPass``), where the
-node order is the schedule ExecuTorch's lifetimes are measured in (`memsched.executorch.model`).
-The order is taken only when its liveness peak, measured again by ExecuTorch's rule on the
-reordered nodes, is below the input order's; otherwise the graph is left as it was.
+node order is the schedule ExecuTorch's lifetimes are measured in
+(`memsched.executorch.memory.model`). The order is taken only when its liveness peak, measured again
+by ExecuTorch's rule on the reordered nodes, is below the input order's; otherwise the graph is left
+as it was.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-from .errors import UnsupportedProgramError
-from .model import (FastSignature, PlanFlags, ProgramModel, build_model, liveness_peak,
-                    planned_specs)
+from ..errors import UnsupportedProgramError
+from ..memory.model import (FastSignature, PlanFlags, ProgramModel, build_model, liveness_peak,
+                            planned_specs)
 
 
 @dataclass
@@ -37,9 +38,9 @@ def schedule_model(model: ProgramModel, time_limit: float | None = 10.0,
     """memsched's `auto` scheduler on the model's op graph (its `Schedule`); ``options``: the
     scheduler's options instead of ``time_limit`` (`memsched.patches.Budget.final_options`:
     bounded by work, the same order on any machine)."""
-    from ..schedulers import schedule
+    from ...schedulers import schedule
 
-    from .model import EXECUTORCH_MODEL
+    from ..memory.model import EXECUTORCH_MODEL
     return schedule(model.graph, "auto", EXECUTORCH_MODEL,
                     **(options if options is not None else {"time_limit": time_limit}))
 
@@ -98,7 +99,7 @@ def reorder_graph_module(graph_module, graph_signature=None, flags: PlanFlags | 
 
 
 def _model_peak(model: ProgramModel, order) -> int:
-    from ..memory import Problem
+    from ...memory import Problem
 
-    from .model import EXECUTORCH_MODEL
+    from ..memory.model import EXECUTORCH_MODEL
     return Problem.from_graph(model.graph, EXECUTORCH_MODEL).evaluate(order).peak

@@ -11,15 +11,15 @@ base at ``storage_base_offset``; an arena starts above the control-flow submodul
 (``graph_module.input_mem_buffer_sizes``) and gets ``extra_padding`` on top, as in ``greedy``.
 Each arena keeps the smaller of ExecuTorch's ``greedy`` and memsched's packing, so the result is
 never larger than ``greedy``'s even outside a `MemoryPlanningAlgorithmSuite`; every plan goes
-through the independent check (`memsched.executorch.check`) before it is returned.
+through the independent check (`memsched.executorch.memory.check`) before it is returned.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
 
-from .check import check_placements
-from .model import storage_parent, storage_root
+from ..memory.check import check_placements
+from ..memory.model import storage_parent, storage_root
 
 
 @dataclass
@@ -119,7 +119,7 @@ class MemschedAlgo:
         (`_stacked`); no sharing. The relaxed problem's bound bounds all three."""
         from dataclasses import replace
 
-        from ..arena import Lifetime, plan
+        from ...arena import Lifetime, plan
 
         limits = dict(time_limit=None, max_nodes=self.arena_nodes) if self.arena_nodes else \
             dict(time_limit=10.0 if self.time_limit is None else self.time_limit)
@@ -155,11 +155,11 @@ class MemschedAlgo:
 def _aligned(p, roots, share):
     """``p`` with equal tensors (dtype, shape, dim order, bytes) at shared offsets where the
     packing allows (`memsched.arena.align_equal`, the arena no larger): the emitted program
-    then holds equal tensor values a `memsched.executorch.share` pass can make one (a patch's
+    then holds equal tensor values a `memsched.executorch.plan.share` pass can make one (a patch's
     copies of an operator, scratch buffers of equal calls). The in-place pairs stay."""
     from dataclasses import replace
 
-    from ..arena import Lifetime, align_equal
+    from ...arena import Lifetime, align_equal
 
     lts = [Lifetime(s.allocated_memory, s.lifetime[0], s.lifetime[1]) for s in roots]
     keys = [(s.allocated_memory, tuple(s.shape), str(s.dtype), tuple(s.dim_order))
@@ -171,7 +171,7 @@ def _aligned(p, roots, share):
 def _inplace(graph_module, roots) -> list:
     """The in-place quantizes (`inplace.pairs`) whose two tensors are roots of this arena and
     whose output outlives the call."""
-    from .inplace import pairs
+    from ..memory.inplace import pairs
 
     ids = {id(s) for s in roots}
     out = []
@@ -195,7 +195,7 @@ def _place(offsets, lts, fi, qi, si, so, arena, alignment) -> bool:
     lives with it -- the output onto the input's start, the input up to the output's start,
     the input to the arena's top, then any offset at the end of a buffer it overlaps in time
     -- or give up (False)."""
-    from .inplace import may_share
+    from ..memory.inplace import may_share
 
     def apart_or_allowed() -> bool:
         f, q = lts[fi], lts[qi]
@@ -244,7 +244,7 @@ def _stacked(lts, pairs, alignment, pack):
     is (the arena grows if it must). None when none of these fits."""
     from dataclasses import replace
 
-    from ..arena import Lifetime
+    from ...arena import Lifetime
 
     items = list(lts)
     for _, f, q, _, _ in pairs:

@@ -5,7 +5,7 @@ ExecuTorch numbers a method's planned buffers by ``mem_id`` (1..n of
 one first (a Cortex-M55's DTCM) and slower ones after. What a bank is worth is the traffic it
 serves: a planned tensor's traffic is its bytes x (1 + the number of kernel calls -- and
 delegate calls -- that read it), a read through a view counting for the view's storage
-(`tensor_traffic`, on the liveness model of `pte_liveness.plan_graph`).
+(`tensor_traffic`, on the liveness model of `memory.liveness.plan_graph`).
 
 `bank_rows` reports a method's buffers as they are written (``analyze``); `place_banks`
 re-places a method's storages across a memory map with `memsched.banks.place` in a given order
@@ -14,7 +14,7 @@ re-places a method's storages across a memory map with `memsched.banks.place` in
 """
 from __future__ import annotations
 
-from .pte_liveness import _alloc, _nbytes, kernel_writes
+from ..memory.liveness import _alloc, _nbytes, kernel_writes
 
 __all__ = ["tensor_traffic", "bank_rows", "fast_share", "memory_banks", "place_banks",
            "require_fit", "fits"]
@@ -63,7 +63,7 @@ def memory_banks(memory_map) -> list[tuple[str, int, int]]:
     (`memsched.banks.parse_memory_map`) or such a list; None stays None."""
     if memory_map is None:
         return None
-    from ..banks import parse_memory_map
+    from ...banks import parse_memory_map
 
     if isinstance(memory_map, str):
         return parse_memory_map(memory_map)
@@ -118,7 +118,7 @@ def fits(rows, banks) -> bool:
 def require_fit(plan, banks, why: str) -> None:
     """A method that cannot be re-placed (``why``) is left as written: raise
     `memsched.banks.BankCapacityError` naming the first bank its buffers overflow."""
-    from ..banks import BankCapacityError
+    from ...banks import BankCapacityError
 
     sizes = list(plan.non_const_buffer_sizes)
     for name, cap, m in banks:
@@ -138,8 +138,8 @@ def place_banks(plan, graph, info, order, memory_map, alignment: int = 16,
     share on the same buffers. Buffers at a mem_id the map does not name keep it (packed again
     in the new order). Raises `memsched.banks.BankCapacityError` when the map cannot hold
     them."""
-    from ..arena import Lifetime, plan as plan_arena
-    from ..banks import Bank, BankCapacityError, Buffer, greedy_place, place
+    from ...arena import Lifetime, plan as plan_arena
+    from ...banks import Bank, BankCapacityError, Buffer, greedy_place, place
 
     banks = memory_banks(memory_map)
     pos = {v: k for k, v in enumerate(order)}

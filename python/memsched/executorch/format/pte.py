@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field, make_dataclass
 
-from .errors import PteFileError
+from ..errors import PteFileError
 
 IDENTIFIER = b"ET12"
 HEADER_MAGIC = b"eh00"
@@ -112,8 +112,8 @@ UNIONS: dict[str, list[str]] = {
                              "FreeCall"],
 }
 
-# One dataclass per table, named as in the schema (``pte_format.Tensor`` ...); every field
-# optional (a flatbuffer may leave any out: `verify` in pte_verify says which the runtime needs).
+# One dataclass per table, named as in the schema (``format.pte.Tensor`` ...); every field
+# optional (a flatbuffer may leave any out: `verify` in format.verify says which the runtime needs).
 _CLASSES: dict[str, type] = {
     name: make_dataclass(name, [(f, object, field(default=d)) for f, _, d in fields],
                          slots=True, namespace={"__module__": __name__})

@@ -1,5 +1,5 @@
 """The checks ExecuTorch's runtime makes when it loads a program and its methods, made on a
-decoded `pte_format.PteFile` so that a file the runtime would refuse is refused here without
+decoded `format.pte.PteFile` so that a file the runtime would refuse is refused here without
 importing the runtime.
 
 What the runtime checks (executorch 1.5.1, ``runtime/executor``: ``program.cpp``,
@@ -27,7 +27,7 @@ or a backend is registered in it, and what a delegate's blob holds.
 """
 from __future__ import annotations
 
-from .errors import PteFileError
+from ..errors import PteFileError
 
 MAX_ARENA_BYTES = 1 << 32  # a planned arena above 4 GiB: refused (the runtime would allocate it)
 MAX_VERSION = 0  # the newest Program.version the 1.5.1 runtime loads

@@ -22,7 +22,7 @@ The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
    model output stays ``other``). Nodes that read no activation (weight permutes) are left
    where they are and not modelled. The Cortex-M int8 flow's ``cortex_m::`` kernels (quantize,
    quantized convolutions / pools / add / mul / activation, pad, minimum / maximum) are
-   described by `memsched.executorch.patch_cortex_m`, their CMSIS-NN scratch buffers as
+   described by `memsched.executorch.patch.cortex_m`, their CMSIS-NN scratch buffers as
    per-op workspace.
 2. **Search.** `memsched.patches.search_model` with ExecuTorch's runtime description
    (`executorch_runtime`: the arena plus the method allocator's records, SE blocks
@@ -33,7 +33,7 @@ The ExecuTorch counterpart of `memsched.transform.tile_patches` (Relax) and
    MACs for the whole graph, only if it beats the unpatched graph in its best order (a forced
    ``grid``/``split``: one region, applied even when it does not lower the peak).
 3. **Rewrite** (on a copy of the graph module; the input module is never changed; region by
-   region, the last one first, `patch_rewrite.rewrite`): per patch
+   region, the last one first, `patch.rewrite.rewrite`): per patch
    ``slice_copy`` of the input window with its halo (H, then W), ``constant_pad_nd`` only on
    true borders (zero; ``-inf`` / the dtype's minimum before a max pool), the same
    convolution / pool with padding 0, element-wise ops on the windows; ``cat`` of each row's
@@ -60,14 +60,14 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 
-from ..patches import (Clock, Described, PatchOptions, Refused, Runtime, SearchResult,
-                       entry_options, search_model, unmet_grid)
-from .errors import ExecutorchError
-from .model import EXECUTORCH_MODEL
-from .patch_describe import EXECUTORCH_MEMORY, EdgeModel, describe_graph
-from .patch_cortex_m import own_padding
-from .patch_layout import CHANNELS_LAST
-from .patch_rewrite import _copy_module, rewrite
+from ...patches import (Clock, Described, PatchOptions, Refused, Runtime, SearchResult,
+                        entry_options, search_model, unmet_grid)
+from ..errors import ExecutorchError
+from ..memory.model import EXECUTORCH_MODEL
+from .describe import EXECUTORCH_MEMORY, EdgeModel, describe_graph
+from .cortex_m import own_padding
+from .layout import CHANNELS_LAST
+from .rewrite import _copy_module, rewrite
 from .records import ExecutorchRecords, check_target
 
 class TilePatchesError(ExecutorchError):
@@ -117,17 +117,17 @@ class TileReport:
     # the stage the wall-clock time limit stopped the search in (`patches.budget.Clock`);
     # empty: the work budgets alone decided, and any machine writes the same program
     stopped_by_time_limit: str = ""
-    # the method allocator's records of the described calls (`memsched.executorch.records`),
+    # the method allocator's records of the described calls (`memsched.executorch.patch.records`),
     # modelled at records_target's ABI ("cortex-m", "host"; "" when not priced): before, and
     # what the patches add (priced in the choice with price_records)
     records_before: int = 0
     records_added: int = 0
     records_target: str = ""
     # the records were priced for the program with its equal values shared
-    # (`memsched.executorch.share`: write ``share_values(program)``, not the emitter's bytes)
+    # (`memsched.executorch.plan.share`: write ``share_values(program)``, not the emitter's bytes)
     values_shared: bool = False
     # the CPU instructions of one execute on a Cortex-M55, predicted by the search's kernel
-    # cost model (`memsched.executorch.instructions`; None: no model for this graph): before,
+    # cost model (`memsched.executorch.memory.instructions`; None: no model for this graph): before,
     # with the patches, their ratio, the bound the choice was made under, and the (total
     # bytes, instructions) frontier the search found ("grid@split:bytes:slowdown")
     cpu_instructions_before: int | None = None
@@ -188,13 +188,13 @@ def executorch_runtime(em: EdgeModel, price_records: bool = True) -> Runtime:
     """ExecuTorch as the patch search sees it (`memsched.patches.Runtime`): `memory_of`;
     portable kernels take a convolution's / pool's own padding on any window, on both sides
     (plans with margins), while the Cortex-M flow's rebuilt calls on channels-last maps are
-    not written that way and cut on the maps' NHWC form (`patch_layout.CHANNELS_LAST`);
+    not written that way and cut on the maps' NHWC form (`patch.layout.CHANNELS_LAST`);
     squeeze-and-excitation blocks are rewritten; ``time``: the M55 instructions of the
-    Cortex-M flow's kernels (`patch_time.time_model`; None where a call has no model);
+    Cortex-M flow's kernels (`patch.time.time_model`; None where a call has no model);
     ``own_padding``: a Cortex-M convolution takes the border pads its kernel and shape
-    function allow as its own padding (`patch_cortex_m.own_padding`)."""
+    function allow as its own padding (`patch.cortex_m.own_padding`)."""
     cl = em.channels_last
-    from .patch_time import time_model
+    from .time import time_model
 
     return Runtime(memory_of(em, price_records), implicit_padding=not cl,
                    padding_rule="fixed", se=True, layout=CHANNELS_LAST if cl else None,
@@ -219,21 +219,21 @@ def tile_graph_module(gm, options: PatchOptions | None = None, *, max_overhead=N
 
     ``options``: the search's `memsched.patches.PatchOptions` (the keywords of the same names
     put over it: ``max_overhead``, ``max_slowdown`` (the most instructions per execute the
-    choice may run on a Cortex-M55, predicted by `memsched.executorch.instructions`, as a factor
-    of the unpatched program's: default 1.10, None no bound), ``grid``, ``split``,
+    choice may run on a Cortex-M55, predicted by `memsched.executorch.memory.instructions`, as a
+    factor of the unpatched program's: default 1.10, None no bound), ``grid``, ``split``,
     ``se_patches``, ``max_regions`` (regions in sequence, each with its own grid, under the one
     MAC budget; ``second_region``: its deprecated name), ``exact_reductions`` (a float mean's
     partial sums, equal up to rounding, only with False), ``padding`` (``"explicit"``:
     constant_pad_nd on patch borders; ``"margins"``: convolutions and pools keep their own
     padding on wider windows; default: both priced), ``time_limit`` (the search's wall-clock
     safety net)). ``price_records``: the objective is the planned arena plus the method
-    allocator's records (`memsched.executorch.records`), else the arena alone; ``target``: the
+    allocator's records (`memsched.executorch.patch.records`), else the arena alone; ``target``: the
     ABI those records are priced at, "cortex-m" (32-bit Arm) or "host" (x86-64); None:
     "cortex-m" for a graph with ``cortex_m::`` operators, else "host"
     (`records.default_target`). ``planned_inputs``: False when the planning pass leaves the user
     inputs out of the arena (``alloc_graph_input=False``). ``share_values``: the records are
     priced for the program with its equal values shared
-    (`memsched.executorch.share.share_values`, which the caller applies to the written
+    (`memsched.executorch.plan.share.share_values`, which the caller applies to the written
     ``.pte``). Bad options raise `TilePatchesError`."""
     target = records_target(target)
     opts = entry_options(TilePatchesError, options, max_overhead=max_overhead,

@@ -7,8 +7,8 @@ element ``i`` (``b <= a`` bytes). Writing output ``i`` must not reach input ``i 
 is read: ``off_out + b (i + 1) <= off_in + a (i + 1)`` for every ``i``, i.e.
 ``off_out <= off_in + (a - b)`` (`may_share`). With the model's planned float input that saves
 the int8 copy at the peak (a 224x224x3 input: 602,112 B float, 150,528 B int8). Nothing else
-may overlap; the kernel checks none of this, so the plan is proven (`memsched.executorch.check`)
-before it is written.
+may overlap; the kernel checks none of this, so the plan is proven
+(`memsched.executorch.memory.check`) before it is written.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def output_spec(node):
 def may_share(in_spec, out_spec, off_in: int, off_out: int) -> bool:
     """Whether the output placed at ``off_out`` may overlap the input at ``off_in``: the rule
     of the kernel's forward loop (module docstring). The specs: ExecuTorch's ``TensorSpec``
-    or anything with ``element_bytes`` (`pte_liveness.plan_graph`'s storages)."""
+    or anything with ``element_bytes`` (`memory.liveness.plan_graph`'s storages)."""
     a, b = _element_bytes(in_spec), _element_bytes(out_spec)
     return off_out <= off_in + (a - b)
 

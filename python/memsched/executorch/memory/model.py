@@ -37,9 +37,9 @@ import itertools
 import operator
 from dataclasses import dataclass, field
 
-from ..graph import GraphBuilder, OpGraph
-from ..memory import MemoryModel
-from .errors import UnsupportedProgramError
+from ...graph import GraphBuilder, OpGraph
+from ...memory import MemoryModel
+from ..errors import UnsupportedProgramError
 
 # sizes are pre-aligned; every counted tensor lives from its first to its last reference
 # in-place: only the calls the graph marks (`inplace`: the Cortex-M quantize over its input)
@@ -425,7 +425,7 @@ def lifetimes_of_nodes(nodes, graph_signature, flags: PlanFlags, planned=None,
 
 def liveness_peak(nodes, graph_signature, flags: PlanFlags, planned, refs=None) -> int:
     """Largest sum of planned (aligned) bytes live at one node index of ``nodes``."""
-    from ..arena_problem import max_live
+    from ...arena_problem import max_live
 
     from .inplace import pairs_in
 

@@ -11,7 +11,7 @@ a new tensor value, and as its return (one more slot each, or for an operator re
 tuple, a batch norm or a max pool with indices, one slot and a tensor list of them). A
 Cortex-M call's CMSIS-NN scratch buffers are new tensor values too (a ``memory.alloc``
 each). Tensors a call only reads (activations, weights) are values already: a slot each. A
-layout view (`patch_layout`) of a planned tensor is a tensor value and no instruction; of a
+layout view (`patch.layout`) of a planned tensor is a tensor value and no instruction; of a
 user input outside the plan, an ``et_view`` call.
 
 The sizes and alignments are `ram.ABIS`' (stated once, there): a call is priced by replaying
@@ -42,8 +42,8 @@ fp32 programs); ``backend_config(target=...)`` chooses.
 """
 from __future__ import annotations
 
-from ..patches import Layout, RuntimeMemory
-from .ram import ABIS, TARGETS, Abi, _Bump, value_records
+from ...patches import Layout, RuntimeMemory
+from ..memory.ram import ABIS, TARGETS, Abi, _Bump, value_records
 
 CORTEX_M, HOST = "cortex-m", "host"
 
@@ -67,13 +67,13 @@ def default_target(nodes) -> str:
     """The ABI a graph is priced at: ``cortex-m`` when any of its FX ``nodes`` calls a
     ``cortex_m::`` operator (the Cortex-M backend's graphs run on a 32-bit Cortex-M), else
     ``host``."""
-    from .patch_cortex_m import is_cortex_m
+    from .cortex_m import is_cortex_m
 
     return CORTEX_M if any(getattr(n, "op", None) == "call_function" and
                            is_cortex_m(n.target) for n in nodes) else HOST
 
 
-# values `memsched.executorch.share` shares by content: with ``shared`` prices a call's
+# values `memsched.executorch.plan.share` shares by content: with ``shared`` prices a call's
 # scalars, ``None`` and int / bool / double lists cost their slot only (the first call with
 # that content pays for them, as in the unpatched program)
 SHARED_KINDS = frozenset(("Null", "Int", "Bool", "Double", "String", "IntList", "BoolList",
@@ -82,7 +82,7 @@ SHARED_KINDS = frozenset(("Null", "Int", "Bool", "Double", "String", "IntList", 
 
 class Prices:
     """The method allocator's bytes of calls and values at one target's ABI (`ram.ABIS`).
-    ``shared``: the program's equal values are shared (`memsched.executorch.share`), so a
+    ``shared``: the program's equal values are shared (`memsched.executorch.plan.share`), so a
     call's scalars and scalar lists cost their slot only (new content, a patch's bounds, is
     priced once per plan by `ExecutorchRecords`)."""
 
@@ -130,7 +130,7 @@ class Prices:
                 self.values(tensors + [("Tensor", r) for r in outputs] + rest + ret))
 
     def view(self, rank: int = 4, planned: bool = True) -> int:
-        """A layout view (`patch_layout`): of a planned tensor the emitter writes no call, only
+        """A layout view (`patch.layout`): of a planned tensor the emitter writes no call, only
         its tensor value; of one outside the plan (a user input the caller provides) an
         ``executorch_prim::et_view(self, size) -> out`` call (three slots, the sizes a new int
         list)."""
@@ -140,7 +140,7 @@ class Prices:
         return abi.pointer[0] * (1 + 3) + abi.array_ref[0] + \
             self.values([("IntList", rank), ("Tensor", rank)])
 
-    # the calls a patch rewrite writes (`patch_rewrite`), on 4-D feature maps; with
+    # the calls a patch rewrite writes (`patch.rewrite`), on 4-D feature maps; with
     # ``shared`` their new scalar content is priced once per plan
     # (`ExecutorchRecords._shared_content`)
     def slice(self) -> int:  # slice_copy(self, dim, start, end, step)
@@ -251,12 +251,12 @@ class ExecutorchRecords(RuntimeMemory):
     rewrite adds costs (`Prices`), so the one evaluator chooses on what the device
     provisions. ``op_bytes``: operator index -> the records of its call in the described graph
     (`node_call_bytes` at ``target``); ``layout``: the runtime's layout contract
-    (`memsched.patches.Layout`, the Cortex-M one: `patch_layout.CHANNELS_LAST`), whose views
+    (`memsched.patches.Layout`, the Cortex-M one: `patch.layout.CHANNELS_LAST`), whose views
     between a feature map's forms are priced too and whose cuts pad the NHWC form (None: no
     views); ``target``: the ABI (`ram.ABIS`) the records are priced at; ``unplanned``: the
     model inputs outside the planned arena (``alloc_graph_input=False``), whose views are
     calls; ``shared``: the written program's equal values are shared
-    (`memsched.executorch.share`; ``op_bytes`` priced the same way)."""
+    (`memsched.executorch.plan.share`; ``op_bytes`` priced the same way)."""
 
     def __init__(self, activations, op_bytes: dict[int, int], layout: Layout | None = None,
                  target: str = HOST, unplanned=(), shared: bool = False,
@@ -272,7 +272,7 @@ class ExecutorchRecords(RuntimeMemory):
         self.out_bytes = dict(out_bytes or {}) if shared else {}
         self.target = p.target
         # constant_pad_nd's pads: (C,) W, H on the NHWC form of channels-last maps
-        # a window copied row-contiguous (`patch_layout.flat_windows`): 3-item lists
+        # a window copied row-contiguous (`patch.layout.flat_windows`): 3-item lists
         self._slice, self._window, self._flat_window = p.slice(), p.window(), p.window(3)
         self._pad = p.pad(6 if layout is not None else 4)
         self._cm_pad = p.cm_pad()  # int8 border pads on the NHWC form (`_is_cm_pad`)
@@ -327,10 +327,10 @@ class ExecutorchRecords(RuntimeMemory):
 
     def _is_cm_pad(self, sm, nd) -> bool:
         """Whether the rewrite writes border pad ``nd`` as ``cortex_m::pad``
-        (`patch_cortex_m.cm_pad_fits`: int8, one byte a value in the Cortex-M flow, on the
+        (`patch.cortex_m.cm_pad_fits`: int8, one byte a value in the Cortex-M flow, on the
         NHWC form of channels-last maps)."""
-        from .patch_cortex_m import cm_pad_fits
-        from .patch_layout import CHANNELS_LAST
+        from .cortex_m import cm_pad_fits
+        from .layout import CHANNELS_LAST
 
         if self.layout != CHANNELS_LAST or sm.tensors[nd.tensor].itemsize != 1:
             return False
@@ -341,7 +341,7 @@ class ExecutorchRecords(RuntimeMemory):
 
     def _flat(self, plan) -> set:
         """The windows the rewrite copies row-contiguous (on channels-last maps only)."""
-        from .patch_layout import CHANNELS_LAST, flat_windows
+        from .layout import CHANNELS_LAST, flat_windows
 
         return flat_windows(plan) if self.layout == CHANNELS_LAST else set()
 
