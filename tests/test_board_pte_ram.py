@@ -4,8 +4,8 @@ byte to what the runtime takes:
 * ``cortex-m``: the emulated Cortex-M55's firmware (`memsched.board`, ExecuTorch's runtime with
   the ``cortex_m`` kernels on CMSIS-NN for MVE) runs the program and reports its planned
   buffers and the bytes its method and temp allocators used;
-* ``host``: ``benchmarks/executorch_method_bytes.py``'s harness loads the program with the
-  executorch wheel's x86-64 ``libexecutorch`` and allocators that count (operators
+* ``host``: ``benchmarks/executorch/executorch_method_bytes.py``'s harness loads the program with
+  the executorch wheel's x86-64 ``libexecutorch`` and allocators that count (operators
   registered as no-op kernels: loading only), the temp allocator's capacity as given.
 
 Programs: a small int8 network lowered by ExecuTorch's default and with memsched's patches,
@@ -43,7 +43,7 @@ from memsched.executorch.memory.ram import program_ram  # noqa: E402
 
 # the host harness: benchmarks/native/method_allocator.cpp (libexecutorch of the wheel, a
 # method allocator and a temp allocator that remember how far they went)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "executorch"))
 import executorch_method_bytes as host_bytes  # noqa: E402
 
 BOARD_TEMP_POOL = 16 << 20  # the firmware's temp pool: every operator lookup fits

@@ -585,7 +585,7 @@ def test_batch_norm_model_patched_and_records_measured():
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks" / "executorch"))
     from executorch_method_bytes import method_allocator_bytes
 
     def cbr(ci, co, k=1, s=1, g=1):

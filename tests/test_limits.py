@@ -1,7 +1,7 @@
 """Limits of one scheduling call (memsched.limits): memory caps, determinism under time limits,
 Ctrl-C during native search, input validation, PassContext keys right after import.
 
-No wall-time assertions: speed is measured by benchmarks/time_limits.py. Timeouts below only
+No wall-time assertions: speed is measured by benchmarks/search/time_limits.py. Timeouts below only
 guard against hangs (a search that ignores Ctrl-C or its cap would run for minutes).
 """
 from __future__ import annotations

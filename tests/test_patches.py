@@ -522,7 +522,7 @@ def test_mobilenet_v2_tflm_total_arena(tmp_path):
 
     if not tflm.available():
         pytest.skip("tflite-micro not installed")
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "patches.py")
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "tflite", "patches.py")
     spec = importlib.util.spec_from_file_location("bench_patches", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
@@ -552,7 +552,7 @@ def test_tflite_region_ends_at_a_global_mean_with_the_reason():
     from memsched.tflite.format.read import read_tflite
     from memsched.tflite.patch.describe import spatial_model
 
-    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "patches.py")
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "tflite", "patches.py")
     spec = importlib.util.spec_from_file_location("bench_patches_mean", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

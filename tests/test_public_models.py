@@ -1,4 +1,4 @@
-"""benchmarks/public_models.py: the public-model suite (definitions, export, analyze, compile,
+"""benchmarks/tvm/public_models.py: the public-model suite (definitions, export, analyze, compile,
 run, comparison with ONNX Runtime)."""
 import json
 import os
@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks", "tvm"))
 
 import public_models as pm  # noqa: E402
 

@@ -556,7 +556,7 @@ def _bench():
     import importlib.util
     import pathlib
 
-    path = pathlib.Path(__file__).parents[1] / "benchmarks" / "rewrite_concat_conv.py"
+    path = pathlib.Path(__file__).parents[1] / "benchmarks" / "tvm" / "rewrite_concat_conv.py"
     spec = importlib.util.spec_from_file_location("_bench_rewrite_concat_conv", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -3,7 +3,7 @@ MobileNetV2 family, a MobileNetV3-Small-like model (squeeze-and-excitation block
 hardsigmoid) and small inverted-residual models, float32 or integer (int8 activations,
 int32 accumulation, a shift-and-clip requantization: outputs are bit-exact across schedules).
 
-Used by the TilePatches tests and `benchmarks/patches_tvm.py`.
+Used by the TilePatches tests and `benchmarks/tvm/patches_tvm.py`.
 """
 from __future__ import annotations
 

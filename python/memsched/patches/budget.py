@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-# chosen on three table rows (benchmarks/patch_search_time.py; ExecuTorch MobileNetV2 @224,
+# chosen on three table rows (benchmarks/search/patch_search_time.py; ExecuTorch MobileNetV2 @224,
 # TVM mbv2-0.35-96, `memsched tile` mbv2-0.35-144): with 160 / 400 / 80 the sequence search
 # never reached TVM's 3-region answers (103,104 B); with 120 / 1000 / 300 it does (92,160 B),
 # ExecuTorch's row improves (1,444,480 -> 1,439,792 B in 15.7 s) and TFLite's keeps its

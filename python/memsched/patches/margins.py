@@ -5,7 +5,7 @@ layer by layer, explicit PADs on true borders, and a crop wherever an element-wi
 operands come with different halos (a residual ADD: the block input was computed for the
 first convolution's halo). Where a runtime pays for every inserted node (TFLite Micro keeps
 ~180-260 B of persistent memory per PAD or STRIDED_SLICE, besides the activation copy) those
-nodes can cost more than the patches save (CIFAR ResNets, `benchmarks/patches_resnet.py
+nodes can cost more than the patches save (CIFAR ResNets, `benchmarks/tflite/patches_resnet.py
 --what-binds`).
 
 `plan_margins` builds the other plan: each operator runs with its own padding rule (TFLite's

@@ -26,8 +26,8 @@ int8 lanes, its im2col copies one run of channels per tap, the depthwise kernel 
 lanes per channel group per tap, pools 16 channel lanes per tap; the portable copies one
 memcpy per contiguous block, padding element by element, ``as_strided_copy`` recursing per
 row. How the coefficients were measured: every program of
-``benchmarks/executorch_predicted_instructions.py``'s ``CALIBRATION`` (small int8 networks
-of the Cortex-M flow, ExecuTorch's default and memsched-patched programs) ran on the board
+``benchmarks/executorch/executorch_predicted_instructions.py``'s ``CALIBRATION`` (small int8
+networks of the Cortex-M flow, ExecuTorch's default and memsched-patched programs) ran on the board
 once per prefix of its chain (the chain cut after instruction ``k``), the difference of two
 prefixes being instruction ``k``'s cost (dispatch included); ``--fit`` fits them by
 non-negative least squares (2026-11-28). MLPerf Tiny MobileNetV1-0.25 and ResNet-8 were held
@@ -516,7 +516,7 @@ TARGET = "Cortex-M55 (CMSIS-NN MVE, ExecuTorch 1.5.1 portable kernels)"
 EXECUTE_INSTRUCTIONS = 95
 
 # ---------------------------------------------------------------------------- coefficients
-# BEGIN COEFFICIENTS (written by benchmarks/executorch_predicted_instructions.py --calibrate)
+# BEGIN COEFFICIENTS (benchmarks/executorch/executorch_predicted_instructions.py --calibrate)
 COEFFICIENTS = {'add': {'c': 505.0, 'v4': 55.0},
  'avgpool': {'blk': 212.0025, 'c': 921.0147, 'pix': 41.6723, 'tapv': 22.207},
  'cat': {'blocks': 73.0139, 'bytes': 0.55, 'c': 626.5143, 'inputs': 360.9404},

@@ -4,7 +4,7 @@ kernels, predicted from the ``.tflite`` file (no board needed).
 Each kernel's cost is a linear function of counts that follow its loop structure (calls of
 the inner loops, vector iterations over 16-byte / 4-lane channel blocks, output rows and
 pixels, MACs), with coefficients fitted on the emulated board (`memsched.board`, the
-``--per-op`` firmware; ``benchmarks/tflm_instructions.py --calibrate`` regenerates them):
+``--per-op`` firmware; ``benchmarks/tflite/tflm_instructions.py --calibrate`` regenerates them):
 QEMU is deterministic, so the residuals are model error. A kernel or a variant no fit covers
 (float convolutions, ADD of a scalar, ...) is *unknown*: named, never guessed. A fused
 activation costs nothing extra (the CMSIS-NN kernels clamp to the activation range always;

@@ -368,7 +368,7 @@ _FEATURES = {
 # int8 and 63 float32 files of 14 independent operators each (1,764 operators: random shapes,
 # filters 1/3/5, strides 1/2, SAME / VALID, 1-200 channels, pads, slices, concatenations up to
 # 128x128 maps), one random input each; least squares per kernel variant on each operator's
-# profiler window (`benchmarks/tflm_instructions.py --calibrate` re-measures and prints this
+# profiler window (`benchmarks/tflite/tflm_instructions.py --calibrate` re-measures and prints this
 # literal; a variant is kept only with 2 samples per feature and, for float / wide-element
 # reference loops, within 10 % on every sample). Copies (RESHAPE, SQUEEZE, STRIDED_SLICE,
 # CONCATENATION) fit with coefficient 1.0 on `_memcpy_insns`.

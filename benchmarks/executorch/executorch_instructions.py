@@ -1,0 +1,121 @@
+"""Where a Cortex-M program's instructions go, per operator, on the emulated Cortex-M55.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/executorch/executorch_instructions.py
+        [--models mobilenet_v1_025,resnet8] [--planned]
+
+For each model (the int8 Cortex-M flow of `executorch_cortex_m.py`, the M55's MVE export):
+ExecuTorch's default program and memsched's (``backend_config(tile_patches=True,
+share_values=True)``, written with `memsched.executorch.share_values`), with the caller's
+input (``--planned``: the input in the arena). Each program runs on the board
+(`memsched.board`) once per prefix of its instruction chain: the chain cut after instruction
+``k`` executes exactly the program's first ``k`` instructions (the counts are deterministic),
+so the difference between two prefixes is what instruction ``k`` costs. Prints, per operator,
+the calls and the ``execute`` instructions they take in each program (docs/
+executorch_patches.md, "Where the instructions go"). One board run per instruction: about a
+minute for MLPerf MobileNetV1-0.25 (31 + ~150 runs); MobileNetV2 @224 takes an hour.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import sys
+import tempfile
+import warnings
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+sys.path.insert(0, os.path.dirname(__file__))
+
+
+def programs(name: str, planned: bool) -> tuple[dict, object]:
+    """({"default": bytes, "memsched": bytes}, the example input) for model ``name``."""
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes import MemoryPlanningPass
+
+    import executorch_cortex_m as ecm
+    import memsched.executorch as mx
+
+    model, shape = ecm.build(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        edge, x = ecm.edge_int8(copy.deepcopy(model), shape, 4, None)
+        base = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(
+            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned)))
+        ours = copy.deepcopy(edge).to_executorch(mx.backend_config(
+            tile_patches=True, alloc_graph_input=planned, share_values=True))
+    return {"default": base.buffer, "memsched": mx.share_values(ours.buffer)[0]}, x
+
+
+def prefix_counts(program: bytes, x, work: Path) -> tuple:
+    """(the first method's plan, its instructions, the board's ``execute`` instructions of the
+    program cut after 0, 1, ..., all of them): instruction ``k`` costs ``counts[k + 1] -
+    counts[k]``."""
+    from memsched import board
+    from memsched.executorch.format.pte import read_pte, write_pte
+
+    pte = read_pte(program)
+    plan = pte.program.execution_plan[0]
+    if len(plan.chains) != 1:
+        raise SystemExit("a program with more than one chain")
+    instrs = list(plan.chains[0].instructions)
+    counts = []
+    for k in range(len(instrs) + 1):
+        cut = copy.deepcopy(pte)
+        cut.program.execution_plan[0].chains[0].instructions = instrs[:k]
+        res, _ = board.run_pte(write_pte(cut), [x], work / f"k{k}")
+        if res.get("status"):
+            raise SystemExit(f"the board failed after {k} instructions: {res.get('error')}")
+        counts.append(int(res["execute_instructions"]))
+    return plan, instrs, counts
+
+
+def per_operator(program: bytes, x, work: Path) -> tuple[dict, int]:
+    """({operator: [calls, instructions]}, all instructions of one execute) of ``program``."""
+    plan, instrs, counts = prefix_counts(program, x, work)
+    names = [plan.operators[i.instr_args.op_index].name
+             if hasattr(i.instr_args, "op_index") else type(i.instr_args).__name__
+             for i in instrs]
+    by: dict = defaultdict(lambda: [0, 0])
+    for k, n in enumerate(names):
+        by[n][0] += 1
+        by[n][1] += counts[k + 1] - counts[k]
+    return dict(by), counts[-1]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="mobilenet_v1_025")
+    ap.add_argument("--planned", action="store_true", help="the input in the arena")
+    a = ap.parse_args(argv)
+    from memsched import board
+
+    try:
+        board.firmware("executorch")
+    except board.BoardUnavailable as e:
+        print(f"the board: {e}")
+        return 2
+    for name in a.models.split(","):
+        progs, x = programs(name, a.planned)
+        rows, totals = {}, {}
+        with tempfile.TemporaryDirectory() as d:
+            for label, buf in progs.items():
+                rows[label], totals[label] = per_operator(buf, x, Path(d) / label)
+        print(f"\n{name} (input {'planned' if a.planned else 'the caller'}'s), execute "
+              "instructions on the M55\n")
+        print("| operator | default: calls, instructions | memsched: calls, instructions |")
+        print("|---|---:|---:|")
+        ops = sorted(set(rows["default"]) | set(rows["memsched"]),
+                     key=lambda o: -rows["memsched"].get(o, [0, 0])[1])
+        for o in ops:
+            cells = [f"{v[0]}, {v[1]:,}" if v else "--"
+                     for v in (rows["default"].get(o), rows["memsched"].get(o))]
+            print(f"| `{o}` | {cells[0]} | {cells[1]} |")
+        print(f"| **all** | **{totals['default']:,}** | **{totals['memsched']:,} "
+              f"({totals['memsched'] / totals['default']:.2f}x)** |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
