@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 from .arena_problem import Lifetime, align_up
 
 __all__ = ["Bank", "Buffer", "BankPlan", "BankCapacityError", "place", "greedy_place",
-           "parse_memory_map", "check_plan"]
+           "objective", "parse_memory_map", "check_plan"]
 
 SELECTION_ROUNDS = 6
 # CP-SAT's deterministic time per selection (its work measure, not seconds): the answer is the
@@ -274,8 +274,11 @@ def place(buffers: Sequence[Buffer], banks: Sequence[Bank], pack: Pack | None = 
         if failure is not None:
             raise failure from None
         other = None
+    if other is not None:  # what ExecuTorch's rule gives the fast bank, for the reports
+        stats["greedy_traffic"] = other.traffic[0]
     if failure is not None:
         other.traffic_bound[0] = max(bounds[0], other.traffic[0])
+        other.stats = stats
         return other
     mine = _finish(buffers, banks, bank_of, offsets, bounds, "memsched", stats, shared)
     if other is not None and _key(other) < _key(mine):
@@ -286,10 +289,14 @@ def place(buffers: Sequence[Buffer], banks: Sequence[Bank], pack: Pack | None = 
     return mine
 
 
+def objective(traffic: Sequence[int], used: Sequence[int]) -> tuple:
+    """The objective, stated once, smaller is better: each bank's traffic, fastest first,
+    then the slower banks' sizes (per bank, in the map's order)."""
+    return tuple(-t for t in traffic) + tuple(used[1:])
+
+
 def _key(p: BankPlan) -> tuple:
-    """The objective, smaller is better: each bank's traffic, fastest first, then the
-    slower banks' sizes."""
-    return tuple(-t for t in p.traffic) + tuple(p.used[1:])
+    return objective(p.traffic, p.used)
 
 
 def _finish(buffers, banks, bank_of, offsets, bounds, method, stats, shared=()) -> BankPlan:

@@ -19,7 +19,7 @@ from .format.pte import write_pte
 from .format.read import (MAX_PTE_BYTES, _bytes_of, _summary,  # noqa: F401
                           planned_sizes, read_program, summary)
 from .memory.liveness import (_alloc, _nbytes, _views, check_written_plan,  # noqa: F401
-                              kernel_writes, plan_graph)
+                              kernel_writes, plan_graph, storage_lifetimes)
 
 
 # ---------------------------------------------------------------------- the file's schedule
@@ -250,17 +250,10 @@ def _pack(plan, graph, info, order, alignment, time_limit, row, progress):
     exact packer: ({storage value: offset}, the new ``non_const_buffer_sizes``)."""
     from ..arena import Lifetime, plan as plan_arena
 
-    pos = {v: k for k, v in enumerate(order)}
-    n = len(graph.ops)
     # lifetimes of every storage in the new order, packed per memory id
     by_mem: dict[int, list] = {}
-    for t, v in zip(range(len(graph.tensors)), info["storages"]):
-        ten = graph.tensors[t]
-        lo = -1 if ten.producer is None else pos[ten.producer]
-        hi = n if ten.is_output else max([lo] + [pos[c] for c in ten.consumers])
-        mem, _off = _alloc(plan.values[v])
-        by_mem.setdefault(mem, []).append((v, lo + 1, hi + 1, _nbytes(plan.values[v].val,
-                                                                     alignment)))
+    for _t, v, mem, lo, hi, size in storage_lifetimes(plan, graph, info, order, alignment):
+        by_mem.setdefault(mem, []).append((v, lo, hi, size))
     sizes = list(plan.non_const_buffer_sizes)
     new_off: dict[int, int] = {}
     arenas = {}

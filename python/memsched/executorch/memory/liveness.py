@@ -370,6 +370,23 @@ def plan_graph(plan, alignment: int = 16):
                        "refs": refs}
 
 
+def storage_lifetimes(plan, graph, info, order, alignment: int = 16) -> list[tuple]:
+    """Each storage of `plan_graph`'s graph in the op order ``order`` (graph op ids):
+    ``(graph tensor, storage value, memory id, start, end, bytes)``, the steps inclusive (0:
+    before the first op; ``len(order) + 1``: a method output, live to the end), the bytes
+    rounded up to ``alignment``: what a packer of the new order needs."""
+    pos = {v: k for k, v in enumerate(order)}
+    n = len(graph.ops)
+    out = []
+    for t, v in enumerate(info["storages"]):
+        ten = graph.tensors[t]
+        lo = -1 if ten.producer is None else pos[ten.producer]
+        hi = n if ten.is_output else max([lo] + [pos[c] for c in ten.consumers])
+        mem, _off = _alloc(plan.values[v])
+        out.append((t, v, mem, lo + 1, hi + 1, _nbytes(plan.values[v].val, alignment)))
+    return out
+
+
 def _views(info) -> dict | None:
     """``{view value: the value of its storage}`` when every value of `plan_graph`'s ``info``
     stands for one tensor in the file's order (then each value keeps one offset when the

@@ -127,6 +127,20 @@ class EdgeModel:
     op_out_bytes: dict = field(default_factory=dict)
 
 
+def put_acts(args: list, act_pos, ins) -> list:
+    """``args`` (a call's arguments, a list) with its activation arguments, at ``act_pos``
+    (`EdgeModel.act_pos`: (i,) or (i, j) inside a list argument), replaced by ``ins``."""
+    args = list(args)
+    for p, x in zip(act_pos, ins):
+        if len(p) == 1:
+            args[p[0]] = x
+        else:
+            lst = list(args[p[0]])
+            lst[p[1]] = x
+            args[p[0]] = lst
+    return args
+
+
 def describe_graph(gm, planned_inputs: bool = True, target: str | None = None,
                    shared: bool = False) -> EdgeModel:
     """The `EdgeModel` of an edge-dialect graph module (raises `Refused` when it has no

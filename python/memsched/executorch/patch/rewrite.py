@@ -10,7 +10,7 @@ import operator
 from ...patches import PAD_MIN, Refused
 from . import cortex_m as _cm
 from . import layout as _layout
-from .describe import TUPLE_FIRST, EdgeModel, _aten_name, _keepdim, _pair
+from .describe import TUPLE_FIRST, EdgeModel, _aten_name, _keepdim, _pair, put_acts
 
 def _min_value(dtype):
     import torch
@@ -243,15 +243,7 @@ def rewrite(gm, em: EdgeModel, plan, order=None) -> tuple[int, int]:
 
 def _with_acts(orig, act_pos, ins) -> list:
     """``orig``'s args with its activation args (at ``act_pos``) replaced by ``ins``."""
-    args = list(orig.args)
-    for p, x in zip(act_pos, ins):
-        if len(p) == 1:
-            args[p[0]] = x
-        else:
-            lst = list(args[p[0]])
-            lst[p[1]] = x
-            args[p[0]] = lst
-    return args
+    return put_acts(orig.args, act_pos, ins)
 
 
 def _nhwc(fake, v, h: int, w: int):

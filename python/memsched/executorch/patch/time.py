@@ -148,19 +148,12 @@ class ExecutorchTime(RuntimeTime):
         """The operator's kernel on its windows: its FX arguments with the activations'
         shapes replaced by the windows' and the padding by 0."""
         from .cortex_m import WINDOW
+        from .describe import put_acts
 
         em = self.em
         node = em.nodes[nd.op]
-        args = args_of_node(node)
-        for p, s in zip(em.act_pos[nd.op], nd.inputs):
-            t, win = self._src_win(plan, s)
-            v = self._native(sm, t, win)
-            if len(p) == 1:
-                args[p[0]] = v
-            else:
-                lst = list(args[p[0]])
-                lst[p[1]] = v
-                args[p[0]] = lst
+        args = put_acts(args_of_node(node), em.act_pos[nd.op],
+                        [self._native(sm, *self._src_win(plan, s)) for s in nd.inputs])
         args[-1] = self._native(sm, nd.tensor, nd.win)
         name = getattr(node.target, "__name__", "")
         if name in WINDOW:  # padding 0, or the border's (top, left) (`own_padding`)

@@ -155,8 +155,9 @@ def plan_banked(algo, memory_map, alignment, specs, graph_module, graph_signatur
 
     t0 = time.perf_counter()
     specs = list(specs)
+    counts = read_counts(graph_module)
     greedy = _greedy(memory_map, alignment, specs, graph_module, graph_signature,
-                     extra_padding)
+                     extra_padding, counts)
     for s in specs:
         s.realign(alignment)
     roots = [s for s in specs if storage_root(s) is s]
@@ -164,7 +165,6 @@ def plan_banked(algo, memory_map, alignment, specs, graph_module, graph_signatur
     banks = _banks(memory_map, alignment, reserve, extra_padding)
     ids = memory_map.mem_ids()
     top = algo.top if algo.top is not None else graph_module
-    counts = read_counts(graph_module)
     placed_roots = [s for s in roots if s.mem_id is None or s.mem_id in ids]
     outside: dict[int, list] = {}  # pins to undeclared arenas
     for s in roots:
@@ -228,9 +228,11 @@ def plan_banked(algo, memory_map, alignment, specs, graph_module, graph_signatur
     return result
 
 
-def _greedy(memory_map, alignment, specs, graph_module, graph_signature, extra_padding):
+def _greedy(memory_map, alignment, specs, graph_module, graph_signature, extra_padding,
+            counts):
     """{mem_id: (bytes, traffic)} of ExecuTorch's ``banked_memory_planning_pass`` on the same
-    specs, or None when it fails (its error is the user's if they planned with it)."""
+    specs (``counts``: `read_counts`), or None when it fails (its error is the user's if they
+    planned with it)."""
     from executorch.exir.banked_memory_planning import BankedGreedy
 
     try:
@@ -238,7 +240,6 @@ def _greedy(memory_map, alignment, specs, graph_module, graph_signature, extra_p
                                      extra_padding)
     except Exception:  # noqa: BLE001 -- any failure of the baseline is "cannot place"
         return None
-    counts = read_counts(graph_module)
     out = {}
     for b in memory_map.banks:
         size = r.bufsizes[b.mem_id] if b.mem_id < len(r.bufsizes) else 0

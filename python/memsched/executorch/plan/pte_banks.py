@@ -14,7 +14,7 @@ re-places a method's storages across a memory map with `memsched.banks.place` in
 """
 from __future__ import annotations
 
-from ..memory.liveness import _alloc, _nbytes, kernel_writes
+from ..memory.liveness import kernel_writes, storage_lifetimes
 
 __all__ = ["tensor_traffic", "bank_rows", "fast_share", "memory_banks", "place_banks",
            "require_fit", "fits"]
@@ -103,9 +103,11 @@ def fast_share(rows, mem_id: int) -> float | None:
 def _key(rows, banks) -> tuple:
     """The objective of `memsched.banks` on written rows, smaller is better: each bank's
     traffic (fastest first), then the slower banks' bytes."""
+    from ...banks import objective
+
     by = {r["mem_id"]: r for r in rows}
     get = [by.get(m, {"traffic_bytes": 0, "bytes": 0}) for _, _, m in banks]
-    return tuple(-r["traffic_bytes"] for r in get) + tuple(r["bytes"] for r in get[1:])
+    return objective([r["traffic_bytes"] for r in get], [r["bytes"] for r in get])
 
 
 def fits(rows, banks) -> bool:
@@ -139,31 +141,21 @@ def place_banks(plan, graph, info, order, memory_map, alignment: int = 16,
     in the new order). Raises `memsched.banks.BankCapacityError` when the map cannot hold
     them."""
     from ...arena import Lifetime, plan as plan_arena
-    from ...banks import Bank, BankCapacityError, Buffer, greedy_place, place
+    from ...banks import Bank, Buffer, place
 
     banks = memory_banks(memory_map)
-    pos = {v: k for k, v in enumerate(order)}
-    n = len(graph.ops)
     traffic = tensor_traffic(plan, info)
     mapped = {m: k for k, (_, _, m) in enumerate(banks)}
     free, pinned = [], {}  # free: (value, Buffer); pinned: mem -> [(value, lo, hi, size)]
-    for t, v in enumerate(info["storages"]):
-        ten = graph.tensors[t]
-        lo = -1 if ten.producer is None else pos[ten.producer]
-        hi = n if ten.is_output else max([lo] + [pos[c] for c in ten.consumers])
-        mem, _off = _alloc(plan.values[v])
-        size = _nbytes(plan.values[v].val, alignment)
+    for t, v, mem, lo, hi, size in storage_lifetimes(plan, graph, info, order, alignment):
         if mem in mapped:
-            free.append((v, Buffer(size, lo + 1, hi + 1, traffic[t])))
+            free.append((v, Buffer(size, lo, hi, traffic[t])))
         else:
-            pinned.setdefault(mem, []).append((v, lo + 1, hi + 1, size, traffic[t]))
+            pinned.setdefault(mem, []).append((v, lo, hi, size, traffic[t]))
     objs = [Bank(name, size, alignment) for name, size, _ in banks]
     bufs = [b for _, b in free]
     p = place(bufs, objs)
-    try:
-        greedy = greedy_place(bufs, objs).traffic[0]
-    except BankCapacityError:
-        greedy = None
+    greedy = p.stats.get("greedy_traffic")  # ExecuTorch's rule, tried by `place`
     top = max([m for _, _, m in banks] + [len(plan.non_const_buffer_sizes) - 1])
     sizes = [0] * (top + 1)
     where: dict[int, tuple[int, int]] = {}
