@@ -133,22 +133,10 @@ def axis_program(sm: SpatialModel, region: Region, axis: int) -> list:
     dilation: the range's first to last tap; 2: any window, `geometry.axis_read`)."""
     prog = []
     for k in reversed(region.ops):
-        op = sm.ops[k]
-        if op.cls in VECTOR:
-            continue
-        reads = []
-        for pos, t in enumerate(op.inputs):
-            if op.cls == "scale" and pos == 1:
-                continue  # the vector: whole
-            size = sm.tensors[t].shape[1 + axis]
-            if op.cls != "window":
-                reads.append((t, 0, 1, 0, 1, 1, size))
-                continue
-            kernel, stride = op.kernel[axis], op.stride[axis]
-            dilation, pad = op.dilation[axis], op.pad[axis]
-            mode = 1 if dilation == 1 and stride <= kernel else 2
-            reads.append((t, mode, stride, pad, kernel, dilation, size))
-        prog.append((op.output, f"{op.index} ({op.kind})", reads))
+        entry = _lane_op(sm, sm.ops[k], axis)
+        if entry is not None:  # the lanes' rule 3 is rule 0 here
+            out, name, reads = entry
+            prog.append((out, name, [(r[0], 0) + r[2:] if r[1] == 3 else r for r in reads]))
     return prog
 
 
