@@ -1,7 +1,8 @@
 """Small int8 / float32 TFLite models around the detection post-processing, slice-update,
 circular-buffer, resource-variable and control-flow (CALL_ONCE, IF, WHILE: several subgraphs)
 operators TFLite Micro's arena prices
-(`memsched.tflite.memory.kernels_misc`), each between convolutions (`misc_models`)."""
+(`memsched.tflite.memory.kernels_misc`), each between convolutions (`misc_models`), and a
+Vela-style Ethos-U file it does not (`ethosu_model`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -114,6 +115,24 @@ def resource_variable_model(quantized: bool = True, seed: int = 0, size: int = 8
                  s.AssignVariableOptionsT())
         t = y
     return _op_finish(net, t, shape)
+
+
+def ethosu_model(seed: int = 0, size: int = 8, channels: int = 8) -> bytes:
+    """conv3x3 -> the custom operator ``ethos-u`` as Vela writes it for an Ethos-U NPU
+    (inputs: the command stream and the weights, constant uint8, two scratch areas and the
+    feature map; the NPU's output) -> conv1x1. Stock TFLite Micro registers no kernel for it
+    (the tests check that the file is rejected)."""
+    net, _, a, shape = _op_net("ethosu", True, seed, size, channels)
+    T = net.s.TensorType
+    cms = net.b.tensor("command_stream", [32], T.UINT8,
+                       net.b.buffer(net.rng.integers(0, 255, 32).astype(np.uint8)))
+    flash = net.b.tensor("flash", [64], T.UINT8,
+                         net.b.buffer(net.rng.integers(0, 255, 64).astype(np.uint8)))
+    scratch = net.b.tensor("scratch", [256], T.UINT8)
+    fast = net.b.tensor("scratch_fast", [0], T.UINT8)
+    y = net.act("npu_out", shape, like=a)
+    _custom(net, "ethos-u", [cms, flash, scratch, fast, a], [y])
+    return _op_finish(net, y, shape)
 
 
 def misc_models(quantized: bool = True) -> dict[str, bytes]:

@@ -98,6 +98,7 @@ _OP_DATA_COMMON = {
     "DETECTION_POSTPROCESS": 112, "DYNAMIC_UPDATE_SLICE": None, "CIRCULAR_BUFFER": 8,
     "VAR_HANDLE": 4, "READ_VARIABLE": None, "ASSIGN_VARIABLE": None,
     "CALL_ONCE": 8, "IF": 8, "WHILE": 8,
+    "DECODE": None,  # the custom TFLM_DECODE: no Init; Prepare allocates (kernels_misc)
 }
 _OP_DATA_CMSIS = dict(_OP_DATA_COMMON, CONV_2D=60, DEPTHWISE_CONV_2D=60, FULLY_CONNECTED=72,
                       ADD=60, AVERAGE_POOL_2D=36, MAX_POOL_2D=36, SOFTMAX=64,
@@ -116,6 +117,11 @@ ABIS = {
                  (24, 8), (64, 8), (64, 8), (24, 8), (8, 8), (16, 8), (32, 8),
                  _BUILTIN_64, _OP_DATA_REF),
 }
+
+# DECODE's state per decode type (kernels_misc): sizeof DecodeStateLut (type 0),
+# DecodeStateHuffman (1), DecodeStatePrune (2) per target (the sizes each Create* function
+# passes to AllocatePersistentBuffer in the board's firmware and in the host package)
+DECODE_STATE = {"cortex-m": {0: 36, 1: 28, 2: 40}, "host": {0: 72, 1: 56, 2: 80}}
 
 # MicroResourceVariables and one MicroResourceVariable (kernels_misc): sizeof per target
 RESOURCE_VARIABLES = {"cortex-m": (12, 20), "host": (16, 40)}

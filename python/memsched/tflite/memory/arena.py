@@ -111,7 +111,7 @@ from .abi import (ABIS, ALIGN, MAX_SCRATCH_PER_OP, ONLINE, PLANNER_BYTES_PER_BUF
                   RESOURCE_VARIABLES, TARGETS, Abi, UnpricedModelError, persistent_price,  # noqa: F401
                   priced_operators, round_down, round_up)
 from .kernels import PREPARE, Node, tensors_of
-from .kernels_misc import CUSTOM, resource_variables
+from .kernels_misc import CUSTOM, UNREGISTERED, resource_variables
 from .planner import greedy_plan  # noqa: F401 (importable here)
 
 
@@ -274,6 +274,7 @@ def _trace(tg: TFLiteGraph, abi: Abi, label: str) -> _Trace:
                 abi.node_and_registration[1])
     nodes = []
     unpriced: dict[str, list[int]] = {}
+    unregistered: dict[str, str] = {}  # name -> why stock TFLM cannot run it
     state: dict = {}
     for s, g in enumerate(sgs):
         ts, nt = tensors_by[s], len(tensors_by[s])
@@ -284,6 +285,9 @@ def _trace(tg: TFLiteGraph, abi: Abi, label: str) -> _Trace:
                 kind = CUSTOM.get(_text(code.customCode), kind)
             if kind == "CUSTOM" or kind not in PREPARE:
                 name = kind if kind != "CUSTOM" else f"CUSTOM {_text(code.customCode)!r}"
+                if kind == "CUSTOM" and _text(code.customCode) in UNREGISTERED:
+                    name, why = UNREGISTERED[_text(code.customCode)]
+                    unregistered[name] = why
                 unpriced.setdefault(name, []).append(v if s == 0 else f"{v} of subgraph {s}")
                 continue
             node = Node(v, kind, op, ts, abi)
@@ -303,11 +307,19 @@ def _trace(tg: TFLiteGraph, abi: Abi, label: str) -> _Trace:
                                          "rejects")
             nodes.append(node)
     if unpriced:
-        what = ", ".join(f"{k} (operator{'s' if len(v) > 1 else ''} "
-                         f"{', '.join(map(str, v[:5]))}{' ...' if len(v) > 5 else ''})"
-                         for k, v in sorted(unpriced.items()))
-        raise UnpricedModelError(f"{label}: TFLite Micro's arena is not priced for {what}; "
-                                 f"priced operators: {', '.join(priced_operators())}")
+        def where(k):
+            v = unpriced[k]
+            return (f"{k} (operator{'s' if len(v) > 1 else ''} "
+                    f"{', '.join(map(str, v[:5]))}{' ...' if len(v) > 5 else ''})")
+
+        # operators stock TFLM cannot run: the reason, not the list of priced ones
+        why = "; ".join(f"{where(k)}: {unregistered[k]}" for k in sorted(unregistered))
+        what = ", ".join(where(k) for k in sorted(unpriced) if k not in unregistered)
+        raise UnpricedModelError(
+            f"{label}: " + "; ".join(
+                ([why] if why else []) +
+                ([f"TFLite Micro's arena is not priced for {what}; priced operators: "
+                  f"{', '.join(priced_operators())}"] if what else [])))
     for node in nodes:  # PrepareNodeAndRegistrationDataFromFlatbuffer: builtin options
         if node.kind in abi.builtin:
             persist("builtin_data", *abi.builtin[node.kind])

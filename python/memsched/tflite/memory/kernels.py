@@ -5,7 +5,7 @@ CMSIS-NN MVE sizes: ``arm_*_get_buffer_size_mve``), as events `memory.arena` rep
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..format.read import TFLiteGraph, TFLiteModelError
 from .abi import (ALIGN, FLOAT32, INT4, INT8, INT16, INT32, TYPE_BYTES,
@@ -25,6 +25,11 @@ class _Tensor:
     channels: int  # quantization arrays TFLM copies (0: not quantized)
     const: bool
     variable: bool
+    # what few kernels read beyond the sizes (DECODE, `kernels_misc`): the quantized
+    # dimension, the zero points, a constant's bytes (the buffer's array, not copied)
+    axis: int = 0
+    zero_points: tuple = ()
+    data: object = field(default=None, compare=False, repr=False)
 
 
 def _c_div(a: int, b: int) -> int:
@@ -63,12 +68,13 @@ def tensors_of(tg: TFLiteGraph, label: str) -> list[_Tensor]:
         if any(d < 0 for d in shape) and not const:
             elems = -1  # resolved by the kernel (RESHAPE) or dynamic: checked per operator
         q = t.quantization
-        channels = 0
+        channels, axis, zps = 0, 0, ()
         if q is not None and q.scale is not None and len(q.scale) > 0 and \
                 q.zeroPoint is not None and len(q.zeroPoint) > 0:
-            channels = len(q.scale)
+            channels, axis, zps = len(q.scale), int(q.quantizedDimension), tuple(q.zeroPoint)
         out.append(_Tensor(ttype, shape, elems * TYPE_BYTES[ttype] if elems >= 0 else -1,
-                           channels, const, bool(t.isVariable)))
+                           channels, const, bool(t.isVariable), axis, zps,
+                           buf.data if const else None))
     return out
 
 

@@ -1,5 +1,6 @@
-"""What TFLite Micro's detection post-processing, slice-update, circular-buffer and
-resource-variable kernels allocate (issue 60, item 2), as `kernels.Node` events. Read from
+"""What TFLite Micro's detection post-processing, slice-update, circular-buffer,
+resource-variable, control-flow and weight-decoding kernels allocate (issue 60, item 2), as
+`kernels.Node` events. Read from
 TFLM 90b983c2's ``kernels/`` (none has a CMSIS-NN version); sizes compiled from its headers
 for both targets.
 
@@ -20,10 +21,22 @@ for both targets.
   temporary; ASSIGN_VARIABLE (op data of 4 B with ``USE_TFLM_COMPRESSION``: the host) reads
   its value as a temporary and, the first time a variable is assigned, allocates the
   variable's buffer (the value's bytes, 16-aligned) in the tail.
+* ``DECODE`` (the custom ``TFLM_DECODE``, ``AddDecode``; weights decoded at run time: inputs
+  in pairs, a constant encoded tensor and a constant ancillary tensor whose first byte is the
+  decode type, one output per pair): no ``Init``, no builtin options. ``Prepare`` keeps an
+  array of one pointer per output, then per pair reads the three tensors as temporaries and
+  keeps the decode type's state (``DecodeStateLut`` 36 / 72 B, ``DecodeStateHuffman`` 28 /
+  56, ``DecodeStatePrune`` 40 / 80: `abi.DECODE_STATE`) and, PRUNE of an int8 output
+  quantized per channel with a non-zero zero point, a copy of its zero points (1 B each).
+  The outputs are planned as any other tensor: the board's runner gives no alternate
+  decompression memory, nor does the host package by default
+  (``alt_decompression_memory_size=0``; with one, those outputs would leave the arena: not
+  priced). Prepare fails, whatever the arena, for the file's mistakes TFLM checks (version,
+  type, axis, zero points, non-constant inputs): those are not priced.
 """
 from __future__ import annotations
 
-from .abi import FLOAT32, INT8, UnpricedModelError
+from .abi import DECODE_STATE, FLOAT32, INT8, UnpricedModelError
 
 
 def _custom_options(n) -> dict:
@@ -108,6 +121,56 @@ def _assign_variable(n, cmsis: bool):
         n.persist(value.bytes)
 
 
+_LUT, _HUFFMAN, _PRUNE = 0, 1, 2
+
+
+def _decode(n, cmsis: bool):
+    def fail(why):
+        raise UnpricedModelError(f"operator {n.v} (DECODE): {why}; TFLite Micro's Prepare "
+                                 "fails at any arena size")
+
+    nout = len(n.outs)
+    if nout == 0 or len(n.ins) != 2 * nout:
+        fail(f"{len(n.ins)} inputs and {nout} outputs, not two inputs per output")
+    abi = n.abi
+    n.persist(abi.word * nout)  # DecodeState* per output
+    for i in range(nout):
+        enc, anc, y = n.inp(2 * i), n.inp(2 * i + 1), n.out(i)
+        n.need(enc, anc, y)
+        n.tin(2 * i), n.tin(2 * i + 1)
+        if not enc.const or not anc.const:
+            fail(f"output {i}'s encoded or ancillary tensor is not constant")
+        raw = bytes(anc.data[:16]) if anc.data is not None else b""
+        if len(raw) < 16:
+            fail(f"output {i}'s ancillary data is shorter than the 16-byte metadata")
+        kind = raw[0]
+        if raw[1] != 1 or kind not in (_LUT, _HUFFMAN, _PRUNE) or raw[4] != 1:
+            fail(f"output {i}: decode type {kind}, version {raw[1]}.{raw[4]} (TFLite Micro "
+                 "decodes LUT 0, Huffman 1 and prune 2, version 1.1)")
+        # the output as a temporary; the state's Setup reads its quantization (LUT and
+        # PRUNE the quantized dimension, PRUNE the zero points too) after the state is
+        # allocated: those bytes stay live
+        ev = n.tensor_events(n.outs[i], "t")
+        if len(ev) == 3 and kind != _HUFFMAN:
+            ev[1] = ev[1][:3] + (abi.affine_quantization[0],)
+            if kind == _PRUNE:
+                ev[2] = ev[2][:3] + (ev[2][1],)
+        n.events += ev
+        n.persist(DECODE_STATE[abi.name][kind])
+        zps = y.zero_points[:y.channels]
+        if kind != _HUFFMAN and y.channels and y.axis != 0 and \
+                not (y.axis == len(y.shape) - 1 and y.channels > 1):
+            fail(f"output {i} is quantized along axis {y.axis}, neither the first nor "
+                 "(per channel) the last")
+        if kind == _HUFFMAN and not raw[5] & 1 and y.type != INT8:
+            fail(f"output {i}: a 16-bit Huffman table decodes int8 only")
+        if kind == _PRUNE and any(int(z) != 0 for z in zps):
+            if y.type != INT8:
+                fail(f"output {i}: pruned values of a non-int8 tensor need zero points of 0")
+            if y.channels > 1:
+                n.persist(y.channels)  # the zero points, int8
+
+
 def _calls(*attrs):
     """IF (reads its condition as a temporary), WHILE, CALL_ONCE: the subgraphs they run are
     prepared and planned with the rest (`arena._lifetimes`)."""
@@ -146,7 +209,15 @@ def resource_variables(tg) -> int:
 
 # custom operators TFLite Micro registers, by their custom code
 CUSTOM = {"TFLite_Detection_PostProcess": "DETECTION_POSTPROCESS",
-          "CIRCULAR_BUFFER": "CIRCULAR_BUFFER"}
+          "CIRCULAR_BUFFER": "CIRCULAR_BUFFER", "TFLM_DECODE": "DECODE"}
+
+# custom operators stock TFLite Micro registers no kernel for: (name, why), named in the
+# report instead of a bare custom code. Vela writes the Ethos-U NPU's command streams as the
+# custom operator "ethos-u"; stock TFLM's AddEthosU() adds nothing (kernels/ethosu.cc:
+# Register_ETHOSU() returns nullptr), so the interpreter rejects the file at any arena size.
+UNREGISTERED = {"ethos-u": ("ETHOSU", "stock TFLite Micro registers no kernel for it "
+                            "(Register_ETHOSU() returns nullptr): the file needs an Ethos-U "
+                            "build of TFLite Micro")}
 
 PREPARE = {
     "DETECTION_POSTPROCESS": _detection_postprocess,
@@ -157,4 +228,5 @@ PREPARE = {
     "CALL_ONCE": _calls("initSubgraphIndex"),
     "IF": _calls("thenSubgraphIndex", "elseSubgraphIndex"),
     "WHILE": _calls("condSubgraphIndex", "bodySubgraphIndex"),
+    "DECODE": _decode,
 }
