@@ -9,7 +9,7 @@ from board_checks import assert_tflite_equal_on_board  # noqa: E402
 
 from memsched.patches.errors import Refused
 from memsched.patches.geometry import Win, bbox, read_cells
-from memsched.patches.plans import plan_patches
+from memsched.patches.plans import pad_sources, plan_patches
 from patch_reference import random_weights, run_plan, run_whole, stack_model
 from memsched.patches.regions import regions
 from memsched.patches.windows import grid_macs, windows
@@ -155,6 +155,15 @@ def test_regions_after_the_input_and_many_bands(sm, rows, cols, seed):
         for t in r.split:
             assert np.array_equal(got[t], whole[t]), (r.start, r.length, g, t)
         assert grid_macs(sm, r, g) == plan.macs
+        # the region inputs padded once, whole (issue 58 item 3): fewer pads, the same values
+        padded = pad_sources(plan)
+        if padded is not None:
+            assert padded.padded_sources and padded.macs == plan.macs
+            pads = [sum(nd.kind == "pad" for nd in p.nodes) for p in (plan, padded)]
+            assert pads[1] < pads[0]
+            got = run_plan(sm, padded, weights, whole)
+            for t in r.split:
+                assert np.array_equal(got[t], whole[t]), ("padded", r.start, r.length, g, t)
 
 
 def test_refused_grid_and_reason():
@@ -468,6 +477,39 @@ def test_tile_row_views(tmp_path):
     _, rp = assert_tflite_equal_on_board(src, plain, tmp_path / "plain", never_larger=False)
     assert rb["min_arena_bytes"] == res.arena_bytes and rp["min_arena_bytes"] == res0.arena_bytes
     assert rb["invoke_instructions"] < rp["invoke_instructions"]
+
+
+def test_tile_one_axis_windows_as_gathers(tmp_path):
+    """A window that cuts one spatial axis (row bands, column strips, the crops before a
+    residual ADD) is written as a GATHER of consecutive indices (issue 58 item 3: fewer
+    instructions and persistent bytes than STRIDED_SLICE); a window cutting both axes stays a
+    STRIDED_SLICE. The search prices what is written: instructions equal the file's
+    prediction and the total arena equals the board's; outputs bit-equal in LiteRT, TFLite
+    Micro and on the board."""
+    from memsched.generators.tflite_synth import mobilenet_like
+    from memsched.tflite import tflm
+    from memsched.tflite.format.read import read_tflite
+    from memsched.tflite.memory.instructions import model_instructions
+    from memsched.tflite.patch.tile import compare_outputs, tile_tflite
+
+    src = tmp_path / "m.tflite"
+    src.write_bytes(mobilenet_like(blocks=4, size=32, width=8))
+    for grid in ("3x1", "1x2", "2x2"):
+        dst = tmp_path / f"g{grid}.tflite"
+        out, res = tile_tflite(str(src), str(dst), offline_plan=True, grid=grid,
+                               padding="explicit", views=False, time_limit=10)
+        kinds = [op.kind for op in read_tflite(out).graph.ops]
+        if grid == "2x2":  # every patch's window cuts rows and columns
+            assert "STRIDED_SLICE" in kinds and "GATHER" not in kinds
+        else:
+            assert "GATHER" in kinds and "STRIDED_SLICE" not in kinds
+        assert model_instructions(out).total == res.choice.instructions
+        cmp = compare_outputs(str(src), str(dst), count=2, tflm=tflm.available())
+        assert cmp["litert_equal"] and cmp["tflm_equal"] in (True, None)
+        if grid == "3x1":
+            _, rb = assert_tflite_equal_on_board(src, dst, tmp_path / grid,
+                                                 never_larger=False)
+            assert rb["min_arena_bytes"] == res.arena_bytes
 
 
 def test_tile_row_views_of_a_float_input(tmp_path):

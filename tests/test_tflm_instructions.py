@@ -40,7 +40,7 @@ def test_op_instructions_api():
     win = ti.op_instructions("CONV_2D", [(1, 6, 6, 16)], (1, 4, 4, 32), filter=(3, 3),
                              padding="VALID")
     assert 0 < win < conv
-    assert ti.op_instructions("GATHER", [(1, 8)], (1, 8)) is None
+    assert ti.op_instructions("TRANSPOSE", [(1, 8)], (1, 8)) is None
     assert ti.op_instructions("CONV_2D", [(1, 8, 8, 16)], (1, 8, 8, 16), "float32",
                               filter=(1, 1)) is None
 
@@ -55,6 +55,10 @@ def test_copies_hand_checked():
     # STRIDED_SLICE: one memcpy per output pixel (its channels), 36 per run, 30 per row
     got = ti.op_instructions("STRIDED_SLICE", [(1, 8, 8, 16)], (1, 4, 8, 16), begin=(0, 2, 0, 0))
     assert got == 825 + 30 * 4 + 36 * 32 + 32 * (14 + 12) + 12
+    # GATHER of 4 consecutive rows: one memcpy of a row (128 B, aligned) per index, 17.11
+    # each, 288 per call (fitted on the board), + 12
+    got = ti.op_instructions("GATHER", [(1, 8, 8, 16)], (1, 4, 8, 16), axis=1, begin=2)
+    assert got == round(288 + 17.11 * 4 + 4 * (4 + 10 + 2 * 36)) + 12
 
 
 def test_model_instructions_sums_and_names_unknown_kernels(tmp_path):

@@ -39,7 +39,7 @@ from .geometry import SpatialModel
 from .margins import plan_margins
 from .options import PatchOptions
 from .patched import heuristic_order, node_order, patched_graph
-from .plans import PatchPlan, kept_floor, plan_patches
+from .plans import PatchPlan, kept_floor, pad_sources, plan_patches
 from .regions import Region, regions
 from .result import Candidate, Floors, within
 from .runtime import Runtime, RuntimeMemory, runtime_of
@@ -305,6 +305,18 @@ class Evaluator:
             self._plans[key] = plan
         return plan
 
+    def padded(self, r: Region, g: tuple, mode: tuple) -> PatchPlan | None:
+        """The plan of `plan` with its region inputs padded once (`plans.pad_sources`), for
+        a runtime that asks for it (`Runtime.pad_sources`); None otherwise or when nothing
+        changes."""
+        if not self.runtime.pad_sources or mode[1]:
+            return None
+        key = (r.start, r.length, tuple(r.split), g, *mode, "padded")
+        if key not in self._plans:
+            base = self.plan(r, g, mode)
+            self._plans[key] = None if isinstance(base, Refused) else pad_sources(base)
+        return self._plans[key]
+
     def added_instructions(self, plan: PatchPlan) -> int | None:
         """The instructions ``plan`` adds over the region it replaces (0 without a cost
         model): its nodes' cost less the region's operators' whole; None when the cost model
@@ -312,7 +324,8 @@ class Evaluator:
         if self.time is None:
             return 0
         r = plan.region
-        key = (r.start, r.length, tuple(r.split), plan.grid, plan.keep, plan.margins)  # `plan`'s
+        key = (r.start, r.length, tuple(r.split), plan.grid, plan.keep, plan.margins,
+               plan.padded_sources)
         if key not in self._ins:
             try:
                 self._ins[key] = int(self.time.plan(self.sm, plan)) - sum(
@@ -416,7 +429,7 @@ class Evaluator:
         patch-by-patch order, and ``refined()`` the scheduler package's best heuristic (the
         part depends on the plan and ``begin`` alone: sequences ending at the same operator
         price it once)."""
-        key = ((r.start, r.length, tuple(r.split), g, *mode), begin)
+        key = ((r.start, r.length, tuple(r.split), g, *mode, plan.padded_sources), begin)
         built: list = []  # (patched part, its Problem), built at most once here
 
         def part_graph() -> tuple:

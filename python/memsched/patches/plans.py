@@ -26,7 +26,7 @@ later pass reads (the search prices both and keeps whichever its evaluator prefe
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from .errors import Refused
@@ -107,6 +107,7 @@ class PatchPlan:
     region_macs: int = 0  # MACs of the region unpatched
     keep: bool = False  # squeeze-and-excitation: later passes read kept pieces (no recompute)
     margins: bool = False  # operators with their own padding on wider windows (`margins`)
+    padded_sources: bool = False  # region inputs padded once, whole (`pad_sources`)
 
     @property
     def se_mode(self) -> str:
@@ -355,3 +356,62 @@ def reassemble(plan: PatchPlan, max_inputs: int | None = None) -> None:
             row = list(zip(pieces[i * cols:(i + 1) * cols], cells[i * cols:(i + 1) * cols]))
             row_nodes.append(row[0] if cols == 1 else concat(t, row, 2))
         plan.result[t] = row_nodes[0][0] if rows == 1 else concat(t, row_nodes, 1)[0]
+
+
+def pad_sources(plan: PatchPlan) -> PatchPlan | None:
+    """``plan`` with each region input that two or more patches pad at their borders padded
+    once, whole (`Runtime.pad_sources`): one pad node of the whole input (the largest border
+    amounts) before the patches, every patch's window cut from it, padding included, so the
+    per-patch pads of that input go (fewer nodes: each costs a runtime its per-operator
+    records) and the unpadded input is read once. The padded input lives through the
+    patches instead of the input (a border more); the search prices both plans and keeps the
+    lower total. None when no region input is padded by two patches (or read otherwise
+    than through slices, or padded with two values)."""
+    nodes = plan.nodes
+    readers: dict = {}
+    for k, nd in enumerate(nodes):
+        for s in nd.inputs:
+            readers.setdefault(s, []).append(k)
+    chosen: dict = {}  # region input -> (its slices, the pads reading only them)
+    for t in {s[1] for nd in nodes for s in nd.inputs if isinstance(s, tuple)}:
+        direct = readers.get(("t", t), [])
+        if not direct or any(nodes[k].kind != "slice" or nodes[k].phase for k in direct):
+            continue
+        pads = [x for k in direct for x in readers.get(k, []) if nodes[x].kind == "pad"]
+        if len(pads) < 2 or len({nodes[x].pad_value for x in pads}) != 1:
+            continue
+        chosen[t] = (direct, pads)
+    if not chosen:
+        return None
+    new: list[PNode] = []
+    at: dict[int, int] = {}  # old node id -> new node id
+    whole: dict[int, int] = {}  # region input -> its padded node
+    for t, (direct, pads) in sorted(chosen.items()):
+        amounts = [max(nodes[x].pads[i] for x in pads) for i in range(4)]
+        src = nodes[direct[0]].base  # the whole input
+        win = Win(src.h0 - amounts[0], src.h1 + amounts[1], src.w0 - amounts[2],
+                  src.w1 + amounts[3])
+        new.append(PNode("pad", t, win, (("t", t),), pads=tuple(amounts), patch=0,
+                         pad_value=nodes[pads[0]].pad_value))
+        whole[t] = len(new) - 1
+    gone = set()
+    for t, (direct, pads) in chosen.items():
+        gone |= {k for k in direct if all(x in pads for x in readers.get(k, []))}
+    for k, nd in enumerate(nodes):
+        if k in gone:
+            continue
+        t = nd.tensor
+        if nd.kind == "slice" and nd.inputs == (("t", t),) and t in whole:
+            nd = replace(nd, inputs=(whole[t],), base=new[whole[t]].win)
+        elif nd.kind == "pad" and t in chosen and k in chosen[t][1]:
+            # the padded window, cut from the padded input
+            nd = PNode("slice", t, nd.win, (whole[t],), patch=nd.patch,
+                       base=new[whole[t]].win, phase=nd.phase)
+        else:
+            nd = replace(nd, inputs=tuple(s if isinstance(s, tuple) else at[s]
+                                          for s in nd.inputs))
+        new.append(nd)
+        at[k] = len(new) - 1
+    out = replace(plan, nodes=new, result={t: at[k] for t, k in plan.result.items()})
+    out.padded_sources = True
+    return out

@@ -134,7 +134,10 @@ class Runtime:
     ``own_padding``: ``(op, pads) -> bool``, whether the adapter writes a window operator on a
     border patch with the border pads (top, bottom, left, right) as the kernel's own padding
     instead of a pad node before it (`plans.plan_patches`: the operator node then reads the
-    clipped window, ``implicit=True``, ``pads`` the border's; None: never)."""
+    clipped window, ``implicit=True``, ``pads`` the border's; None: never). ``pad_sources``:
+    the search also prices each explicit plan with its region inputs padded once, whole
+    (`plans.pad_sources`: one pad node instead of one per border patch, for a runtime whose
+    every node costs persistent records, TFLite Micro) and keeps the lower total."""
 
     memory: RuntimeMemory
     implicit_padding: bool = False
@@ -147,6 +150,7 @@ class Runtime:
     layout: Layout | None = None
     time: RuntimeTime | None = None
     own_padding: Callable | None = None
+    pad_sources: bool = False
 
     def __post_init__(self):
         if self.implicit_padding and self.padding_rule not in PADDING_RULES:

@@ -52,6 +52,7 @@ class RegionSearch:
         self._visit(self._enumerate(regs))
         if self.ev.request.try_margins:
             self._try_margins()
+        self._try_padded()
         return self
 
     def _enumerate(self, regs: list[Region]) -> list[tuple]:
@@ -126,6 +127,30 @@ class RegionSearch:
             m = self.price(c.macs, self.plans[c.key].region, c.grid, (False, True),
                            self.best_total)
             self._improve(m)
+
+    def _try_padded(self) -> None:
+        """The best explicit candidates with their region inputs padded once, whole
+        (`plans.pad_sources`, for a runtime that asks for it): kept in a candidate's place
+        when that lowers its total (ties: fewer instructions). After the visit, as margins
+        are, so the visit itself prices what it did before."""
+        ev = self.ev
+        if not ev.runtime.pad_sources:
+            return
+        best = sorted(range(len(self.results)),
+                      key=lambda i: (self.results[i].total, self.results[i].macs))
+        for i in best[:MARGIN_TRIES]:
+            c = self.results[i]
+            if c.keep or c.margins or ev.meter.out("padding region inputs once"):
+                continue
+            plan = self.plans[c.key]
+            alt = ev.padded(plan.region, c.grid, (c.keep, c.margins))
+            if alt is None:
+                continue
+            a = ev.price(plan.region, c.grid, (c.keep, c.margins), alt, c.macs,
+                         ev.persistent(alt), self.before, self.best_total)
+            if (a.total, a.instructions or 0) < (c.total, c.instructions or 0):
+                self.results[i], self.plans[c.key] = a, alt
+                self._improve(a)
 
     def _improve(self, c: Candidate | None) -> None:
         """``c``'s total as the best so far, which later candidates' bounds must beat: only

@@ -137,6 +137,11 @@ def _file_op(model, names, tensors, v, op, aliased=None):
     elif kind == "RESHAPE" and aliased is not None and outs and \
             0 <= aliased[ins[0]] == aliased[outs[0]]:
         opt["aliased"] = True  # the offline plan shares the buffer: no copy
+    elif kind == "GATHER":
+        opt["axis"] = int(getattr(o, "axis", 0) or 0) if o is not None else 0
+        idx = _const(model, tensors[ins[1]]) if len(ins) > 1 else None
+        if idx is not None and len(idx):
+            opt["begin"] = int(idx[0])
     elif kind == "STRIDED_SLICE":
         b, st = _const(model, tensors[ins[1]]), _const(model, tensors[ins[3]])
         if b is not None:
@@ -256,7 +261,7 @@ class TFLMTime(RuntimeTime):
             if view is None:
 
                 view = bool(view_slices(sm, [nd], self.views)[0])
-            r = slice_instructions(nd, c, isz, dtype, view)
+            r = slice_instructions(nd, c, isz, dtype, view, int(ten.dtype))
             kind = "STRIDED_SLICE"
         elif nd.kind == "pad":
             top, bottom, left, right = nd.pads
@@ -291,14 +296,20 @@ def aliased_reshape(src_shape, out_shape, itemsize: int = 1) -> int:
                            aliased=True)
 
 
-def slice_instructions(nd, channels: int, itemsize: int, dtype: str, view: bool) -> int | None:
-    """Instructions of a plan's slice node as written (`PER_OP` included): a 4-D
+def slice_instructions(nd, channels: int, itemsize: int, dtype: str, view: bool,
+                       ttype: int | None = None) -> int | None:
+    """Instructions of a plan's slice node as written (`PER_OP` included): a GATHER along the
+    one axis it cuts (`nodes.gather_axis`, for a tensor of TensorType ``ttype``), else a 4-D
     STRIDED_SLICE of its source window, or (``view``) the STRIDED_SLICE of the source's row
     view [1, H, W*C] and the in-place RESHAPE of its cut to [1, h, w, C]."""
-    from .nodes import slice_constants, view_shapes
+    from .nodes import gather_axis, gather_indices, slice_constants, view_shapes
 
     b, c, isz = nd.base, channels, itemsize
     win = (1, nd.win.height, nd.win.width, c)
+    axis = None if view or ttype is None else gather_axis(nd, ttype)
+    if axis is not None:
+        return op_instructions("GATHER", [(1, b.height, b.width, c)], win, dtype,
+                               itemsize=isz, axis=axis, begin=gather_indices(nd, axis)[0])
     begin, _, strides = slice_constants(nd, c, view)
     if not view:
         return op_instructions("STRIDED_SLICE", [(1, b.height, b.width, c)], win, dtype,
@@ -314,7 +325,7 @@ def view_pays(nd, channels: int, itemsize: int, dtype: int) -> bool:
     on the row view plus the in-place RESHAPE of its cut) than as a 4-D STRIDED_SLICE: where
     a window cuts a map's columns or rows into more than one run per row."""
     name = _DTYPES.get(int(dtype), "?")
-    flat = slice_instructions(nd, channels, itemsize, name, False)
+    flat = slice_instructions(nd, channels, itemsize, name, False, int(dtype))
     rows = slice_instructions(nd, channels, itemsize, name, True)
     return flat is not None and rows is not None and rows < flat
 

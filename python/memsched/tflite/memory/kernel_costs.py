@@ -331,6 +331,27 @@ def _slice(ins, out, dtype, o):
                                                   "memcpy": cost}
 
 
+def _gather(ins, out, dtype, o):
+    # TFLite Micro's GATHER (int32 indices, batch_dims 0): one memcpy of the dimensions after
+    # ``axis`` per outer index and per index (``begin``: the first index; the patch writer's
+    # indices are consecutive, so the source offset of copy k is begin + k)
+    isz = o.get("itemsize", 1)
+    x = ins[0]
+    axis = o.get("axis", 0) % len(x)
+    outer, coords = _prod(x[:axis]), int(out[axis]) if len(out) > axis else 1
+    inner = _prod(x[axis + 1:]) * isz
+    first = int(o.get("begin", 0))
+    cost = 0
+    for a in range(min(4, outer)):  # the offsets modulo 4 repeat with the indices modulo 4
+        for k in range(min(4, coords)):
+            src = (a * int(x[axis]) + first + k) * inner
+            dst = (a * coords + k) * inner
+            cost += len(range(a, outer, 4)) * len(range(k, coords, 4)) * \
+                _memcpy_insns(src & 3, dst & 3, inner)
+    return "copy" if isz == 1 else f"copy{isz}", {"one": 1, "copies": outer * coords,
+                                                  "memcpy": cost}
+
+
 def _concat(ins, out, dtype, o):
     # TFLite Micro's reference kernel: for each outer index, one memcpy per input
     isz = o.get("itemsize", 1)
@@ -359,7 +380,7 @@ _FEATURES = {
     "MAX_POOL_2D": lambda i, u, d, o: _pool(i, u, d, o, "MAX_POOL_2D"),
     "MEAN": _mean, "SOFTMAX": _softmax, "RESHAPE": _copy, "SQUEEZE": _copy,
     "EXPAND_DIMS": _expand_dims, "QUANTIZE": _quantize, "DEQUANTIZE": _quantize, "PAD": _pad,
-    "PADV2": _pad, "STRIDED_SLICE": _slice, "CONCATENATION": _concat,
+    "PADV2": _pad, "STRIDED_SLICE": _slice, "CONCATENATION": _concat, "GATHER": _gather,
 }
 
 # Fitted coefficients: {(kind, variant): {feature: instructions per unit of the feature}}.
@@ -466,6 +487,9 @@ COEFFICIENTS = {
         {'e': 3.0, 'one': 134.0},
     ('EXPAND_DIMS', 'copy4'):
         {'e': 3.0, 'one': 138.0},
+    ('GATHER', 'copy'):  # 2026-11-28: 32 GATHERs of patch windows (axis 1 and 2, 3 and 16
+        # channels, 8-16 indices) in ResNet-8 rewrites, least squares with memcpy fixed at 1.0
+        {'copies': 17.11, 'memcpy': 1.0, 'one': 288.0},
     ('FULLY_CONNECTED', 'float32'):
         {'batches': 220.5, 'macs': 4.0, 'one': 220.5, 'out': 25.0},
     ('FULLY_CONNECTED', 'int8'):

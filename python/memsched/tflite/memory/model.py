@@ -22,7 +22,10 @@ from ..format.aliases import (VIEW_SUFFIX, alias_roots, quantize_aliases,  # noq
                               reshape_aliases)
 from ..format.read import TFLiteGraph
 from .instructions import view_slices
-from .nodes import pad_constant, slice_constants, view_shapes  # noqa: F401 (importable)
+from .nodes import (gather_axis, gather_indices, pad_constant, slice_constants,  # noqa: F401
+                    view_shapes)
+
+GATHER_DIMS = 32  # GatherPrepare's persistent copy of the output's dims (4 + 4 x 4 B, aligned)
 
 TFLM_ALIGNMENT = 16  # MicroArenaBufferAlignment()
 TFLM_MODEL = MemoryModel(count_inputs=True, count_outputs=True, inplace=False, workspace=True,
@@ -181,7 +184,11 @@ def new_constants(sm: SpatialModel, nodes, views: bool = False) -> int:
     nodes = list(nodes)
     viewed = view_slices(sm, nodes, views)[0]
     for k, nd in enumerate(nodes):
-        if nd.kind == "slice":
+        axis = gather_axis(nd, sm.tensors[nd.tensor].dtype) \
+            if nd.kind == "slice" and k not in viewed else None
+        if axis is not None:
+            values.add(("gather", gather_indices(nd, axis)))
+        elif nd.kind == "slice":
             values.update(slice_constants(nd, int(sm.tensors[nd.tensor].shape[3]),
                                           k in viewed))
         elif nd.kind == "pad" or (nd.kind == "op" and sm.ops[nd.op].kind in ("PAD", "PADV2")):
@@ -223,10 +230,13 @@ class TFLMMemory(RuntimeMemory):
             op = sm.ops[nd.op]
             return self.price.op(op.kind, op.cout, self.quantized, 1)
         n = NEW_CONSTS[nd.kind] + (nd.kind == "pad" and nd.pad_value == PAD_MIN) if consts else 0
-        own = self.price.op(NODE_KIND[nd.kind], 0, self.quantized, 1 + n)
         if nd.kind == "slice" and view_slices(sm, [nd], self.views)[0]:
-            own += self.price.op("RESHAPE", 0, self.quantized, 1)  # [1, h, w*C] -> NHWC
-        return own
+            own = self.price.op(NODE_KIND[nd.kind], 0, self.quantized, 1 + n)
+            return own + self.price.op("RESHAPE", 0, self.quantized, 1)  # [1, h, w*C] -> NHWC
+        if nd.kind == "slice" and gather_axis(nd, sm.tensors[nd.tensor].dtype) is not None:
+            # one constant (the indices); GatherPrepare keeps a copy of the output's dims
+            return self.price.op("GATHER", 0, self.quantized, 1 + (n > 0)) + GATHER_DIMS
+        return self.price.op(NODE_KIND[nd.kind], 0, self.quantized, 1 + n)
 
     def plan_persistent_delta(self, sm: SpatialModel, plan: PatchPlan) -> int:
         price, quantized = self.price, self.quantized
@@ -252,6 +262,8 @@ def tflm_runtime(memory: RuntimeMemory, time=None) -> Runtime:
     margins), at most ten inputs per CONCATENATION (more pieces chained), and NHWC row bands
     are contiguous slices, so taller grids are tried too. No squeeze-and-excitation rewrite.
     ``time``: its instructions on the Cortex-M55 (`memory.instructions.tflm_time` of the file;
-    None: no time model)."""
+    None: no time model). Each explicit plan is also priced with its region inputs padded
+    once, whole (`memsched.patches.plans.pad_sources`: each PAD node costs its records)."""
     return Runtime(memory, implicit_padding=True, padding_rule="same",
-                   max_concat_inputs=TFLM_MAX_CONCAT_INPUTS, band_grids=True, time=time)
+                   max_concat_inputs=TFLM_MAX_CONCAT_INPUTS, band_grids=True, time=time,
+                   pad_sources=True)

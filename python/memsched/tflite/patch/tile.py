@@ -5,8 +5,11 @@
 persistent bytes, one MAC overhead budget for the whole model), then rewrites subgraph 0 with
 builtin operators only, region by region:
 
-* ``STRIDED_SLICE`` cuts each patch's window of the model input (with its halo) and crops a
-  tensor's window where a consumer reads less of it;
+* ``GATHER`` (consecutive indices along the one axis a window cuts: fewer instructions and
+  persistent bytes) or ``STRIDED_SLICE`` (a window cutting rows and columns) cuts each
+  patch's window of the model input (with its halo) and crops a tensor's window where a
+  consumer reads less of it; a region input two patches pad may be padded once, whole, and
+  the windows cut from it, pads included (`memsched.patches.plans.pad_sources`);
 * ``PAD`` (int8: the pad value is the input's zero point, i.e. real zero) makes a convolution's
   implicit padding explicit on the true borders of the feature map; ``PADV2`` with the dtype's
   minimum before a ``MAX_POOL_2D`` (which ignores padded cells); an original ``PAD``/``PADV2``
@@ -374,7 +377,7 @@ def _patched_ops(s, plan: PatchPlan, sm: SpatialModel, tensors: list, old_ops: l
     ``tag`` ends the new tensors' names, unique per region)."""
     from ..memory.instructions import view_slices
     from ..memory.model import VIEW_SUFFIX
-    from ..memory.nodes import view_shapes
+    from ..memory.nodes import gather_axis, gather_indices, view_shapes
 
     final = {k: t for t, k in plan.result.items()}  # node -> original tensor it becomes
     node_t: list[int] = []
@@ -403,7 +406,20 @@ def _patched_ops(s, plan: PatchPlan, sm: SpatialModel, tensors: list, old_ops: l
         if out is None:
             out = like(nd.tensor, (nd.win.height, nd.win.width), name)
         node_t.append(out)
-        if nd.kind == "slice":
+        axis = gather_axis(nd, int(tensors[nd.tensor].type)) \
+            if nd.kind == "slice" and k not in viewed else None
+        if axis is not None:
+            # a window cutting one axis: a GATHER of consecutive indices along it, cheaper
+            # than STRIDED_SLICE in instructions and persistent bytes (`memory.nodes`)
+            it = const(name + "/indices", np.array(gather_indices(nd, axis), np.int32),
+                       s.TensorType.INT32)
+            o = s.GatherOptionsT()
+            o.axis, o.batchDims = axis, 0
+            new_ops.append(s.OperatorT(opcodeIndex=opcode("GATHER"), inputs=[ins[0], it],
+                                       outputs=[out],
+                                       builtinOptionsType=s.BuiltinOptions.GatherOptions,
+                                       builtinOptions=o))
+        elif nd.kind == "slice":
             # STRIDED_SLICE, not SLICE: TFLite Micro's SLICE would save 120 B of records per
             # cut (no Init, no options) but copies element by element, where STRIDED_SLICE
             # copies each contiguous run at once (measured on the M55: +8-27 % instructions
