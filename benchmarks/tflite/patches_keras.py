@@ -22,6 +22,7 @@ MODELS = {  # name -> (keras.applications constructor, alpha, input size)
     "mbv2_1.0_96": ("MobileNetV2", 1.0, 96),
     "mbv1_0.25_128": ("MobileNet", 0.25, 128),
     "mbv3s_1.0_128": ("MobileNetV3Small", 1.0, 128),
+    "mbv3s_1.0_224": ("MobileNetV3Small", 1.0, 224),  # issue 60 item 4's TVM timing file
 }
 
 

@@ -32,6 +32,7 @@ MODELS = {
     # squeeze-and-excitation: Keras MobileNetV3Small (alpha 1.0, 128 px) int8 .tflite, built
     # by benchmarks/tflite/patches_keras.py, through TVM's TFLite frontend
     "mbv3s-1.0-128-int8-keras": dict(tflite_path="/tmp/keras_models/mbv3s_1.0_128.tflite"),
+    "mbv3s-1.0-224-int8-keras": dict(tflite_path="/tmp/keras_models/mbv3s_1.0_224.tflite"),
     # a MobileNetV3-Small-like Relax model (memsched.generators.relax_cnn.mobilenet_v3_small:
     # hardswish, SE blocks with relu + hardsigmoid), float32 and integer
     "mbv3s-1.0-128": dict(mbv3=dict(alpha=1.0, size=128)),

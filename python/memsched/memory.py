@@ -84,14 +84,24 @@ class Problem:
     consumers: list[list[int]]
     base: int = 0
     names: list[str] = field(default_factory=list)
-    # derived bitmasks
-    pred_mask: list[int] = field(init=False)
-    cons_mask: list[int] = field(init=False)
-
     def __post_init__(self):
-        self.pred_mask = [sum(1 << p for p in set(ps)) for ps in self.preds]
-        self.cons_mask = [sum(1 << c for c in set(cs)) for cs in self.consumers]
         self.full = (1 << self.n) - 1
+
+    # derived bitmasks, built on first use: most problems the patch search builds are only
+    # evaluated in a few orders (`evaluate` counts readers instead)
+    @property
+    def pred_mask(self) -> list[int]:
+        got = self.__dict__.get("_pred_mask")
+        if got is None:
+            got = self._pred_mask = [sum(1 << p for p in set(ps)) for ps in self.preds]
+        return got
+
+    @property
+    def cons_mask(self) -> list[int]:
+        got = self.__dict__.get("_cons_mask")
+        if got is None:
+            got = self._cons_mask = [sum(1 << c for c in set(cs)) for cs in self.consumers]
+        return got
 
     # ------------------------------------------------------------------ build
     @classmethod
@@ -240,10 +250,12 @@ class Problem:
         left, reader_of = self._readers()
         left = list(left)
         done = bytearray(n)
-        size, pinned, creates, reads = self.size, self.pinned, self.creates, self.reads
-        inplace, workspace, preds = self.inplace, self.workspace, self._pred_sets()
+        size, pinned, reads = self.size, self.pinned, self.reads
+        inplace, preds = self.inplace, self._pred_sets()
+        made, dead, extra = self._per_op()
         live = self.initial_live()
         steps, lives = [], [live]
+        step, after = steps.append, lives.append
         for v in order:
             if done[v]:
                 return self._evaluate_masks(order)
@@ -253,23 +265,31 @@ class Problem:
             done[v] = 1
             for t in reader_of[v]:
                 left[t] -= 1
-            created = freed = 0
-            for t in creates[v]:
-                created += size[t]
-                if not pinned[t] and not self.cons_mask[t]:
-                    freed += size[t]  # nobody reads it: dead right after v
+            created = made[v]
+            freed = dead[v]
             for t in reads[v]:
-                if not pinned[t] and not left[t]:
+                if not left[t] and not pinned[t]:
                     freed += size[t]
-            foot = live + created + workspace[v]
+            foot = live + extra[v]
             for t in inplace[v]:
                 if not pinned[t] and not left[t]:
                     foot -= min(size[t], created)
                     break
             live += created - freed
-            steps.append(foot)
-            lives.append(live)
+            step(foot)
+            after(live)
         return Profile(list(order), steps, lives)
+
+    def _per_op(self) -> tuple[list[int], list[int], list[int]]:
+        """Per op: the bytes it creates, those of them nobody reads (dead right after it),
+        and what it adds to the footprint while it runs (created + workspace)."""
+        if not hasattr(self, "_made"):
+            size, pinned, cons = self.size, self.pinned, self.consumers
+            made = [sum(size[t] for t in ts) for ts in self.creates]
+            dead = [sum(size[t] for t in ts if not pinned[t] and not cons[t])
+                    for ts in self.creates]
+            self._made = (made, dead, [m + w for m, w in zip(made, self.workspace)])
+        return self._made
 
     def _readers(self) -> tuple[list[int], list[list[int]]]:
         """Per tensor its distinct readers' count; per op the tensors it is a reader of."""

@@ -99,55 +99,76 @@ def patch_order(graph: OpGraph, plan: PatchPlan | None = None, cut: int | None =
     `patched_graph`, which is built that way). With ``cut`` (and the ``plan``): the slices of
     the model inputs of patches ``cut..`` run right before patch ``cut``, which frees the
     inputs early at the price of holding those slices."""
-    nodes = [v for v, op in enumerate(graph.ops) if isinstance(op.source, tuple)
-             and op.source[0] == "node"]
-    # the operators before the region (built first by `patched_graph`) run first
-    pre = list(range(nodes[0])) if nodes else []
-    early: list[int] = []
-    if plan is not None and cut is not None:
-        early = [v for v in nodes if plan.nodes[graph.ops[v].source[1]].kind == "slice"
-                 and isinstance(plan.nodes[graph.ops[v].source[1]].inputs[0], tuple)
-                 and plan.nodes[graph.ops[v].source[1]].patch >= cut]
-    concat = {v for v in nodes if graph.ops[v].kind == "concat"}
-    waiting = {c: len(set(graph.ops[c].preds)) for c in concat}  # preds not yet run
-    succs = graph.succs
-    order: list[int] = list(pre)
-    done: set[int] = set(pre)
+    return _PatchOrders(graph, plan).order(cut)
 
-    def run(v: int) -> None:
-        # then a concatenation as soon as all its pieces exist, depth first (a loop, not a
-        # recursive closure: that is a reference cycle the collector has to free)
-        order.append(v)
-        done.add(v)
-        stack = [iter(set(succs[v]))]
-        while stack:
-            for c in stack[-1]:
-                if c in waiting:
-                    waiting[c] -= 1
-                    if waiting[c] == 0:
-                        del waiting[c]
-                        order.append(c)
-                        done.add(c)
-                        stack.append(iter(set(succs[c])))
-                        break
-            else:
-                stack.pop()
 
-    for v in nodes:
-        if v in done or v in concat:
-            continue
-        if early and plan.nodes[graph.ops[v].source[1]].patch >= cut:
-            for e in early:
-                if e not in done:
-                    run(e)
-            early = []
-            if v in done:
+class _PatchOrders:
+    """`patch_order` for one graph and plan, what every cut shares computed once."""
+
+    def __init__(self, graph: OpGraph, plan: PatchPlan | None):
+        ops = graph.ops
+        self.n = len(ops)
+        self.nodes = nodes = [v for v, op in enumerate(ops) if isinstance(op.source, tuple)
+                              and op.source[0] == "node"]
+        # the operators before the region (built first by `patched_graph`) run first
+        self.pre = list(range(nodes[0])) if nodes else []
+        self.concat = [v for v in nodes if ops[v].kind == "concat"]
+        self.npreds = {c: len(set(ops[c].preds)) for c in self.concat}
+        self.succs = [set(s) for s in graph.succs]
+        self.patch: dict[int, int] = {}  # node -> its patch, for the model-input slices
+        self.slices: list[int] = []  # the slices of the model inputs
+        if plan is not None:
+            for v in nodes:
+                nd = plan.nodes[ops[v].source[1]]
+                self.patch[v] = nd.patch
+                if nd.kind == "slice" and isinstance(nd.inputs[0], tuple):
+                    self.slices.append(v)
+
+    def order(self, cut: int | None = None) -> list[int]:
+        patch = self.patch
+        early = [v for v in self.slices if patch[v] >= cut] if cut is not None else []
+        concat = set(self.concat)
+        waiting = dict(self.npreds)  # preds not yet run
+        succs = self.succs
+        order: list[int] = list(self.pre)
+        done: set[int] = set(self.pre)
+        add, mark = order.append, done.add
+
+        def run(v: int) -> None:
+            # then a concatenation as soon as all its pieces exist, depth first (a loop, not
+            # a recursive closure: that is a reference cycle the collector has to free)
+            add(v)
+            mark(v)
+            stack = [iter(succs[v])]
+            while stack:
+                for c in stack[-1]:
+                    if c in waiting:
+                        waiting[c] -= 1
+                        if waiting[c] == 0:
+                            del waiting[c]
+                            add(c)
+                            mark(c)
+                            stack.append(iter(succs[c]))
+                            break
+                else:
+                    stack.pop()
+
+        for v in self.nodes:
+            if v in done or v in concat:
                 continue
-        run(v)
-    order += [c for c in concat if c not in done]
-    seen = set(order)
-    order += [v for v in range(len(graph.ops)) if v not in seen]
-    return order
+            if early and patch[v] >= cut:
+                for e in early:
+                    if e not in done:
+                        run(e)
+                early = []
+                if v in done:
+                    continue
+            run(v)
+        order += [c for c in concat if c not in done]
+        if len(order) < self.n:
+            seen = set(order)
+            order += [v for v in range(self.n) if v not in seen]
+        return order
 
 
 def heuristic_peak(graph: OpGraph, plan: PatchPlan, problem: Problem,
@@ -162,12 +183,13 @@ def heuristic_order(graph: OpGraph, plan: PatchPlan, problem: Problem,
                     baselines: bool = True, max_cuts: int = HEURISTIC_CUTS
                     ) -> tuple[int, list[int]]:
     """(peak, order) of `heuristic_peak`'s best order of ``graph``'s operators."""
-    order = patch_order(graph, plan)
+    orders = _PatchOrders(graph, plan)
+    order = orders.order()
     best = (problem.evaluate(order).peak, order)
     n = plan.patches
     cuts = sorted({1 + (k * (n - 1)) // max_cuts for k in range(max_cuts)} - {n}) if n > 1 else []
     for cut in cuts:
-        order = patch_order(graph, plan, cut)
+        order = orders.order(cut)
         peak = problem.evaluate(order).peak
         if peak < best[0]:
             best = (peak, order)

@@ -123,7 +123,17 @@ def regions(sm: SpatialModel, starts=(0,), se: bool = False, exact_reductions: b
 
 
 def stages(sm: SpatialModel, region: Region) -> dict[int, int]:
-    """Per tensor of the region (inputs included): how many reductions it depends on."""
+    """Per tensor of the region (inputs included): how many reductions it depends on (kept
+    on the model per region: the search asks for it once per plan and grid; read only)."""
+    known = sm.__dict__.setdefault("_stages", {})
+    key = (region.start, region.length, tuple(region.inputs))
+    st = known.get(key)
+    if st is None:
+        st = known[key] = _stages(sm, region)
+    return st
+
+
+def _stages(sm: SpatialModel, region: Region) -> dict[int, int]:
     st = {t: 0 for t in region.inputs}
     for k in region.ops:
         op = sm.ops[k]

@@ -233,20 +233,10 @@ def _bands(sm: SpatialModel, region: Region, axis: int, n: int, groups, keep: bo
     got = table.get(n)
     if got is None:
         table.update(_band_table(sm, region, axis, sorted({n, *range(1, BATCH + 1)}
-                                                           - set(table)), groups,
-                                 _program(sm, region, axis, cache)))
+                                                           - set(table)), groups))
         got = table[n]
     if isinstance(got, Refused):
         raise Refused(str(got))
-    return got
-
-
-def _program(sm: SpatialModel, region: Region, axis: int, cache: dict) -> list:
-    """`_lane_program` of a region and axis, once."""
-    key = ("lanes", region.start, region.length, axis)
-    got = cache.get(key)
-    if got is None:
-        got = cache[key] = _lane_program(sm, region, axis)
     return got
 
 
@@ -259,7 +249,16 @@ def _square(sm: SpatialModel, region: Region, groups, keep: bool, cache: dict) -
         hw = [region.hw] if groups == [None] else \
             [sm.tensors[t].hw for group in groups for t in group]
         got = cache[key] = all(h == w for h, w in hw) and \
-            _program(sm, region, 0, cache) == _program(sm, region, 1, cache)
+            all(_symmetric(sm, k) for k in region.ops)
+    return got
+
+
+def _symmetric(sm: SpatialModel, k: int) -> bool:
+    """Is operator ``k``'s lane entry the same along both axes (kept on the model)?"""
+    known = sm.__dict__.setdefault("_symmetric", {})
+    got = known.get(k)
+    if got is None:
+        got = known[k] = _lane_entry(sm, k, 0) == _lane_entry(sm, k, 1)
     return got
 
 
@@ -267,17 +266,56 @@ BATCH = 8  # band counts walked together (`_bands`): the default grids' rows and
 _NONE = 1 << 40  # a lane's low where the tensor is not needed (its high: -_NONE)
 
 
-def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], groups,
-                program: list) -> dict:
+def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], groups) -> dict:
     """``n`` -> `_Bands` (or the `Refused` `axis_windows` gives) for each band count in
     ``ns``: `axis_windows` for every band of every count and group at once, one lane each,
-    in one walk over the region (same ranges, same tensors, same reasons)."""
-    out: dict = {}
+    in one walk over the region (same ranges, same tensors, same reasons). The walk from the
+    region's end is shared by every region with the same end, split tensors and groups (the
+    same seeds, `_SharedWalk`): a region from ``start`` reads its first steps."""
+    walks = sm.__dict__.setdefault("_walks", {})
+    key = (region.length, tuple(region.split), axis, tuple(ns),
+           tuple(None if g is None else tuple(g) for g in groups))
+    walk = walks.get(key)
+    if walk is None:
+        walk = walks[key] = _SharedWalk(sm, region, axis, ns, groups)
+    out = dict(walk.too_small)
+    if not walk.blocks:
+        return out
+    got = walk.upto(region.start)
+    if isinstance(got, Refused):
+        for n in walk.counts:
+            out[n] = got
+        return out
+    held_list, reads = got
+    held = dict(held_list)
+    for t in region.inputs:
+        if t in reads:
+            held[t] = reads[t]
+    names = list(held)
+    lo = np.stack([held[t][0] for t in names])
+    ext = np.stack([held[t][1] for t in names]) - lo
+    there = lo != _NONE  # a range is never that far out: the lanes that need the tensor
+    if not walk.strict:
+        ext[~there] = 0
+    blocks = walk.blocks
+    sums = np.add.reduceat(ext, blocks, axis=1).T  # (count, group) x tensor
+    first = there[:, blocks].T
+    columns = _Walk(names, {t: c for c, t in enumerate(names)}, {})
+    g = len(groups)
+    for j, n in enumerate(walk.counts):
+        out[n] = _Bands(columns, sums[j * g:(j + 1) * g], first[j * g:(j + 1) * g])
+    return out
+
+
+def _seeds(sm: SpatialModel, region: Region, axis: int, ns: list[int], groups):
+    """The lanes of `_band_table`: (the counts too small for a size -> `Refused`, the counts
+    walked, the first lane of each (count, group), count-major, and the targets' lows and
+    highs per lane)."""
+    too_small: dict = {}
     lanes = 0
     seeds: dict = {}  # target (None: the split tensors) -> (first lane, lows, highs) per group
-    blocks: list[int] = []  # the first lane of each (count, group), count-major
+    blocks: list[int] = []
     counts: list[int] = []
-    strict = groups == [None]
     for n in ns:
         why = None
         for group in groups:  # as `axis_windows` band by band: the first size too small
@@ -288,7 +326,7 @@ def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], grou
                 why = Refused(f"{n} bands do not fit a size of {size}")
                 break
         if why is not None:
-            out[n] = why
+            too_small[n] = why
             continue
         counts.append(n)
         for group in groups:
@@ -299,8 +337,6 @@ def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], grou
                 for t in dict.fromkeys(group):
                     seeds.setdefault(t, []).append((lanes, *_cuts(sm.tensors[t].hw[axis], n)))
             lanes += n
-    if not blocks:
-        return out
     lows: dict = {}
     highs: dict = {}
     for t, rows in seeds.items():  # a target's range in the lanes of its groups
@@ -313,53 +349,58 @@ def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], grou
                 lows[s], highs[s] = lo, hi
         else:
             lows[t], highs[t] = lo, hi
-    try:
-        full = set(lows) if strict else \
+    return too_small, counts, blocks, lows, highs
+
+
+class _SharedWalk:
+    """`_walk` from operator ``end - 1`` down, one operator at a time, for every region that
+    ends at ``end`` with the same seeds: walking backwards, what the walk holds after the
+    operators from ``start`` on does not depend on the operators before ``start``. Per start
+    passed: the tensors held so far (walk order) and the ranges of the tensors read so far
+    and made before it (the region's inputs among them read theirs)."""
+
+    def __init__(self, sm: SpatialModel, region: Region, axis: int, ns: list[int], groups):
+        self.sm, self.axis, self.at = sm, axis, region.length
+        self.too_small, self.counts, self.blocks, lows, highs = _seeds(sm, region, axis, ns,
+                                                                       groups)
+        self.strict = strict = groups == [None]
+        self.full = set(lows) if strict else \
             {t for t in lows if all(t in group for group in groups)}
-        held = _walk(program, lows, highs, strict, full)
-    except Refused as e:
-        for n in counts:
-            out[n] = e
-        return out
-    for t in region.inputs:
-        if t in lows:
-            held[t] = (lows[t], highs[t])
-    names = list(held)
-    lo = np.stack([held[t][0] for t in names])
-    ext = np.stack([held[t][1] for t in names]) - lo
-    there = lo != _NONE  # a range is never that far out: the lanes that need the tensor
-    if not strict:
-        ext[~there] = 0
-    sums = np.add.reduceat(ext, blocks, axis=1).T  # (count, group) x tensor
-    first = there[:, blocks].T
-    walk = _Walk(names, {t: c for c, t in enumerate(names)}, {})
-    g = len(groups)
-    for j, n in enumerate(counts):
-        out[n] = _Bands(walk, sums[j * g:(j + 1) * g], first[j * g:(j + 1) * g])
-    return out
+        self.lows, self.highs = lows, highs
+        self.held: list = []
+        self.open = set(lows)  # tensors with ranges whose operator is not walked yet
+        self.snaps: dict = {}  # start -> (held count, {open tensor: (lows, highs)})
+        self.refused: tuple | None = None  # (operator index, Refused): the walk stops there
 
-
-def _lane_program(sm: SpatialModel, region: Region, axis: int) -> list:
-    """`axis_program` for `_walk`: per operator its output, its name for errors and per read
-    (tensor, mode, stride, pad, kernel, dilation, size), mode 0 split in two: 3 where the
-    read tensor is no smaller than the output along the axis (the range itself: every range
-    lies in its tensor), else 0. Each operator's entry depends on the operator alone: kept
-    on the model (``sm._lane_ops``) for every region that holds it."""
-    known = sm.__dict__.setdefault("_lane_ops", {})
-    prog = []
-    for k in reversed(region.ops):
-        op = sm.ops[k]
-        got = known.get((axis, k))
-        if got is None or got[0] is not op:
-            got = known[(axis, k)] = (op, _lane_op(sm, op, axis))
-        entry = got[1]
-        if entry is not None:
-            prog.append(entry)
-    return prog
+    def upto(self, start: int):
+        """(held tensors, {tensor: (lows, highs)} of the tensors read and made before
+        ``start``) of the region from ``start``, or its `Refused`."""
+        lows, highs, opened = self.lows, self.highs, self.open
+        while self.at > start and self.refused is None:
+            k = self.at - 1
+            entry = _lane_entry(self.sm, k, self.axis)
+            if entry is not None:
+                try:
+                    self.held.extend(_walk([entry], lows, highs, self.strict,
+                                           self.full).items())
+                except Refused as e:
+                    self.refused = (k, e)
+                    break
+                opened.discard(entry[0])
+                opened.update(r[0] for r in entry[2])
+            self.at = k
+            self.snaps[k] = (len(self.held), {t: (lows[t], highs[t]) for t in opened})
+        if self.refused is not None and self.refused[0] >= start:
+            return self.refused[1]
+        count, reads = self.snaps[start]
+        return self.held[:count], reads
 
 
 def _lane_op(sm: SpatialModel, op, axis: int):
-    """One operator's `_lane_program` entry (None: a vector operator, computed whole)."""
+    """One operator's entry of the lanes' walk (`_walk`): its output, its name for errors and
+    per read (tensor, mode, stride, pad, kernel, dilation, size), mode 0 split in two: 3 where
+    the read tensor is no smaller than the output along the axis (the range itself: every
+    range lies in its tensor), else 0; None for a vector operator, computed whole."""
     if op.cls in VECTOR:
         return None
     osize = sm.tensors[op.output].shape[1 + axis]
@@ -383,6 +424,16 @@ def _cuts(size: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The lows and highs of ``n`` near-equal bands of ``size`` (`grid_cells`' rounding)."""
     return (np.array([round(i * size / n) for i in range(n)], dtype=np.int64),
             np.array([round((i + 1) * size / n) for i in range(n)], dtype=np.int64))
+
+
+def _lane_entry(sm: SpatialModel, k: int, axis: int):
+    """`_lane_op` of operator ``k``, kept on the model (``sm._lane_ops``)."""
+    known = sm.__dict__.setdefault("_lane_ops", {})
+    op = sm.ops[k]
+    got = known.get((axis, k))
+    if got is None or got[0] is not op:
+        got = known[(axis, k)] = (op, _lane_op(sm, op, axis))
+    return got[1]
 
 
 def _walk(program: list, lows: dict, highs: dict, strict: bool, full: set) -> dict:
