@@ -183,6 +183,50 @@ def test_time_budget_equals_brute_force(deterministic, sm, max_slowdown, depth):
     assert res.as_dict()["time_frontier"][0]["cpu_instructions"] == front[0].instructions
 
 
+class MacTime(ToyTime):
+    """A `RuntimeTime` of MACs alone: the halos are the whole price of a patch."""
+
+    def op(self, sm, k):
+        return sm.op_macs(sm.ops[k])
+
+    def plan(self, sm, plan):
+        return sum(sm.op_macs(sm.ops[nd.op], nd.win) for nd in plan.nodes if nd.kind == "op")
+
+
+def test_sequence_search_prices_nothing_over_the_time_budget(monkeypatch):
+    """After the first region the search prices no candidate already over ``max_slowdown``
+    (it can be neither chosen nor extended: its plan's instructions say so before its part is
+    built), so its budget goes to those that may be chosen (before: 43 of the 70 it priced
+    here were over); the one-region search still prices them (the report's time frontier).
+    The choice stays within the bound."""
+    import dataclasses
+
+    from memsched.patches.evaluator import Evaluator
+    from memsched.patches.runtime import runtime_of
+
+    specs = [("CONV_2D", 3, 2, 1, "SAME"), ("DEPTHWISE_CONV_2D", 3, 1, 1, "SAME"),
+             ("CONV_2D", 1, 1, 1, "SAME"), ("DEPTHWISE_CONV_2D", 3, 2, 1, "SAME"),
+             ("CONV_2D", 1, 1, 1, "SAME"), ("DEPTHWISE_CONV_2D", 3, 1, 1, "SAME")]
+    sm = stack_model(specs, 48, 48, 3)
+    graph, index = _graph_of(sm)
+    rt = dataclasses.replace(runtime_of(MEMORY), time=MacTime())
+    priced = []
+    real = Evaluator.price
+
+    def price(self, *args):
+        c = real(self, *args)
+        priced.append(c)
+        return c
+
+    monkeypatch.setattr(Evaluator, "price", price)
+    bound = 1.02
+    res = search(sm, graph, index, rt, time_limit=60.0, max_slowdown=bound)
+    after = [c for c in priced if c.before]
+    assert after and all(c.slowdown <= bound + 1e-12 for c in after)
+    assert any(c.slowdown > bound for c in priced if not c.before)  # for the frontier
+    assert res.choice is not None and res.choice.slowdown <= bound + 1e-12
+
+
 def test_without_cost_model_time_is_not_priced():
     """A runtime without a cost model (TVM): no instructions, the MAC budget alone."""
     sm = stack_model([("CONV_2D", 3, 1, 1, "SAME"), ("CONV_2D", 3, 1, 1, "SAME")], 16, 16, 3)

@@ -189,6 +189,7 @@ class Evaluator:
         self.time = rt.time
         self.base_instructions = int(rt.time.program(sm)) if rt.time is not None else None
         self._ins: dict = {}  # plan key (as `plan`'s) -> the instructions it adds, or None
+        self._persistent: dict = {}  # ... -> the persistent bytes it adds
         steps = Problem.from_graph(graph, model).evaluate(list(range(len(graph)))).steps
         # per operator k: the file order's peak from k on (what the operators after a region
         # ending at k hold at least; the same in the patched model, whose regions reassemble
@@ -335,8 +336,15 @@ class Evaluator:
         return self._ins[key]
 
     def persistent(self, plan: PatchPlan) -> int:
-        """The persistent bytes ``plan`` adds over the region it replaces."""
-        return self.memory.plan_persistent_delta(self.sm, plan)
+        """The persistent bytes ``plan`` adds over the region it replaces (per plan: every
+        search after a region asks again for the same plans)."""
+        r = plan.region
+        key = (r.start, r.length, tuple(r.split), plan.grid, plan.keep, plan.margins,
+               plan.padded_sources)
+        got = self._persistent.get(key)
+        if got is None:
+            got = self._persistent[key] = self.memory.plan_persistent_delta(self.sm, plan)
+        return got
 
     # ------------------------------------------------------------------ lower bounds
     def floors(self, r: Region, keep: bool, before: Before, max_end: int) -> tuple[int, int]:

@@ -167,7 +167,8 @@ class RegionSearch:
               counted: bool = True) -> Candidate | None:
         """The candidate (region ``r``, grid ``g``, ``mode`` = (keep, margins)) priced by the
         evaluator; None when refused, over the MAC cap or when its bound reaches ``limit``
-        (None: no limit). ``counted``: by this search's counters (else by the sequence
+        (None: no limit) or when it is over ``max_slowdown`` after regions before
+        (`_too_slow`). ``counted``: by this search's counters (else by the sequence
         search's)."""
         ev, before = self.ev, self.before
         plan = ev.plan(r, g, mode)
@@ -178,6 +179,8 @@ class RegionSearch:
             macs = ev.whole_macs(r, plan.macs, before)
             if ev.over_cap(macs):
                 return None
+        if self._too_slow(plan, counted):  # neither an answer nor a start: not deferred
+            return None
         own = ev.persistent(plan)
         persist = ev.base_persistent + before.persistent + own
         floor, floor_ext = ev.floors(r, mode[0], before, self.max_end)
@@ -190,6 +193,23 @@ class RegionSearch:
         self.results.append(c)
         self.plans[c.key] = plan
         return c
+
+    def _too_slow(self, plan, counted: bool) -> bool:
+        """Whether ``plan`` after the regions before is over ``max_slowdown`` (its
+        instructions come from the plan alone, before its part is built and ordered): such
+        a candidate can be neither chosen nor extended (each further region only adds
+        instructions), so the sequence search does not spend its budget pricing it. The
+        one-region search (``counted``, no region before) still prices it: its candidates
+        draw the report's (RAM, instructions) frontier beyond the bound."""
+        req = self.ev.request
+        if req.max_slowdown is None or req.forced or (counted and not self.before.sequence):
+            return False
+        base = self.ev.base_instructions
+        added = self.ev.added_instructions(plan)
+        if not base or added is None or any(b.instructions is None
+                                            for b in self.before.sequence):
+            return False
+        return (base + self.before.instructions + added) / base > req.max_slowdown + 1e-12
 
     def price_deferred(self, d: Deferred) -> Candidate | None:
         """Deferred candidate ``d`` priced as if this search had got to it (no limit)."""

@@ -40,6 +40,10 @@ class ExecutorchTime(RuntimeTime):
         self.layout = CHANNELS_LAST if self.cl else None
         self.unplanned = frozenset(() if em.planned_inputs else em.sm.inputs)
         self._op = {}
+        # per operator, its FX call's arguments (`args_of_node`): the same for each of its
+        # copies on windows, and a fake tensor's dim order costs ~30 us to read
+        self._args: dict = {}
+        self._copies: dict = {}  # (operator, window shapes, own padding) -> instructions
         self.unknown: dict = {}
         self._program = EXECUTE_INSTRUCTIONS
         index = {id(n): k for k, n in enumerate(em.nodes)}
@@ -152,14 +156,28 @@ class ExecutorchTime(RuntimeTime):
 
         em = self.em
         node = em.nodes[nd.op]
-        args = put_acts(args_of_node(node), em.act_pos[nd.op],
-                        [self._native(sm, *self._src_win(plan, s)) for s in nd.inputs])
-        args[-1] = self._native(sm, nd.tensor, nd.win)
         name = getattr(node.target, "__name__", "")
+        ins = [self._src_win(plan, s) for s in nd.inputs]
+        pads = (nd.pads[0], nd.pads[2]) if name in WINDOW and nd.implicit else None
+        # the kernel's cost depends on the windows' shapes alone: a grid's patches mostly
+        # share them, across plans too
+        key = (nd.op, tuple((t, None) if w is None else (t, w.height, w.width) for t, w in ins),
+               nd.tensor, nd.win.height if nd.win is not None else None,
+               nd.win.width if nd.win is not None else None, pads)
+        got = self._copies.get(key)
+        if got is not None:
+            return got
+        whole = self._args.get(nd.op)
+        if whole is None:
+            whole = self._args[nd.op] = args_of_node(node)
+        args = put_acts(whole, em.act_pos[nd.op],  # a copy: ``whole`` stays as it is
+                        [self._native(sm, t, w) for t, w in ins])
+        args[-1] = self._native(sm, nd.tensor, nd.win)
         if name in WINDOW:  # padding 0, or the border's (top, left) (`own_padding`)
-            args[WINDOW[name][2]] = [nd.pads[0], nd.pads[2]] if nd.implicit else [0, 0]
+            args[WINDOW[name][2]] = list(pads) if pads is not None else [0, 0]
         n = op_instructions(node.target, args)
-        return self._op.get(nd.op, 0) if n is None else n
+        got = self._copies[key] = self._op.get(nd.op, 0) if n is None else n
+        return got
 
 
 def time_model(em) -> ExecutorchTime | None:
