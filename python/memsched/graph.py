@@ -215,21 +215,28 @@ class GraphBuilder:
            alias: bool = False, source: Any = None, extra_preds: Sequence[int] = (),
            inplace: Sequence[int] = ()) -> int:
         vid = len(self.ops)
+        tensors = self.tensors
+        nt = len(tensors)
         ins = tuple(dict.fromkeys(int(t) for t in inputs))  # dedupe, keep order
+        preds = []
         for t in ins:
-            if not 0 <= t < len(self.tensors):
+            if not 0 <= t < nt:
                 raise GraphError(f"op {name!r} reads unknown tensor id {t}")
+            ten = tensors[t]
+            if ten.producer is not None:
+                preds.append(ten.producer)
+        for t in ins:
+            tensors[t].consumers.append(vid)
         outs = []
         for oname, nbytes in outputs:
-            self.tensors.append(Tensor(oname, int(nbytes), vid, []))
-            outs.append(len(self.tensors) - 1)
-        preds = [self.tensors[t].producer for t in ins if self.tensors[t].producer is not None]
-        preds += list(extra_preds)
-        preds = tuple(dict.fromkeys(preds))
-        for t in ins:
-            self.tensors[t].consumers.append(vid)
-        self.ops.append(Op(name, kind, ins, tuple(outs), preds, int(workspace),
-                           tuple(t for t in inplace if t in ins), alias, source))
+            outs.append(len(tensors))
+            tensors.append(Tensor(oname, int(nbytes), vid, []))
+        if extra_preds:
+            preds += list(extra_preds)
+        self.ops.append(Op(name, kind, ins, tuple(outs),
+                           tuple(dict.fromkeys(preds)) if len(preds) > 1 else tuple(preds),
+                           int(workspace), tuple(t for t in inplace if t in ins) if inplace
+                           else (), alias, source))
         return vid
 
     def mark_output(self, t: int) -> None:
