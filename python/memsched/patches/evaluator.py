@@ -212,6 +212,7 @@ class Evaluator:
         self.held = _held_inputs(graph, self.tensor_index, model, set(sm.outputs))
         self._regions: dict = {}  # starts -> (regions, why)
         self._axis: dict = {}  # (start, length) -> `grid_macs`' sums of that region
+        self._walks: dict = {}  # `grid_macs`' walks, shared by the regions of one end
         self._macs: dict = {}  # (start, length, grid, keep) -> MACs or Refused
         self._region_macs: dict = {}  # (start, length) -> its MACs unpatched
         self._margins: dict = {}  # the margin windows (`margins.plan_margins`)
@@ -270,8 +271,8 @@ class Evaluator:
         pm = self._macs.get(key)
         if pm is None:
             try:
-                pm = grid_macs(self.sm, r, g, keep, self._axis.setdefault((r.start, r.length),
-                                                                          {}))
+                pm = grid_macs(self.sm, r, g, keep, self._axis.setdefault(
+                    (r.start, r.length), {"walks": self._walks}))
             except Refused as e:
                 pm = e
             self._macs[key] = pm

@@ -152,7 +152,9 @@ def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
     ``macs``, ``keep`` as there) in O((rows + cols) x ops): per op, (sum of row extents) x
     (sum of column extents) x channels x MACs per output element. The sums along one axis
     depend on that axis's band count only: ``cache`` (a dict the caller keeps) shares them
-    between the grids of one region (e.g. the rows of 2x1, 2x2, 2x3, 2x4)."""
+    between the grids of one region (e.g. the rows of 2x1, 2x2, 2x3, 2x4); its ``"walks"``
+    entry, a dict the caller may share between regions, the walks of regions with the same
+    end (`_SharedWalk`)."""
     if cache is None:
         cache = {}
     fixed = cache.get("fixed")
@@ -233,7 +235,8 @@ def _bands(sm: SpatialModel, region: Region, axis: int, n: int, groups, keep: bo
     got = table.get(n)
     if got is None:
         table.update(_band_table(sm, region, axis, sorted({n, *range(1, BATCH + 1)}
-                                                           - set(table)), groups))
+                                                           - set(table)), groups,
+                                 cache.setdefault("walks", {})))
         got = table[n]
     if isinstance(got, Refused):
         raise Refused(str(got))
@@ -266,13 +269,14 @@ BATCH = 8  # band counts walked together (`_bands`): the default grids' rows and
 _NONE = 1 << 40  # a lane's low where the tensor is not needed (its high: -_NONE)
 
 
-def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], groups) -> dict:
+def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], groups,
+                walks: dict) -> dict:
     """``n`` -> `_Bands` (or the `Refused` `axis_windows` gives) for each band count in
     ``ns``: `axis_windows` for every band of every count and group at once, one lane each,
     in one walk over the region (same ranges, same tensors, same reasons). The walk from the
     region's end is shared by every region with the same end, split tensors and groups (the
-    same seeds, `_SharedWalk`): a region from ``start`` reads its first steps."""
-    walks = sm.__dict__.setdefault("_walks", {})
+    same seeds, `_SharedWalk`, kept in ``walks``): a region from ``start`` reads its first
+    steps."""
     key = (region.length, tuple(region.split), axis, tuple(ns),
            tuple(None if g is None else tuple(g) for g in groups))
     walk = walks.get(key)
