@@ -157,6 +157,26 @@ def test_ethosu_named_with_the_reason(files, capsys):
     assert "ETHOSU (operator 1): stock TFLite Micro registers no kernel" in res["arena_unpriced"]
 
 
+def test_reorder_and_tile_name_why_the_arena_is_not_computed(files, tmp_path, capsys):
+    """`memsched reorder` and `memsched tile` price the same kernels as analyze: on a file
+    with an operator the model does not price, ``arena_bytes`` is null and
+    ``arena_unpriced`` names it (JSON and text)."""
+    from memsched.cli import main
+
+    path = files["ETHOSU"]
+    for cmd in ("reorder", "tile"):
+        out = tmp_path / f"{cmd}.tflite"
+        code = main([cmd, path, "-o", str(out), "--json"])
+        res = json.loads(capsys.readouterr().out)
+        assert code == 0, (cmd, res)
+        res = res.get("result", res)
+        assert res["arena_bytes"] is None, cmd
+        assert "ETHOSU (operator 1)" in res["arena_unpriced"], cmd
+    assert main(["reorder", path, "-o", str(tmp_path / "r.tflite")]) == 0
+    out = capsys.readouterr().out
+    assert "arena on cortex-m: not computed (" in out and "ETHOSU (operator 1)" in out
+
+
 def test_ethosu_rejected_by_the_board(files, fw, tmp_path):
     path = files["ETHOSU"]
     res, _ = board.run_tflite(path, _inputs(path), tmp_path / "ethosu", arena=1 << 20)

@@ -72,6 +72,8 @@ def cmd_reorder(args) -> int:
     if res.arena_bytes is not None:  # computed from the files (`memory.arena`)
         print(f"TFLite Micro arena on {res.target}: {res.original_arena_bytes:,} B -> "
               f"{res.arena_bytes:,} B (the minimal total arena, computed from the files)")
+    elif res.arena_unpriced:
+        print(f"TFLite Micro arena on {res.target}: not computed ({res.arena_unpriced})")
     m = report.get("measured")
     if m:
         print(f"TFLM minimal arena: {m['arena_before']:,} B -> {m['arena_after']:,} B "

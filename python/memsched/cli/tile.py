@@ -168,6 +168,9 @@ def _print(r: dict, args) -> None:
         console.print(f"TFLite Micro arena on {r['target']}: {r['original_arena_bytes']:,} B -> "
                       f"{r['arena_bytes']:,} B (the minimal total arena, computed from the "
                       "files)")
+    elif r.get("arena_unpriced"):
+        console.print(f"TFLite Micro arena on {r['target']}: not computed "
+                      f"({r['arena_unpriced']})", markup=False)
     m = r.get("measured")
     if m:
         if m.get("tflm_arena_original"):

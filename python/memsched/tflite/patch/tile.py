@@ -68,6 +68,7 @@ class TileResult:
     target: str | None = None
     arena_bytes: int | None = None
     original_arena_bytes: int | None = None
+    arena_unpriced: str | None = None  # why ``arena_bytes`` is None with a target
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     measured: dict = field(default_factory=dict)
@@ -91,6 +92,7 @@ class TileResult:
              "optimal": self.optimal, "offline_arena_bytes": self.offline_arena,
              "target": self.target, "arena_bytes": self.arena_bytes,
              "original_arena_bytes": self.original_arena_bytes,
+             "arena_unpriced": self.arena_unpriced,
              "seconds": round(self.seconds, 3), "notes": self.notes, "bound": self.bound,
              "views": self.views,
              "search": self.search.as_dict(),
@@ -218,7 +220,9 @@ def tile_tflite(src, dst: str | None = None, grid=None, split: str | None = None
                              arena_nodes=work.arena_nodes, target=target, views=views)
     if target is not None:
         out.target, out.arena_bytes = target, rr.arena_bytes
-        out.original_arena_bytes = _target_arena(tg.data, target)
+        why = [rr.arena_unpriced] if rr.arena_unpriced else []
+        out.original_arena_bytes = _target_arena(tg.data, target, why)
+        out.arena_unpriced = why[0] if why else None
         larger = None not in (out.arena_bytes, out.original_arena_bytes) and \
             out.arena_bytes > out.original_arena_bytes
         if larger and opts.forced:  # the caller's grid, split or start: written, with a note

@@ -52,6 +52,7 @@ class ReorderResult:
     target: str | None = None
     arena_bytes: int | None = None
     original_arena_bytes: int | None = None
+    arena_unpriced: str | None = None  # why ``arena_bytes`` is None with a target
     notes: list[str] = field(default_factory=list)
     stats: dict = field(default_factory=dict)
 
@@ -63,7 +64,8 @@ class ReorderResult:
                 "offline_arena_optimal": self.offline_optimal,
                 "offline_plan_action": self.offline_plan_action, "target": self.target,
                 "arena_bytes": self.arena_bytes,
-                "original_arena_bytes": self.original_arena_bytes, "notes": self.notes,
+                "original_arena_bytes": self.original_arena_bytes,
+                "arena_unpriced": self.arena_unpriced, "notes": self.notes,
                 "order": self.order}
 
 
@@ -201,7 +203,9 @@ def reorder_model(tg: TFLiteGraph, label: str = "model.tflite", *, out_label: st
     # packed and checked once; the checker also counts the written operators
     data = finish_model(model, label=out_label or label, operators=len(g))
     if target is not None:
-        res.target, res.arena_bytes = target, _target_arena(data, target)
+        why: list = []
+        res.target, res.arena_bytes = target, _target_arena(data, target, why)
+        res.arena_unpriced = why[0] if why else None
     res.seconds = time.perf_counter() - t0
     return data, res
 
@@ -219,11 +223,14 @@ def _scratch(tg: TFLiteGraph, target: str | None) -> dict:
         return {}
 
 
-def _target_arena(data: bytes, target: str) -> int | None:
-    """TFLite Micro's minimal arena of the file ``data`` on ``target``, or None (unpriced)."""
+def _target_arena(data: bytes, target: str, why: list | None = None) -> int | None:
+    """TFLite Micro's minimal arena of the file ``data`` on ``target``, or None (unpriced:
+    the reason appended to ``why``, e.g. the operator the model does not price)."""
     from ..memory.arena import UnpricedModelError, arena
 
     try:
         return arena(data, target).arena_bytes
-    except UnpricedModelError:
+    except UnpricedModelError as e:
+        if why is not None:
+            why.append(str(e))
         return None
