@@ -15,7 +15,8 @@ program, both run on the board (`memsched.board`):
   ``Invoke()``;
 * ExecuTorch's Cortex-M flow (the M55's MVE export, `executorch_cortex_m.edge_int8`):
   ``backend_config(tile_patches=True, share_values=True, max_slowdown=...)`` of
-  ``mobilenet_v1_025`` / ``resnet8`` / ``mobilenet_v2`` / ``mbv2bn-0.35-144``, the caller's
+  ``mobilenet_v1_025`` / ``resnet8`` / ``mobilenet_v2`` / ``mbv2bn-0.35-144`` (and, named in
+  ``--models``, ``mobilenet_v3_small`` / ``ds_cnn`` / ``deep_autoencoder``), the caller's
   input (``--planned``: the input in the arena too); the board's RAM (planned + method +
   temp allocators) and instructions per ``Method::execute``.
 
@@ -23,6 +24,12 @@ Columns: the RAM ratio (default / patched) and the instruction ratio measured on
 search's predicted ratio, the file's predicted instructions against the board's (error %), and
 whether the outputs are bit-equal to the unpatched program's on the board. Instructions, not
 cycles: QEMU has no timing model.
+
+The summary (one line per model) adds the instructions of the unpatched program and of the
+program at the default bound (1.10), measured on the board and predicted from the written
+file (`memsched analyze X --json`'s ``cpu_instructions``), and the largest prediction error
+over every program of the model. ``--tables out.json`` prints the tables of a saved run
+again (no search, no board).
 """
 from __future__ import annotations
 
@@ -41,6 +48,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 TFLM_MODELS = ("resnet8", "resnet20", "mbv2-0.35-144", "mbv1-0.25-128")
 ET_MODELS = ("mobilenet_v1_025", "resnet8", "mbv2bn-0.35-144", "mobilenet_v2")
+# the other models of the Cortex-M tables (`executorch_cortex_m.MODELS`), on request
+ET_MORE = ("mobilenet_v3_small", "ds_cnn", "deep_autoencoder")
 
 
 def _slowdown(text: str) -> float | None:
@@ -193,21 +202,45 @@ def table(rows) -> str:
 
 
 def summary(rows) -> str:
-    """One line per model: the board's RAM ratio (and instructions) reached at each bound."""
+    """One line per model: the board's RAM ratio (and instructions) reached at each bound; the
+    unpatched program's and the default bound's program's instructions, board / predicted
+    (error); the largest |error| over the model's programs."""
     bounds = list(dict.fromkeys(r["max_slowdown"] for r in rows))
+    at = 1.1 if 1.1 in bounds else bounds[-1]
     out = ["| runtime | model | default RAM (B) | " + " | ".join(
-        f"RAM ratio at <= {_label(b)} (instructions)" for b in bounds) + " |",
-        "|---|---|---:|" + "---:|" * len(bounds)]
+        f"RAM ratio at <= {_label(b)} (instructions)" for b in bounds) +
+        " | instructions unpatched, board / predicted (error) | "
+        f"instructions at <= {_label(at)}, board / predicted (error) | "
+        "largest prediction error |",
+        "|---|---|---:|" + "---:|" * (len(bounds) + 3)]
     seen: dict = {}
     for r in rows:
         if "ram" in r:
             key = (r["runtime"], r["model"] + (" (input planned)" if r.get("planned") else ""))
-            seen.setdefault(key, {"default": r["ram_default"]})[r["max_slowdown"]] = \
+            cells = seen.setdefault(key, {"default": r["ram_default"], "errors": [],
+                                          "base": _ins(r["ins_default"], r["predicted_default"])})
+            cells[r["max_slowdown"]] = \
                 f"{r['ram_default'] / r['ram']:.2f}x ({r['ins'] / r['ins_default']:.3f}x)"
+            cells["ins", r["max_slowdown"]] = _ins(r["ins"], r["predicted"])
+            cells["errors"] += [_pct(p, m) for p, m in ((r["predicted_default"], r["ins_default"]),
+                                                        (r["predicted"], r["ins"]))]
     for (rt, model), cells in seen.items():
+        errs = [e for e in cells["errors"] if e is not None]
+        worst = f"{max(errs, key=abs):+.2f} %" if errs else "-"
         out.append(f"| {rt} | {model} | {cells['default']:,} | " +
-                   " | ".join(cells.get(b, "-") for b in bounds) + " |")
+                   " | ".join(cells.get(b, "-") for b in bounds) +
+                   f" | {cells['base']} | {cells.get(('ins', at), '-')} | {worst} |")
     return "\n".join(out)
+
+
+def _pct(pred, real) -> float | None:
+    return None if not pred or not real else 100 * (pred - real) / real
+
+
+def _ins(real, pred) -> str:
+    """``4,925,340 / 4,927,350 (+0.04 %)``: board / predicted (error)."""
+    e = _pct(pred, real)
+    return f"{real:,} / {pred or 0:,} (" + ("-" if e is None else f"{e:+.2f} %") + ")"
 
 
 def main(argv=None) -> int:
@@ -218,16 +251,26 @@ def main(argv=None) -> int:
     ap.add_argument("--planned", action="store_true",
                     help="ExecuTorch: the input in the arena (alloc_graph_input=True)")
     ap.add_argument("--json")
+    ap.add_argument("--tables", metavar="JSON",
+                    help="print the tables of a saved --json run again (nothing is run)")
     args = ap.parse_args(argv)
+    if args.tables:
+        with open(args.tables) as f:
+            rows = json.load(f)
+        print(table(rows))
+        print()
+        print(summary(rows))
+        return 0
     slowdowns = [_slowdown(s) for s in args.slowdowns.split(",")]
     rows = []
     for rt in args.runtime.split(","):
         names = args.models.split(",") if args.models else \
             (TFLM_MODELS if rt == "tflm" else ET_MODELS)
         for name in names:
-            if rt == "tflm" and (name in TFLM_MODELS or name.startswith(("mbv", "fq-"))):
+            if rt == "tflm" and (name in TFLM_MODELS or
+                                 name.startswith(("mbv", "fq-", "mobilenet_like"))):
                 rows += tflm_rows(name, slowdowns)
-            elif rt == "executorch" and name in ET_MODELS:
+            elif rt == "executorch" and (name in ET_MODELS or name in ET_MORE):
                 rows += et_rows(name, slowdowns, args.planned)
     print(table(rows))
     print()

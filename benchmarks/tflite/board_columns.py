@@ -1,7 +1,9 @@
 """The board columns of the `memsched tile` tables: a file and its rewrite in TFLite Micro with
 the CMSIS-NN MVE kernels on the emulated Cortex-M55 (`memsched.board`, a test oracle built from
-../shared): minimal arena on the board (head + tail), instructions per inference, outputs
-bit-equal to the original's there."""
+../shared): minimal arena on the board (head + tail), instructions per inference, memsched's
+predicted instructions of each file (`memsched.tflite.memory.instructions`, what
+``memsched analyze X.tflite --json`` reports as ``cpu_instructions``) and their error against
+the board, outputs bit-equal to the original's there."""
 from __future__ import annotations
 
 import tempfile
@@ -10,9 +12,11 @@ from pathlib import Path
 
 def board_measure(src: str, dst: str, seed: int = 0) -> dict:
     """``{"m55_arena_original", "m55_arena_patched", "m55_ratio", "m55_equal",
-    "m55_instructions_original", "m55_instructions_patched", ...}``, or ``{"m55": reason}``
-    where the board cannot run here."""
+    "m55_instructions_original", "m55_instructions_patched", "predicted_instructions_original",
+    "predicted_instructions_patched", ...}``, or ``{"m55": reason}`` where the board cannot
+    run here."""
     from memsched import board
+    from memsched.tflite.memory.instructions import model_instructions
     from memsched.tflite.litert import make_interpreter, random_inputs
 
     try:
@@ -34,7 +38,17 @@ def board_measure(src: str, dst: str, seed: int = 0) -> dict:
             "m55_head_tail_patched": (rb["head"], rb["tail"]),
             "m55_ratio": round(ra["min_arena_bytes"] / max(rb["min_arena_bytes"], 1), 3),
             "m55_instructions_original": ra["invoke_instructions"],
-            "m55_instructions_patched": rb["invoke_instructions"]}
+            "m55_instructions_patched": rb["invoke_instructions"],
+            # the prediction the user gets before flashing (None: an operator without a model)
+            "predicted_instructions_original": model_instructions(src).total,
+            "predicted_instructions_patched": model_instructions(dst).total}
+
+
+def prediction_error(predicted, measured) -> str:
+    """``+0.1 %``: the prediction against the board; "-" where either is missing."""
+    if not predicted or not measured:
+        return "-"
+    return f"{100 * (predicted - measured) / measured:+.1f} %"
 
 
 def board_text(m: dict) -> str:
@@ -42,5 +56,8 @@ def board_text(m: dict) -> str:
     if "m55_arena_original" not in m:
         return f"M55 {m.get('m55', '-')}"
     io, ip = m["m55_instructions_original"], m["m55_instructions_patched"]
+    po, pp = m.get("predicted_instructions_original"), m.get("predicted_instructions_patched")
     return (f"M55 {m['m55_arena_original']:,} -> {m['m55_arena_patched']:,} B "
-            f"({m['m55_ratio']}x) insns {ip / max(io, 1):.2f}x {m['m55']}")
+            f"({m['m55_ratio']}x) insns {io:,} -> {ip:,} ({ip / max(io, 1):.3f}x; predicted "
+            f"{po or 0:,} -> {pp or 0:,}, error {prediction_error(po, io)} / "
+            f"{prediction_error(pp, ip)}) {m['m55']}")

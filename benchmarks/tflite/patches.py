@@ -11,9 +11,10 @@ int8 quantization, so they run in LiteRT and TFLite Micro as converted Keras mod
 * ``mobilenet_like-<px>``: `memsched.generators.tflite_synth.mobilenet_like`.
 
 Run: ``.venv/bin/python benchmarks/tflite/patches.py [names or .tflite files...]
-[--max-overhead 0.3] [--logits] [--json]``. Keras-converted models: build them with
-``benchmarks/tflite/patches_keras.py`` in a tensorflow venv, then pass the files (with
-``--logits``, see there).
+[--max-overhead 0.3] [--max-slowdown 1.1|none] [--logits] [--json]`` (``--max-slowdown``:
+the search's instruction bound, default `tile_tflite`'s; ``none``: the RAM-only choice).
+Keras-converted models: build them with ``benchmarks/tflite/patches_keras.py`` in a
+tensorflow venv, then pass the files (with ``--logits``, see there).
 """
 from __future__ import annotations
 
@@ -164,7 +165,7 @@ def strip_softmax(data: bytes) -> bytes:
 
 
 def run(name: str, max_overhead: float, offline_plan: bool, measure: bool = True,
-        logits: bool = False, target: str | None = "cortex-m") -> dict:
+        logits: bool = False, target: str | None = "cortex-m", max_slowdown=...) -> dict:
     from memsched.tflite.patch.tile import measure_tile, tile_tflite
     from memsched.tflite.plan.reorder import reorder_tflite
     from memsched.tflite import tflm
@@ -183,7 +184,7 @@ def run(name: str, max_overhead: float, offline_plan: bool, measure: bool = True
             f.write(data)
         t0 = time.perf_counter()
         _, res = tile_tflite(src, dst, max_overhead=max_overhead, offline_plan=offline_plan,
-                             target=target)
+                             target=target, max_slowdown=max_slowdown)
         secs = time.perf_counter() - t0
         row = {"model": os.path.basename(name), "ops": res.ops_before,
                "ops_patched": res.ops_after, "seconds": round(secs, 2), "result": res.as_dict()}
@@ -215,10 +216,16 @@ def main(argv=None) -> int:
                     help="the device memsched tile plans for (default cortex-m)")
     ap.add_argument("--logits", action="store_true",
                     help="measure up to the logits (drop a final SOFTMAX)")
+    ap.add_argument("--max-slowdown", default=None,
+                    help="the search's bound on predicted instructions against the original's "
+                         "(default tile_tflite's; 'none': no bound, the RAM-only choice)")
     a = ap.parse_args(argv)
+    slow = ... if a.max_slowdown is None else \
+        (None if a.max_slowdown.lower() == "none" else float(a.max_slowdown))
     rows = []
     for name in a.models:
-        row = run(name, a.max_overhead, not a.no_offline_plan, logits=a.logits, target=a.target)
+        row = run(name, a.max_overhead, not a.no_offline_plan, logits=a.logits, target=a.target,
+                  max_slowdown=slow)
         rows.append(row)
         if a.json:
             continue
