@@ -18,7 +18,11 @@ written programs; ``--mve`` adds the M55's default (MVE) export, run on the emul
 Cortex-M55 (`memsched.board`: ExecuTorch's runtime with CMSIS-NN's MVE kernels in QEMU): the
 board's RAM (planned + method allocator + temp allocator), instructions per inference, the
 patched outputs bit-equal to the default's there and the board's default equal to the host
-oracle (docs/executorch_patches.md, "The Cortex-M int8 flow").
+oracle (docs/executorch_patches.md, "The Cortex-M int8 flow"), and beside the board's
+instructions memsched's prediction from each written program
+(`memsched.executorch.memory.instructions`, ``memsched analyze X.pte --json``'s
+``cpu_instructions``) with its error. ``--max-slowdown 1.1|none``: the patch search's bound on
+predicted instructions (default `backend_config`'s; ``none``: the RAM-only choice).
 
 Models: the Cortex-M backend's test models (``executorch/backends/cortex_m/test/models``):
 MobileNetV2 (224x224) and MobileNetV3-small (232x232) rebuilt here in plain ``torch.nn`` with
@@ -374,7 +378,8 @@ def _latency(buffer, x, repeat: int) -> float:
 
 def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
                     repeat: int, max_overhead: float | None = None,
-                    scalar: bool = True, share: bool = False) -> list[dict]:
+                    scalar: bool = True, share: bool = False,
+                    max_slowdown=...) -> list[dict]:
     """The int8 Cortex-M program of ``name`` for the scalar C path, ExecuTorch's default
     plan vs ``backend_config(tile_patches=True)``, with the input planned and not
     (``alloc_graph_input``). Both programs run in ``executorch.runtime`` with the backend's
@@ -410,7 +415,8 @@ def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
                     memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned)))
                 config = mx.backend_config(time_limit=time_limit, tile_patches=True,
                                            alloc_graph_input=planned,
-                                           max_overhead=max_overhead, share_values=share)
+                                           max_overhead=max_overhead, share_values=share,
+                                           max_slowdown=max_slowdown)
                 t0 = time.perf_counter()
                 ours = copy.deepcopy(edge).to_executorch(config)
                 ours_buffer = mx.share_values(ours.buffer)[0] if share else ours.buffer
@@ -438,12 +444,27 @@ def measure_patches(name: str, time_limit: float, calibration: int, mve: bool,
                 row["latency"] = None
                 row.update(_on_board(base.buffer, ours_buffer, x, host_out.get(planned),
                                      f"{name}-{isa}-{int(planned)}"))
+                row["predicted"] = (predicted_instructions(base.buffer),
+                                    predicted_instructions(ours_buffer))
             rows.append(row)
             print(f"{name} {isa} alloc_graph_input={planned}: {row['default']:,} -> "
                   f"{row['memsched']:,} B ({row['ratio']:.2f}x; with method allocator "
                   f"{row['ratio_total']:.2f}x), {row['run']}, {p.summary()}",
                   file=sys.stderr, flush=True)
     return rows
+
+
+def predicted_instructions(buffer: bytes) -> int | None:
+    """memsched's predicted instructions of one execute of the program's first method on the
+    M55 (None: a kernel without a cost model, named by ``memsched analyze``)."""
+    from memsched.executorch.memory.instructions import program_instructions
+
+    pred = next(iter(program_instructions(buffer).values()))
+    return getattr(pred, "total", pred)
+
+
+def _err(pred, real) -> str:
+    return "-" if not pred or not real else f"{100 * (pred - real) / real:+.2f} %"
 
 
 def _on_board(base: bytes, ours: bytes, x, host_default, tag: str) -> dict:
@@ -483,18 +504,22 @@ def board_table(rows) -> str:
     """The MVE rows as the emulated Cortex-M55 runs them."""
     out = ["| model (int8, M55 MVE export) | input planned | ExecuTorch default arena (B) | "
            "memsched arena (B) | arena ratio | board RAM default (B) | board RAM memsched (B) | "
-           "RAM ratio | MACs | instructions / inference (memsched / default) | on the board |",
-           "|---|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+           "RAM ratio | MACs | instructions / inference (memsched / default) | "
+           "predicted (memsched / default) | prediction error (memsched / default) | "
+           "on the board |",
+           "|---|:---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if r["isa"] != "mve" or "board_default" not in r:
             continue
         over = _mac_ratio(r)
         ia, ib = r["instructions"]
+        pa, pb = r.get("predicted") or (None, None)
         out.append(f"| {r['model']} | {'yes' if r['alloc_graph_input'] else 'no'} | "
                    f"{r['default']:,} | {r['memsched']:,} | {r['ratio']:.2f}x | "
                    f"{r['board_default']:,} | {r['board_memsched']:,} | "
                    f"{r['board_default'] / max(r['board_memsched'], 1):.2f}x | {over} | "
-                   f"{ib:,} / {ia:,} ({ib / max(ia, 1):.2f}x) | {r['run']} |")
+                   f"{ib:,} / {ia:,} ({ib / max(ia, 1):.3f}x) | {pb or 0:,} / {pa or 0:,} | "
+                   f"{_err(pb, ib)} / {_err(pa, ia)} | {r['run']} |")
     return "\n".join(out)
 
 
@@ -571,14 +596,19 @@ def main(argv=None) -> int:
     ap.add_argument("--share-values", action="store_true",
                     help="--patches: memsched's program priced and written with equal values "
                          "shared (memsched.executorch.share_values)")
+    ap.add_argument("--max-slowdown", default=None,
+                    help="--patches: the search's bound on predicted instructions against the "
+                         "unpatched program's (default backend_config's; 'none': no bound)")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
+    slow = ... if args.max_slowdown is None else \
+        (None if args.max_slowdown.lower() == "none" else float(args.max_slowdown))
     if args.patches:
         names = args.models.split(",") if args.models else ["mobilenet_v2", "mobilenet_v1_025"]
         rows = [r for name in names
                 for r in measure_patches(name, args.time_limit, args.calibration, args.mve,
                                          args.repeat, args.max_overhead, not args.mve_only,
-                                         args.share_values)]
+                                         args.share_values, slow)]
         print(patch_table(rows))
         if args.mve:
             print()
