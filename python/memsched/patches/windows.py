@@ -246,14 +246,23 @@ def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
                                   np.array([m for _, m in per], dtype=np.int64))
     passes, se, total, outs, m = fixed
     groups = (_keep_targets(passes) if keep else passes) if se else [None]
-    hb = _bands(sm, region, 0, grid[0], groups, keep, cache)
-    wb = _bands(sm, region, 1, grid[1], groups, keep, cache)
-    hc, wc = hb.walk.columns(outs), wb.walk.columns(outs)
-    h, w = hb.sums[:, hc], wb.sums[:, wc]
-    there = hb.first[:, hc] & (hc >= 0)  # computed in the first row band
-    if (there & (wc < 0)).any():
+    # per band count, once per region: the rows' sums weighted by the operators' MACs per
+    # output cell where the first row band computes them, and the columns' sums
+    rows = cache.get(("rows", grid[0], keep))
+    if rows is None:
+        hb = _bands(sm, region, 0, grid[0], groups, keep, cache)
+        hc = hb.walk.columns(outs)
+        there = hb.first[:, hc] & (hc >= 0)  # computed in the first row band
+        rows = cache[("rows", grid[0], keep)] = (np.where(there, hb.sums[:, hc] * m, 0),
+                                                 there)
+    cols = cache.get(("cols", grid[1], keep))
+    if cols is None:
+        wb = _bands(sm, region, 1, grid[1], groups, keep, cache)
+        wc = wb.walk.columns(outs)
+        cols = cache[("cols", grid[1], keep)] = (wb.sums[:, wc], wc < 0)
+    if (rows[1] & cols[1]).any():
         raise KeyError("a tensor of the row bands missing from the column bands")
-    return total + int((h * w * m)[there].sum())
+    return total + int((rows[0] * cols[0]).sum())
 
 
 def _band_sums(sm: SpatialModel, region: Region, axis: int, n: int, groups, keep: bool,
