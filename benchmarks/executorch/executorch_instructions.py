@@ -10,9 +10,11 @@ input (``--planned``: the input in the arena). Each program runs on the board
 (`memsched.board`) once per prefix of its instruction chain: the chain cut after instruction
 ``k`` executes exactly the program's first ``k`` instructions (the counts are deterministic),
 so the difference between two prefixes is what instruction ``k`` costs. Prints, per operator,
-the calls and the ``execute`` instructions they take in each program (docs/
-executorch_patches.md, "Where the instructions go"). One board run per instruction: about a
-minute for MLPerf MobileNetV1-0.25 (31 + ~150 runs); MobileNetV2 @224 takes an hour.
+the calls and the ``execute`` instructions they take in each program on the board, beside
+memsched's prediction for the same calls (`memsched.executorch.memory.instructions`, per
+instruction of the written program; its total adds the runtime's fixed cost per execute)
+(docs/executorch_patches.md, "Where the instructions go"). One board run per instruction:
+about a minute for MLPerf MobileNetV1-0.25 (31 + ~150 runs); MobileNetV2 @224 takes an hour.
 """
 from __future__ import annotations
 
@@ -71,17 +73,24 @@ def prefix_counts(program: bytes, x, work: Path) -> tuple:
     return plan, instrs, counts
 
 
-def per_operator(program: bytes, x, work: Path) -> tuple[dict, int]:
-    """({operator: [calls, instructions]}, all instructions of one execute) of ``program``."""
+def per_operator(program: bytes, x, work: Path) -> tuple[dict, int, int]:
+    """({operator: [calls, instructions, predicted]}, all instructions of one execute, the
+    predicted total) of ``program``."""
+    from memsched.executorch.memory.instructions import program_instructions
+
     plan, instrs, counts = prefix_counts(program, x, work)
+    pred = program_instructions(program)[plan.name]
+    # one predicted row per instruction of the chain, in its order (None: no cost model)
+    guess = [r["instructions"] for r in pred.per_instruction]
     names = [plan.operators[i.instr_args.op_index].name
              if hasattr(i.instr_args, "op_index") else type(i.instr_args).__name__
              for i in instrs]
-    by: dict = defaultdict(lambda: [0, 0])
+    by: dict = defaultdict(lambda: [0, 0, 0])
     for k, n in enumerate(names):
         by[n][0] += 1
         by[n][1] += counts[k + 1] - counts[k]
-    return dict(by), counts[-1]
+        by[n][2] += guess[k] or 0
+    return dict(by), counts[-1], pred.total
 
 
 def main(argv=None) -> int:
@@ -98,22 +107,26 @@ def main(argv=None) -> int:
         return 2
     for name in a.models.split(","):
         progs, x = programs(name, a.planned)
-        rows, totals = {}, {}
+        rows, totals, preds = {}, {}, {}
         with tempfile.TemporaryDirectory() as d:
             for label, buf in progs.items():
-                rows[label], totals[label] = per_operator(buf, x, Path(d) / label)
+                rows[label], totals[label], preds[label] = per_operator(buf, x, Path(d) / label)
         print(f"\n{name} (input {'planned' if a.planned else 'the caller'}'s), execute "
               "instructions on the M55\n")
-        print("| operator | default: calls, instructions | memsched: calls, instructions |")
+        print("| operator | default: calls, board / predicted | "
+              "memsched: calls, board / predicted |")
         print("|---|---:|---:|")
         ops = sorted(set(rows["default"]) | set(rows["memsched"]),
                      key=lambda o: -rows["memsched"].get(o, [0, 0])[1])
         for o in ops:
-            cells = [f"{v[0]}, {v[1]:,}" if v else "--"
+            cells = [f"{v[0]}, {v[1]:,} / {v[2]:,}" if v else "--"
                      for v in (rows["default"].get(o), rows["memsched"].get(o))]
             print(f"| `{o}` | {cells[0]} | {cells[1]} |")
-        print(f"| **all** | **{totals['default']:,}** | **{totals['memsched']:,} "
-              f"({totals['memsched'] / totals['default']:.2f}x)** |", flush=True)
+        td, tm = totals["default"], totals["memsched"]
+        pd, pm = preds["default"], preds["memsched"]
+        print(f"| **all** (predicted: with the fixed cost per execute) | **{td:,} / {pd:,}** "
+              f"({100 * (pd - td) / td:+.2f} %) | **{tm:,} ({tm / td:.3f}x) / {pm:,}** "
+              f"({100 * (pm - tm) / tm:+.2f} %) |", flush=True)
     return 0
 
 
