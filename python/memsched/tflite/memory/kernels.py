@@ -197,14 +197,17 @@ def _check_types(n: Node, *types):
 def _conv(n: Node, cmsis: bool):
     x, w, y = n.inp(0), n.inp(1), n.out(0)
     n.need(x, w, y)
-    _check_types(n, FLOAT32, INT8)
+    _check_types(n, FLOAT32, INT8, INT16)
     if w.type == INT4:
         raise UnpricedModelError(f"operator {n.v} ({n.kind}): int4 weights are not priced")
+    if x.type == INT16 and w.type != INT8:
+        raise UnpricedModelError(f"operator {n.v} ({n.kind}): int16 activations with "
+                                 "non-int8 weights, which TFLite Micro rejects")
     if len(x.shape) != 4 or len(w.shape) != 4 or len(y.shape) != 4:
         raise UnpricedModelError(f"operator {n.v} ({n.kind}): not a 4-D convolution")
     depthwise = n.kind == "DEPTHWISE_CONV_2D"
     channels = w.shape[3] if depthwise else w.shape[0]
-    quant = x.type == INT8
+    quant = x.type in (INT8, INT16)
     if cmsis:
         n.tin(0), n.tin(1), n.tout(0)  # (CONV_2D asks for output 2 as the bias: none)
         if quant:
@@ -221,6 +224,13 @@ def _conv(n: Node, cmsis: bool):
     same = n.opt("padding") == 0
     _, ih, iw, ic = x.shape
     fh, fw = w.shape[1], w.shape[2]
+    if x.type == INT16:
+        # 16x8: CMSIS-NN's convolution asks for arm_convolve_s16_get_buffer_size_mve
+        # (4 im2col columns of C_in x K_w x K_h int16, rounded up to 8 lanes), whatever the
+        # filter; its depthwise kernel's Prepare asks for nothing in int16
+        if not depthwise:
+            n.scratch(4 * (-(-ic * fw * fh // 8)) * 8 * 2)
+        return
     pad = (_padding(sw, dw, iw, fw, same), _padding(sh, dh, ih, fh, same))
     if not depthwise:
         size = _conv_s8_buffer(x.shape, (fh, fw, w.shape[3]), y.shape[2], (sw, sh), (dw, dh),
@@ -245,10 +255,14 @@ def _conv(n: Node, cmsis: bool):
 def _fully_connected(n: Node, cmsis: bool):
     x, w, b, y = n.inp(0), n.inp(1), n.inp(2), n.out(0)
     n.need(x, w, y)
-    _check_types(n, FLOAT32, INT8)
+    _check_types(n, FLOAT32, INT8, INT16)
     if w.type == INT4:
         raise UnpricedModelError(f"operator {n.v} (FULLY_CONNECTED): int4 weights are not "
                                  "priced")
+    if x.type == INT16 and (w.type != INT8 or (cmsis and w.channels > 1)):
+        raise UnpricedModelError(f"operator {n.v} (FULLY_CONNECTED): int16 activations with "
+                                 "non-int8 or (CMSIS-NN) per-channel weights, which TFLite "
+                                 "Micro rejects")
     n.tin(0), n.tin(1), n.tin(2), n.tout(0)
     per_channel = x.type != FLOAT32 and w.channels > 1
     if per_channel:
@@ -416,9 +430,9 @@ def _batch_matmul(n: Node, cmsis: bool):
     column). The order of these requests differs between the two kernels."""
     x, w, y = n.inp(0), n.inp(1), n.out(0)
     n.need(x, w, y)
-    if not x.type == w.type == y.type or x.type not in (FLOAT32, INT8):
-        raise UnpricedModelError(f"operator {n.v} (BATCH_MATMUL): float32 or int8 operands "
-                                 "only")
+    if not x.type == w.type == y.type or x.type not in (FLOAT32, INT8, INT16):
+        raise UnpricedModelError(f"operator {n.v} (BATCH_MATMUL): float32, int8 or int16 "
+                                 "operands only")
     if not (2 <= len(x.shape) <= (4 if cmsis else 5) and
             2 <= len(w.shape) <= (4 if cmsis else 5)):
         raise UnpricedModelError(f"operator {n.v} (BATCH_MATMUL): operand ranks TFLite Micro "
@@ -429,7 +443,7 @@ def _batch_matmul(n: Node, cmsis: bool):
                                  "operands'")
     adj_x, adj_y = bool(getattr(n.options, "adjX", False)), \
         bool(getattr(n.options, "adjY", False))
-    quant = x.type == INT8
+    quant = x.type in (INT8, INT16)  # int16: the same records, no CMSIS-NN scratch
     n.tin(0), n.tin(1), n.tout(0)
     eval_tensor = n.abi.eval_tensor[0]
 
@@ -445,6 +459,8 @@ def _batch_matmul(n: Node, cmsis: bool):
     n.persist(4 + 4 * len(y.shape))  # the output's dims (CreateWritableTensorDimsWithCopy)
     if quant and cmsis:
         n.persist(28)
+        if x.type == INT16:
+            return
         ws = (1,) * (rank - len(w.shape)) + tuple(w.shape)
         n.scratch(4 * (ws[-2] if adj_y else ws[-1]))  # arm_fully_connected_s8_get_buffer_size
 

@@ -169,12 +169,26 @@ def _transpose_conv(n, cmsis: bool):
     read input, filter, bias and output again."""
     x, w, y = n.inp(2), n.inp(1), n.out(0)
     n.need(x, w, y, n.inp(0))
-    if x.type not in (FLOAT32, INT8) or w.type != x.type or y.type != x.type or \
-            len(x.shape) != 4 or len(w.shape) != 4 or len(y.shape) != 4:
-        raise UnpricedModelError(f"operator {n.v} (TRANSPOSE_CONV): 4-D float32 or int8 only")
+    if (x.type not in (FLOAT32, INT8, INT16) or
+            w.type != (INT8 if x.type == INT16 else x.type) or y.type != x.type or
+            len(x.shape) != 4 or len(w.shape) != 4 or len(y.shape) != 4):
+        raise UnpricedModelError(f"operator {n.v} (TRANSPOSE_CONV): 4-D float32, int8 or "
+                                 "16x8 only")
     channels = w.shape[0]
     n.tout(0), n.tin(2), n.tin(1)
     n.persist(4 * channels), n.persist(4 * channels)
+    if x.type == INT16:
+        # 16x8 (CMSIS-NN falls back to the reference kernel): an int64 accumulator per
+        # output element on both targets; an int16 bias is converted into an int64 copy
+        elems = 1
+        for d in y.shape:
+            elems *= d
+        n.scratch(8 * elems)
+        n.tin(2), n.tin(1), n.tin(3), n.tout(0)  # CalculateOpData
+        bias = n.inp(3)
+        if bias is not None and bias.type == INT16:
+            n.scratch(8 * max(bias.bytes // 2, 0))
+        return
     quant = x.type == INT8
     if quant:
         if cmsis:
