@@ -375,14 +375,13 @@ def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], grou
         for n in walk.counts:
             out[n] = got
         return out
-    held_list, reads = got
-    held = dict(held_list)
-    for t in region.inputs:
-        if t in reads:
-            held[t] = reads[t]
-    names = list(held)
-    lo = np.stack([held[t][0] for t in names])
-    ext = np.stack([held[t][1] for t in names]) - lo
+    names, lo, hi, reads = got
+    ins = [t for t in region.inputs if t in reads]
+    if ins:
+        names = names + ins
+        lo = np.concatenate([lo, np.array([reads[t][0] for t in ins])])
+        hi = np.concatenate([hi, np.array([reads[t][1] for t in ins])])
+    ext = hi - lo
     there = lo != _NONE  # a range is never that far out: the lanes that need the tensor
     if not walk.strict:
         ext[~there] = 0
@@ -456,33 +455,42 @@ class _SharedWalk:
         self.full = set(lows) if strict else \
             {t for t in lows if all(t in group for group in groups)}
         self.lows, self.highs = lows, highs
-        self.held: list = []
+        self.names: list = []  # the tensors held, walk order; their ranges' rows below
+        lanes = len(next(iter(lows.values()))) if lows else 0
+        self.lo = np.empty((16, lanes), dtype=np.int64)
+        self.hi = np.empty((16, lanes), dtype=np.int64)
         self.open = set(lows)  # tensors with ranges whose operator is not walked yet
         self.snaps: dict = {}  # start -> (held count, {open tensor: (lows, highs)})
         self.refused: tuple | None = None  # (operator index, Refused): the walk stops there
 
     def upto(self, start: int):
-        """(held tensors, {tensor: (lows, highs)} of the tensors read and made before
-        ``start``) of the region from ``start``, or its `Refused`."""
+        """(held tensors, their lows and highs (rows), {tensor: (lows, highs)} of the tensors
+        read and made before ``start``) of the region from ``start``, or its `Refused`."""
         lows, highs, opened = self.lows, self.highs, self.open
         while self.at > start and self.refused is None:
             k = self.at - 1
             entry = _lane_entry(self.sm, k, self.axis)
             if entry is not None:
                 try:
-                    self.held.extend(_walk([entry], lows, highs, self.strict,
-                                           self.full).items())
+                    got = _walk([entry], lows, highs, self.strict, self.full)
                 except Refused as e:
                     self.refused = (k, e)
                     break
+                for t, (a, b) in got.items():
+                    i = len(self.names)
+                    if i == len(self.lo):  # grow by doubling
+                        self.lo = np.concatenate([self.lo, np.empty_like(self.lo)])
+                        self.hi = np.concatenate([self.hi, np.empty_like(self.hi)])
+                    self.lo[i], self.hi[i] = a, b
+                    self.names.append(t)
                 opened.discard(entry[0])
                 opened.update(r[0] for r in entry[2])
             self.at = k
-            self.snaps[k] = (len(self.held), {t: (lows[t], highs[t]) for t in opened})
+            self.snaps[k] = (len(self.names), {t: (lows[t], highs[t]) for t in opened})
         if self.refused is not None and self.refused[0] >= start:
             return self.refused[1]
         count, reads = self.snaps[start]
-        return self.held[:count], reads
+        return self.names[:count], self.lo[:count], self.hi[:count], reads
 
 
 def _lane_op(sm: SpatialModel, op, axis: int):
