@@ -205,10 +205,11 @@ def batch_matmul_model(quantized: bool = True, seed: int = 0, size: int = 8,
 
 
 def svdf_model(quantized: bool = True, seed: int = 0, size: int = 4, channels: int = 8,
-               layers=((2, 8, 10), (1, 8, 4))) -> bytes:
+               layers=((2, 8, 10), (1, 8, 4)), int8_state: bool = False) -> bytes:
     """A keyword-spotting-like stack: conv3x3 -> RESHAPE to (1, features) -> SVDF layers
     ((rank, units, memory) each; int8 with an int16 state and int16 time weights, as the
-    converter writes them, or float32) -> FULLY_CONNECTED."""
+    converter writes them, or with ``int8_state`` int8 ones; or float32) ->
+    FULLY_CONNECTED."""
     net, _, a, shape = _op_net("svdf", quantized, seed, size, channels)
     s = net.s
     T = s.TensorType
@@ -224,12 +225,13 @@ def svdf_model(quantized: bool = True, seed: int = 0, size: int = 4, channels: i
             wq, wsc = _quantize(wf, None)
             w = b.tensor(f"svdf{i}/wf", [filters, feats], T.INT8, b.buffer(wq), scale=wsc,
                          zero_point=0)
-            st = float(np.abs(wt_f).max()) / 32767
-            w_t = b.tensor(f"svdf{i}/wt", [filters, memory], T.INT16,
-                           b.buffer(np.round(wt_f / st).astype(np.int16)), scale=st,
+            tt, nt, top = (T.INT8, np.int8, 127) if int8_state else (T.INT16, np.int16, 32767)
+            st = float(np.abs(wt_f).max()) / top
+            w_t = b.tensor(f"svdf{i}/wt", [filters, memory], tt,
+                           b.buffer(np.round(wt_f / st).astype(nt)), scale=st,
                            zero_point=0)
-            sa = 0.002
-            state = b.tensor(f"svdf{i}/state", [1, memory * filters], T.INT16, scale=sa,
+            sa = 0.2 if int8_state else 0.002
+            state = b.tensor(f"svdf{i}/state", [1, memory * filters], tt, scale=sa,
                              zero_point=0)
             bscale = np.float32(sa) * np.float32(st)
             bias = b.tensor(f"svdf{i}/b", [units], T.INT32,

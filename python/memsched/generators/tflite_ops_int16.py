@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tflite_synth import _Net
+from .tflite_synth import _Net, _quantize
 
 # int16 activations span about 256x int8's resolution at the same range
 _INT16_SCALE = 1.0 / 256
@@ -149,3 +149,48 @@ def batch_matmul_model(seed: int = 0, size: int = 4, channels: int = 8) -> bytes
     out, _ = net.conv(m, cshape, 4, k=1, relu=False)
     net.b.outputs = [out]
     return net.b.finish()
+
+
+def lstm_model(seed: int = 0, size: int = 4, channels: int = 8, units: int = 8) -> bytes:
+    """input -> CONV_2D 3x3 -> RESHAPE to a sequence (1, H*W, C) ->
+    UNIDIRECTIONAL_SEQUENCE_LSTM 16x8 (int16 input, hidden state and output, int8 weights,
+    int64 biases, int16 cell state; 4 gates, no peephole, projection or layer norm) ->
+    RESHAPE -> CONV_2D 1x1."""
+    net = _Net16(f"int16_lstm_{size}_{channels}_{units}", seed)
+    s, T, b = net.s, net.s.TensorType, net.b
+    x0 = net.act("x", [1, size, size, 3], 0.04)
+    b.inputs = [x0]
+    a, _ = net.conv(x0, [1, size, size, 3], channels)
+    steps = size * size
+    x, _ = net.reshape(a, [1, steps, channels])
+    ins = [x]
+    sx = net.scale[x][0]
+    h_scale = 1 / 32768
+    for i, n_in in enumerate([channels] * 4 + [units] * 4):  # input, then recurrent weights
+        wf = net.rng.normal(0, 1 / np.sqrt(n_in), size=(units, n_in)).astype(np.float32)
+        wq, wsc = _quantize(wf, None)
+        ins.append(b.tensor(f"lstm/w{i}", [units, n_in], T.INT8, b.buffer(wq), scale=wsc,
+                            zero_point=0))
+    ins += [-1, -1, -1]  # no peephole
+    for i in range(4):
+        bf = net.rng.normal(0, 0.1, units).astype(np.float32)
+        bscale = np.float32(sx * b.tensors[ins[1 + i]].quantization.scale[0])
+        ins.append(b.tensor(f"lstm/b{i}", [units], T.INT64,
+                            b.buffer(np.round(bf / bscale).astype(np.int64)), scale=bscale,
+                            zero_point=0))
+    ins += [-1, -1]  # no projection
+    h = b.tensor("lstm/h", [1, units], T.INT16, scale=h_scale, zero_point=0)
+    c = b.tensor("lstm/c", [1, units], T.INT16, scale=2.0 ** -11, zero_point=0)
+    b.tensors[h].isVariable = b.tensors[c].isVariable = True
+    ins += [h, c, -1, -1, -1, -1]  # no layer norm
+    y = b.tensor("lstm/out", [1, steps, units], T.INT16, scale=h_scale, zero_point=0)
+    net.scale[y] = (h_scale, 0)
+    o = s.UnidirectionalSequenceLSTMOptionsT()
+    o.fusedActivationFunction = s.ActivationFunctionType.TANH
+    o.timeMajor = False
+    b.op("UNIDIRECTIONAL_SEQUENCE_LSTM", ins, [y],
+         s.BuiltinOptions.UnidirectionalSequenceLSTMOptions, o)
+    r, rshape = net.reshape(y, [1, size, size, units])
+    out, _ = net.conv(r, rshape, 4, k=1, relu=False)
+    b.outputs = [out]
+    return b.finish()

@@ -480,11 +480,14 @@ def _svdf(n: Node, cmsis: bool):
     if filters % rank or y.shape != (batch, filters // rank):
         raise UnpricedModelError(f"operator {n.v} (SVDF): filters, rank and units disagree")
     quant = x.type == INT8
-    if not (quant and wf.type == INT8 and wt.type == INT16 and state.type == INT16 and
-            y.type == INT8 and bias is not None) and \
+    # int8 with int16 or int8 time weights and state (the same requests; the kernels pick
+    # arm_svdf_state_s16_s8 or arm_svdf_s8 by the time weights' type, so the state must match)
+    if not (quant and wf.type == INT8 and wt.type == state.type and
+            wt.type in (INT8, INT16) and y.type == INT8 and bias is not None) and \
             not (x.type == wf.type == wt.type == state.type == y.type == FLOAT32):
         raise UnpricedModelError(f"operator {n.v} (SVDF): types outside float32 and int8 "
-                                 "(with int16 time weights and state, and a bias)")
+                                 "(with int16 or int8 time weights and state of one type, "
+                                 "and a bias)")
     n.tin(0), n.tin(1), n.tin(2), n.tin(3), n.tin(4), n.tout(0)
     n.scratch(4 * batch * filters)
     if quant:
@@ -513,10 +516,14 @@ def _lstm(n: Node, cmsis: bool):
             len(h.shape) != 2:
         raise UnpricedModelError(f"operator {n.v} (UNIDIRECTIONAL_SEQUENCE_LSTM): a layout "
                                  "TFLite Micro rejects")
-    quant = x.type == INT8 and c.type == INT16 and h.type == y.type == INT8
+    # 8x8 (int8 activations) or 16x8 (int16 activations, int8 weights, int64 biases), both
+    # with an int16 cell state
+    quant = x.type in (INT8, INT16) and c.type == INT16 and h.type == y.type == x.type and \
+        all(n.inp(i).type == INT8 for i in range(1, 9))
     if not quant and not x.type == h.type == c.type == y.type == FLOAT32:
         raise UnpricedModelError(f"operator {n.v} (UNIDIRECTIONAL_SEQUENCE_LSTM): float32, or "
-                                 "int8 with an int16 cell state, only")
+                                 "int8 or int16 with int8 weights and an int16 cell state, "
+                                 "only")
     time_major = bool(getattr(n.options, "timeMajor", False))
     batch, state = x.shape[1 if time_major else 0], h.shape[1]
     for i in range(24):
@@ -526,8 +533,8 @@ def _lstm(n: Node, cmsis: bool):
         if any(not n.inp(i).const for i in (*range(1, 9), *range(12, 16))):
             raise UnpricedModelError(f"operator {n.v} (UNIDIRECTIONAL_SEQUENCE_LSTM): "
                                      "non-constant weights or biases")
-        for _ in range(8):
-            n.persist(4 * state)
+        for _ in range(8):  # kernel sums of the bias type: int32 (8x8) or int64 (16x8)
+            n.persist((4 if x.type == INT8 else 8) * state)
     for _ in range(3 if quant and cmsis else 4):
         n.scratch(batch * state * TYPE_BYTES[c.type])
 
