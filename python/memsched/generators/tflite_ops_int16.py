@@ -194,3 +194,41 @@ def lstm_model(seed: int = 0, size: int = 4, channels: int = 8, units: int = 8) 
     out, _ = net.conv(r, rshape, 4, k=1, relu=False)
     b.outputs = [out]
     return b.finish()
+
+
+class _Net4(_Net):
+    """`_Net` (int8 activations) with int4 weights: symmetric, in [-7, 7], packed two to a
+    byte (the low nibble first) as TFLite stores kTfLiteInt4 tensors."""
+
+    def __init__(self, name: str, seed: int):
+        super().__init__(name, True, seed)
+
+    def weight(self, name, wf, axis):
+        q8, sc = _quantize(wf, axis)
+        sc = sc * 127 / 7
+        shape = [1] * wf.ndim
+        if axis is not None:
+            shape[axis] = len(sc)
+        q = np.clip(np.round(wf / sc.reshape(shape)), -7, 7).astype(np.int8).ravel()
+        if len(q) % 2:
+            q = np.append(q, np.int8(0))
+        packed = ((q[0::2] & 0x0F) | ((q[1::2] & 0x0F) << 4)).astype(np.uint8)
+        return self.b.tensor(name, list(wf.shape), self.s.TensorType.INT4,
+                             self.b.buffer(packed), scale=sc, zero_point=0,
+                             axis=axis or 0), sc
+
+
+def int4_model(seed: int = 0, size: int = 8, channels: int = 8, stride: int = 1) -> bytes:
+    """int8 activations, int4 weights: input -> CONV_2D 3x3 -> DEPTHWISE_CONV_2D 3x3
+    (``stride``) -> CONV_2D 1x1 -> RESHAPE -> FULLY_CONNECTED (per-tensor, as CMSIS-NN's
+    int4 kernel requires)."""
+    net = _Net4(f"int4_{size}_{channels}", seed)
+    x = net.act("x", [1, size, size, 3], 0.04, 0)
+    net.b.inputs = [x]
+    a, shape = net.conv(x, [1, size, size, 3], channels)
+    d, dshape = net.conv(a, shape, channels, depthwise=True, stride=stride)
+    c, cshape = net.conv(d, dshape, 6, k=1)
+    flat = cshape[1] * cshape[2] * cshape[3]
+    r, _ = net.reshape(c, [1, flat])
+    net.b.outputs = [net.fc(r, flat, 10)]
+    return net.b.finish()

@@ -187,6 +187,13 @@ def _conv_s8_buffer(in_shape, f_hwc, out_w, stride, dilation, pad):
     return _conv_s8_general(ic, fw, fh)
 
 
+def _elements(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
 def _check_types(n: Node, *types):
     for t in (n.inp(0), n.out(0)):
         if t is not None and t.type not in types:
@@ -198,16 +205,18 @@ def _conv(n: Node, cmsis: bool):
     x, w, y = n.inp(0), n.inp(1), n.out(0)
     n.need(x, w, y)
     _check_types(n, FLOAT32, INT8, INT16)
-    if w.type == INT4:
-        raise UnpricedModelError(f"operator {n.v} ({n.kind}): int4 weights are not priced")
-    if x.type == INT16 and w.type != INT8:
+    if (x.type == INT16 and w.type != INT8) or (w.type == INT4 and x.type != INT8):
         raise UnpricedModelError(f"operator {n.v} ({n.kind}): int16 activations with "
-                                 "non-int8 weights, which TFLite Micro rejects")
+                                 "non-int8 weights or int4 weights with non-int8 "
+                                 "activations, which TFLite Micro rejects")
     if len(x.shape) != 4 or len(w.shape) != 4 or len(y.shape) != 4:
         raise UnpricedModelError(f"operator {n.v} ({n.kind}): not a 4-D convolution")
     depthwise = n.kind == "DEPTHWISE_CONV_2D"
     channels = w.shape[3] if depthwise else w.shape[0]
     quant = x.type in (INT8, INT16)
+    # the reference kernels unpack int4 weights into a scratch buffer of one byte per weight
+    # (depthwise before CalculateOpData, the convolution after it)
+    unpack = not cmsis and w.type == INT4
     if cmsis:
         n.tin(0), n.tin(1), n.tout(0)  # (CONV_2D asks for output 2 as the bias: none)
         if quant:
@@ -215,8 +224,12 @@ def _conv(n: Node, cmsis: bool):
     else:
         n.tout(0), n.tin(0), n.tin(1)
         n.persist(4 * channels), n.persist(4 * channels)
+        if unpack and depthwise:
+            n.scratch(_elements(w.shape))
     # CalculateOpDataConv / CalculateOpDataDepthwiseConv
     n.tin(0), n.tin(1), n.tin(2), n.tout(0)
+    if unpack and not depthwise:
+        n.scratch(_elements(w.shape))
     if not (cmsis and quant):
         return
     sw, sh = n.opt("strideW", True), n.opt("strideH", True)
@@ -235,6 +248,10 @@ def _conv(n: Node, cmsis: bool):
     if not depthwise:
         size = _conv_s8_buffer(x.shape, (fh, fw, w.shape[3]), y.shape[2], (sw, sh), (dw, dh),
                                pad)
+    elif w.type == INT4:  # arm_depthwise_conv_wrapper_s4_get_buffer_size (MVE)
+        oc = y.shape[3]
+        size = 4 * 124 * fw * fh if ic == oc and x.shape[0] == 1 and dw == 1 and dh == 1 \
+            else 0
     else:
         oc = y.shape[3]
         size = 0
@@ -256,18 +273,20 @@ def _fully_connected(n: Node, cmsis: bool):
     x, w, b, y = n.inp(0), n.inp(1), n.inp(2), n.out(0)
     n.need(x, w, y)
     _check_types(n, FLOAT32, INT8, INT16)
-    if w.type == INT4:
-        raise UnpricedModelError(f"operator {n.v} (FULLY_CONNECTED): int4 weights are not "
-                                 "priced")
-    if x.type == INT16 and (w.type != INT8 or (cmsis and w.channels > 1)):
+    if (x.type == INT16 and w.type != INT8) or (w.type == INT4 and x.type != INT8) or \
+            (cmsis and x.type != FLOAT32 and w.type != INT8 and w.channels > 1) or \
+            (cmsis and x.type == INT16 and w.channels > 1):
         raise UnpricedModelError(f"operator {n.v} (FULLY_CONNECTED): int16 activations with "
-                                 "non-int8 or (CMSIS-NN) per-channel weights, which TFLite "
-                                 "Micro rejects")
+                                 "non-int8 weights, int4 weights with non-int8 activations, "
+                                 "or (CMSIS-NN) per-channel int16 or int4, which TFLite Micro "
+                                 "rejects")
     n.tin(0), n.tin(1), n.tin(2), n.tout(0)
+    if not cmsis and w.type == INT4:  # the reference kernel unpacks the int4 weights
+        n.scratch(_elements(w.shape))
     per_channel = x.type != FLOAT32 and w.channels > 1
     if per_channel:
         n.persist(4 * w.channels), n.persist(4 * w.channels)
-    if not cmsis or x.type != INT8:
+    if not cmsis or x.type != INT8 or w.type == INT4:  # CMSIS-NN's int4: no scratch
         return
     out_depth, accum = y.shape[-1], w.shape[-1]
     if len(y.shape) > 2 and accum % 4 == 0:
@@ -410,7 +429,8 @@ def _gather(n: Node, cmsis: bool):
     n.need(x, idx, y)
     if idx.type != INT32 or x.type not in (FLOAT32, INT8):
         raise UnpricedModelError(f"operator {n.v} (GATHER): float32 or int8 data with int32 "
-                                 "indices only")
+                                 "indices only (TFLite Micro's GatherPrepare rejects other "
+                                 "types, int16 too)")
     # ParseGather: 0 and 0 without options
     axis, batch_dims = (0, 0) if n.options is None else (n.opt("axis"), n.opt("batchDims"))
     axis += len(x.shape) if axis < 0 else 0
