@@ -1,8 +1,10 @@
-"""Small 16x8 TFLite models (int16 activations with zero point 0, int8 weights, int64 biases
-for convolutions and fully connected layers, as TFLite's 16x8 quantization writes them) around
-the kernels TFLite Micro runs with CMSIS-NN on the Cortex-M: CONV_2D, DEPTHWISE_CONV_2D, ADD,
-MUL, AVERAGE_POOL_2D, MAX_POOL_2D, FULLY_CONNECTED, SOFTMAX (`cnn_model`), for
-`memsched.tflite.memory.arena`'s int16 prices (`tests/test_tflite_arena_int16.py`)."""
+"""Small 16x8 and int4-weight TFLite models for `memsched.tflite.memory.arena`'s prices of the
+kernels TFLite Micro runs with CMSIS-NN on the Cortex-M (`tests/test_tflite_arena_int16.py`):
+16x8 (int16 activations with zero point 0, int8 weights, int64 biases for convolutions and
+fully connected layers, as TFLite's 16x8 quantization writes them) CONV_2D,
+DEPTHWISE_CONV_2D, ADD, MUL, AVERAGE_POOL_2D, MAX_POOL_2D, FULLY_CONNECTED, SOFTMAX
+(`cnn_model`), TRANSPOSE_CONV, BATCH_MATMUL (int16 operands) and LSTM (`lstm_model`); int8
+activations with int4 weights (`int4_model`)."""
 from __future__ import annotations
 
 import numpy as np

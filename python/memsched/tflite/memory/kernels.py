@@ -205,10 +205,12 @@ def _conv(n: Node, cmsis: bool):
     x, w, y = n.inp(0), n.inp(1), n.out(0)
     n.need(x, w, y)
     _check_types(n, FLOAT32, INT8, INT16)
-    if (x.type == INT16 and w.type != INT8) or (w.type == INT4 and x.type != INT8):
+    if (x.type == INT16 and w.type != INT8) or (w.type == INT4 and x.type != INT8) or \
+            x.type != y.type:
         raise UnpricedModelError(f"operator {n.v} ({n.kind}): int16 activations with "
-                                 "non-int8 weights or int4 weights with non-int8 "
-                                 "activations, which TFLite Micro rejects")
+                                 "non-int8 weights, int4 weights with non-int8 activations "
+                                 "or an output type other than the input's, which TFLite "
+                                 "Micro rejects")
     if len(x.shape) != 4 or len(w.shape) != 4 or len(y.shape) != 4:
         raise UnpricedModelError(f"operator {n.v} ({n.kind}): not a 4-D convolution")
     depthwise = n.kind == "DEPTHWISE_CONV_2D"
