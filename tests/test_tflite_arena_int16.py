@@ -2,7 +2,8 @@
 TFLite Micro runs with CMSIS-NN on the Cortex-M -- CONV_2D, DEPTHWISE_CONV_2D,
 FULLY_CONNECTED, ADD, MUL, SOFTMAX, AVERAGE_POOL_2D, MAX_POOL_2D, TRANSPOSE_CONV,
 BATCH_MATMUL (int16 operands), UNIDIRECTIONAL_SEQUENCE_LSTM -- SVDF with int8 time weights and
-state, and int4-weight CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED (issue 60, item 2): on
+state, int4-weight CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED, and int16 LOGISTIC, TANH,
+CONCATENATION, PAD, STRIDED_SLICE, SUB, LEAKY_RELU, MEAN, QUANTIZE (issue 60, item 2): on
 generated files (`memsched.generators.tflite_ops_int16`) the computed arena equals the
 emulated Cortex-M55's minimal arena (head and tail too) and the ``tflite-micro`` package's
 bisection, and both run the files. What TFLite Micro rejects (int16 GATHER, an SVDF whose
@@ -25,6 +26,8 @@ FILES = {
     "cnn": (synth.cnn_model, {}),
     "cnn_k5_s2": (synth.cnn_model, dict(seed=3, size=16, channels=20, stride=2, k=5)),
     "cnn_k1": (synth.cnn_model, dict(seed=4, size=12, channels=6, k=1)),
+    "misc": (synth.misc_model, {}),
+    "misc_12": (synth.misc_model, dict(seed=6, size=6, channels=12)),
     "transpose_conv": (synth.transpose_conv_model, {}),
     "transpose_conv_int16_bias": (synth.transpose_conv_model, dict(seed=2, int16_bias=True)),
     "batch_matmul": (synth.batch_matmul_model, {}),
@@ -142,12 +145,34 @@ def _retype(data: bytes, kind: str, index: int, ttype: int):
 
 
 def test_what_tflm_rejects_stays_named():
-    from memsched.tflite.memory.abi import INT8, INT16
+    from memsched.tflite.memory.abi import INT8
 
-    # TFLite Micro's GATHER takes float32 or int8 data only
+    # TFLite Micro's GATHER takes float32 or int8 data only: an int16 conv -> GATHER
+    net = synth._Net16("gather16", 0)
+    x = net.act("x", [1, 4, 4, 3])
+    net.b.inputs = [x]
+    a, _ = net.conv(x, [1, 4, 4, 3], 8)
+    g = net.act("g", [1, 4, 4, 2], like=a)
+    o = net.s.GatherOptionsT()
+    o.axis = 3
+    net.b.op("GATHER", [a, net.const_i32("idx", [0, 5])], [g], net.s.BuiltinOptions.GatherOptions,
+             o)
+    net.b.outputs = [g]
     with pytest.raises(UnpricedModelError, match="GATHER.*int16"):
-        arena(_retype(ops8.gather_model(), "GATHER", 0, INT16))
+        arena(net.b.finish())
     # an SVDF whose int16 state meets int8 time weights (the kernel would read the state
     # as int8)
     with pytest.raises(UnpricedModelError, match="SVDF"):
         arena(_retype(ops8.svdf_model(), "SVDF", 2, INT8))
+
+
+def test_analyze_reports_the_arena_of_a_16x8_file(files, capsys):
+    import json
+
+    from memsched.cli import main
+
+    for name in ("cnn", "int4"):
+        assert main(["analyze", files[name], "--json", "--time-limit", "5"]) == 0
+        res = json.loads(capsys.readouterr().out)
+        assert res["arena_bytes"] == arena(files[name]).arena_bytes
+        assert not res.get("arena_unpriced")

@@ -3,7 +3,8 @@ kernels TFLite Micro runs with CMSIS-NN on the Cortex-M (`tests/test_tflite_aren
 16x8 (int16 activations with zero point 0, int8 weights, int64 biases for convolutions and
 fully connected layers, as TFLite's 16x8 quantization writes them) CONV_2D,
 DEPTHWISE_CONV_2D, ADD, MUL, AVERAGE_POOL_2D, MAX_POOL_2D, FULLY_CONNECTED, SOFTMAX
-(`cnn_model`), TRANSPOSE_CONV, BATCH_MATMUL (int16 operands) and LSTM (`lstm_model`); int8
+(`cnn_model`), TRANSPOSE_CONV, BATCH_MATMUL (int16 operands), LSTM (`lstm_model`) and the
+elementwise, reduction and shape kernels of a 16x8 model (`misc_model`); int8
 activations with int4 weights (`int4_model`)."""
 from __future__ import annotations
 
@@ -234,3 +235,52 @@ def int4_model(seed: int = 0, size: int = 8, channels: int = 8, stride: int = 1)
     r, _ = net.reshape(c, [1, flat])
     net.b.outputs = [net.fc(r, flat, 10)]
     return net.b.finish()
+
+
+def misc_model(seed: int = 0, size: int = 8, channels: int = 8) -> bytes:
+    """The other kernels a 16x8 model meets, all int16: input -> CONV_2D 3x3 -> LOGISTIC and
+    TANH (output scale 2^-15) -> CONCATENATION -> PAD -> STRIDED_SLICE -> SUB (the conv) ->
+    LEAKY_RELU -> MEAN over H and W -> QUANTIZE to int8."""
+    net = _Net16(f"int16_misc_{size}_{channels}", seed)
+    s, T, b = net.s, net.s.TensorType, net.b
+    x = net.act("x", [1, size, size, 3], 0.04)
+    b.inputs = [x]
+    a, shape = net.conv(x, [1, size, size, 3], channels, relu=False)
+
+    def unary(kind, options=None, opts=None, out_scale=None):
+        if out_scale is None:
+            y = net.act(f"{kind.lower()}{net.n}", shape, like=a)
+        else:
+            y = b.tensor(f"{kind.lower()}{net.n}", shape, T.INT16, scale=out_scale,
+                         zero_point=0)
+            net.scale[y] = (out_scale, 0)
+        net.n += 1
+        b.op(kind, [a], [y], options or 0, opts)
+        return y
+
+    lg = unary("LOGISTIC", out_scale=1.0 / 32768)
+    th = unary("TANH", out_scale=1.0 / 32768)
+    cshape = shape[:3] + [2 * channels]
+    cat = b.tensor("cat", cshape, T.INT16, scale=1.0 / 32768, zero_point=0)
+    net.scale[cat] = (1.0 / 32768, 0)
+    co = s.ConcatenationOptionsT()
+    co.axis = 3
+    b.op("CONCATENATION", [lg, th], [cat], s.BuiltinOptions.ConcatenationOptions, co)
+    p, pshape = net.pad(cat, cshape, 1)
+    sl, slshape = net.strided_slice(p, pshape, [0, 1, 1, 0], [1, size + 1, size + 1, channels])
+    d = net.act("sub", slshape, 0.2)
+    so = s.SubOptionsT()
+    b.op("SUB", [sl, a], [d], s.BuiltinOptions.SubOptions, so)
+    lr = net.act("leaky", slshape, like=d)
+    lo = s.LeakyReluOptionsT()
+    lo.alpha = 0.1
+    b.op("LEAKY_RELU", [d], [lr], s.BuiltinOptions.LeakyReluOptions, lo)
+    m = net.act("mean", [1, 1, 1, channels], like=d)
+    mo = s.ReducerOptionsT()
+    mo.keepDims = True
+    b.op("MEAN", [lr, net.const_i32("mean/axis", [1, 2])], [m],
+         s.BuiltinOptions.ReducerOptions, mo)
+    y = b.tensor("y", [1, 1, 1, channels], T.INT8, scale=0.05, zero_point=3)
+    b.op("QUANTIZE", [m], [y], s.BuiltinOptions.QuantizeOptions, s.QuantizeOptionsT())
+    b.outputs = [y]
+    return b.finish()
