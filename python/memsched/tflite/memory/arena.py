@@ -92,9 +92,10 @@ FULLY_CONNECTED stack whose kernel sums overlap the temporaries): the board's
 cleanly (checked on the board with ``--arena N`` and ``N - 16``). Otherwise ``arena_bytes``
 is the board's (and the host's) bisection result.
 
-Priced: the builtin operators of `priced_operators`, float32 and int8 convolutions and fully
-connected layers (int16 activations and int4 weights are not priced there), any number of
-subgraphs; the resource variables as the ``tflite-micro`` package sets them up
+Priced: the builtin operators of `priced_operators`, on float32, int8 and 16x8 (int16
+activations, int8 weights) tensors, convolutions and fully connected layers also with int4
+weights (the CMSIS-NN s16 and s4 sizes; the reference kernels' int4 unpacking and 16x8
+TRANSPOSE_CONV's int64 accumulators as scratch), any number of subgraphs; the resource variables as the ``tflite-micro`` package sets them up
 (`kernels_misc`).
 Anything else raises `UnpricedModelError` naming it; bad files raise `TFLiteModelError` (both
 ``ValueError``).
