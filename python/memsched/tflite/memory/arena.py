@@ -95,8 +95,8 @@ is the board's (and the host's) bisection result.
 Priced: the builtin operators of `priced_operators`, on float32, int8 and 16x8 (int16
 activations, int8 weights) tensors, convolutions and fully connected layers also with int4
 weights (the CMSIS-NN s16 and s4 sizes; the reference kernels' int4 unpacking and 16x8
-TRANSPOSE_CONV's int64 accumulators as scratch), any number of subgraphs; the resource variables as the ``tflite-micro`` package sets them up
-(`kernels_misc`).
+TRANSPOSE_CONV's int64 accumulators as scratch), any number of subgraphs; the resource
+variables as the ``tflite-micro`` package sets them up (`kernels_misc`).
 Anything else raises `UnpricedModelError` naming it; bad files raise `TFLiteModelError` (both
 ``ValueError``).
 """
