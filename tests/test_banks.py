@@ -99,3 +99,26 @@ def test_memory_map_text(text, err):
         parse_memory_map(text)
     assert parse_memory_map("dtcm:64K:1, sram:8M:2") == [("dtcm", 65536, 1),
                                                          ("sram", 8 << 20, 2)]
+
+
+def test_patch_search_buffers_of_an_activation_graph():
+    """`patches.fast_bank.buffers_of`: each counted tensor's bytes, its lifetime in the order
+    given, traffic = bytes x (1 + readers); the in-place pairs; uncounted inputs left out."""
+    from memsched.graph import GraphBuilder
+    from memsched.memory import MemoryModel
+    from memsched.patches.fast_bank import buffers_of
+
+    b = GraphBuilder("g")
+    x = b.input("x", 64)
+    a = b.ops[b.op("a", "conv", [x], [("ta", 32)])].outputs[0]
+    c = b.ops[b.op("c", "conv", [a], [("tc", 16)])].outputs[0]
+    d = b.ops[b.op("d", "add", [a, c], [("td", 16)], inplace=[c])].outputs[0]
+    b.mark_output(d)
+    g = b.build()
+    bufs, pairs = buffers_of(g, [0, 1, 2], MemoryModel(count_inputs=False, inplace=True))
+    assert [(u.size, u.start, u.end, u.traffic) for u in bufs] == \
+        [(32, 0, 2, 32 * 3), (16, 1, 2, 16 * 2), (16, 2, 2, 16)]
+    assert pairs == [(1, 2)]
+    bufs, pairs = buffers_of(g, [0, 1, 2], MemoryModel(count_inputs=True, inplace=False))
+    assert (bufs[0].size, bufs[0].start, bufs[0].end, bufs[0].traffic) == (64, 0, 0, 128)
+    assert pairs == []

@@ -187,3 +187,42 @@ def test_cli_export_with_a_memory_map(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("memsched: error:"), err
         assert not bad_out.exists()
+
+
+def test_when_no_plan_fits_the_fast_bank_the_placed_share_decides(monkeypatch, tmp_path):
+    """A fast bank smaller than any patched arena: the search places its best plans across
+    the banks (`memsched.patches.fast_bank`) and keeps the one whose fast bank serves the
+    largest share, never less than the lowest arena's (what it chose before); the program
+    runs bit-equal to ExecuTorch's default program on the M55."""
+    from memsched.patches import fast_bank
+
+    torch.manual_seed(2)
+    model = nn.Sequential(cba(3, 8, 3, 1), Block(8, 8, 1, 2), cba(8, 16, 3, 2),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
+    edge, x = int8_edge(model, (1, 3, 48, 48), isa="mve", calibration=2)
+    default, dsizes = _lower(edge, ExecutorchBackendConfig(
+        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
+    mm = _map(dsizes[1] // 6 // 16 * 16)
+
+    def lowered():
+        cfg = mx.backend_config(tile_patches=True, share_values=True,
+                                alloc_graph_input=False, memory_map=mm)
+        prog, sizes = _lower(edge, cfg)
+        (rep,) = mx.report(cfg).values()
+        return prog, sizes, rep
+
+    ours, sizes, rep = lowered()
+    assert rep.patches.patched and rep.patches.peak_after > mm.banks[0].size
+    assert sizes[1] <= mm.banks[0].size
+    monkeypatch.setattr(fast_bank, "FAST_CANDIDATES", 0)  # the lowest arena, as before
+    _, _, before = lowered()
+    assert rep.fast_share() >= before.fast_share()
+    try:
+        board.firmware("executorch")
+    except board.BoardUnavailable as e:
+        pytest.skip(f"host checks passed; the board: {e}")
+    ra, a = board.run_pte(default, [x], tmp_path / "default")
+    rb, b = board.run_pte(mx.share_values(ours)[0], [x], tmp_path / "banked")
+    assert ra["status"] == 0 and rb["status"] == 0, (rb.get("error"), rb.get("et_log"))
+    assert rb["planned_buffers"] == sizes[1:]
+    assert a == b

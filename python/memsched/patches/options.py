@@ -54,7 +54,9 @@ class PatchOptions:
     within ``max_overhead``); ignored for a runtime without a cost model (TVM: MACs alone).
     ``fast_memory``: the bytes of the fastest memory bank the planned arena is placed in (a
     memory map's first bank, `memsched.banks`): a plan whose arena fits it wins over every plan
-    that does not, and among those the fewest instructions; None: one memory."""
+    that does not, and among those the fewest instructions; when none fits, the plan whose
+    fast bank serves the largest share of the traffic once placed (`fast_bank`); None: one
+    memory."""
 
     max_overhead: float = 0.3
     grid: tuple | None = None

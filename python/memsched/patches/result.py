@@ -248,8 +248,9 @@ def choose(frontier: list[Candidate], original: Candidate, max_overhead: float,
     ``fast_memory`` (the fastest bank of a memory map): a plan whose arena (``peak``) fits it
     beats every plan that does not, and among those the fewest instructions (MACs without a
     cost model) win: in the fast bank, bytes cost nothing more; None when ``original``
-    fits. When none fits, the lowest arena wins: the banks hold the arena, not the
-    records."""
+    fits. When none fits, the lowest arena wins here (the banks hold the arena, not the
+    records); the search then places its best plans across the banks
+    (`fast_bank.best_for_bank`)."""
     if fast_memory is not None:
         if original.peak <= fast_memory:
             return None

@@ -46,6 +46,7 @@ import itertools
 from ..graph import OpGraph
 from ..memory import Problem
 from .evaluator import Before, Evaluator
+from .fast_bank import best_for_bank
 from .geometry import SpatialModel
 from .options import MAX_REGIONS  # noqa: F401 (importable from here)
 from .patched import heuristic_peak, patched_graph
@@ -65,10 +66,21 @@ def search_sequence(ev: Evaluator) -> SearchResult:
     max_regions = ev.request.max_regions
     first = search_one(ev, extend=max_regions > 1)
     if max_regions <= 1 or not first.results:
-        return first.answer(first.choice)
+        return first.answer(_for_bank(ev, first, first.choice, first.results))
     t0 = ev.meter.elapsed()  # for the report only
     seq = SequenceSearch(ev, first).run()
-    return first.answer(seq.best, seq.extended, ev.meter.elapsed() - t0)
+    best = _for_bank(ev, first, seq.best, [*first.results, *(f[2] for f in seq.finalists),
+                                           *seq.seen])
+    return first.answer(best, seq.extended, ev.meter.elapsed() - t0)
+
+
+def _for_bank(ev: Evaluator, first: FirstRegion, choice, priced: list):
+    """``choice``, or under a fast bank it does not fit the plan among ``priced`` (the
+    one-region candidates and the sequences priced within the MAC budget) whose fast bank
+    serves the largest share of the traffic (`fast_bank.best_for_bank`)."""
+    return best_for_bank(ev, priced,
+                         lambda c: [first.plans[r.key] for r in c.sequence],
+                         first.reordered or first.original, choice)
 
 
 class SequenceSearch:
@@ -92,6 +104,7 @@ class SequenceSearch:
         self.pushed = itertools.count()  # ties: first pushed first (never compares candidates)
         self.front: dict = {}  # end -> [(part peak, persistent, MACs)] of the sequences there
         self.extended = 0
+        self.seen: list = []  # the sequences priced within the MAC budget (`fast_bank`)
         # the best sequences by their heuristic totals, for the certified scheduler at the end
         # (``budget.certify`` of them): heuristic orders can be 5 % off, and the best heuristic
         # total is not always the best certified one (mbv2-0.35-144 under TFLite Micro)
@@ -203,6 +216,8 @@ class SequenceSearch:
             self.first.plans[c.key] = owner.plans[c.key]
             if c.macs <= self.mac_budget and self.ev.request.eligible(c):
                 self.consider(c)  # e.g. one the first search had no budget for
+                if self.ev.request.fast_memory is not None:
+                    self.seen.append(c)
             self.push(c, not d.unvisited)
 
     def extend(self, c: Candidate) -> bool:
@@ -226,6 +241,8 @@ class SequenceSearch:
         first.plans.update(res.plans)
         first.refused += [r for r in res.refused if r not in first.refused]
         ok = [n for n in res.results if n.macs <= self.mac_budget]
+        if ev.request.fast_memory is not None:
+            self.seen += ok
         pick = choose(ok, first.reordered or first.original, ev.request.max_overhead,
                       ev.request.max_slowdown, ev.request.fast_memory)
         if pick is not None:
