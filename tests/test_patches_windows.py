@@ -101,35 +101,3 @@ def test_band_sums_equal_band_by_band(seed):
                     if not isinstance(want, tuple):  # the same tensors, in the same order
                         assert [list(s) for s in got] == [list(s) for s in want]
 
-
-@pytest.mark.parametrize("seed", range(12))
-def test_grid_windows_equal_windows(seed):
-    """`grid_windows` (one walk per axis, shared by a grid's rows and columns) against
-    `windows` patch by patch: the same windows, reads, order and refusals."""
-    from memsched.patches.windows import _merged, grid_cells, grid_windows, windows
-
-    rng = np.random.default_rng(100 + seed)
-    sm = _random_model(rng, se=seed % 2 == 0)
-    regs, _ = regions(sm, starts=range(len(sm.ops)), se=True, exact_reductions=False)
-    assert regs
-    for r in regs:
-        passes = pass_targets(sm, r)
-        for rows, cols in ((1, 1), (2, 1), (1, 3), (2, 2), (3, 4), (5, 5)):
-            try:
-                cells = grid_cells(*r.hw, rows, cols)
-            except Refused:
-                continue
-            cache: dict = {}
-            for p, cell in enumerate(cells):
-                tcells = {t: grid_cells(*sm.tensors[t].hw, rows, cols)[p]
-                          for ts in passes for t in ts
-                          if rows <= sm.tensors[t].hw[0] and cols <= sm.tensors[t].hw[1]}
-                for targets in ([None] if len(passes) == 1 else
-                                [{t: tcells[t] for t in ts if t in tcells} for ts in passes]
-                                + [_merged(tcells, r.split, cell)]):
-                    want = _answer(lambda: windows(sm, r, cell, targets))
-                    got = _answer(lambda: grid_windows(sm, r, cell, targets, cache))
-                    assert got == want, (seed, r.start, r.length, rows, cols, p)
-                    if not isinstance(want, tuple) or want[0] != "refused":
-                        assert list(got[0]) == list(want[0])
-                        assert list(got[1]) == list(want[1])

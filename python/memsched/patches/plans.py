@@ -32,7 +32,7 @@ from typing import NamedTuple
 from .errors import Refused
 from .geometry import PAD_NONE, SpatialModel, Win, bbox
 from .regions import VECTOR, Region, pass_targets, stages
-from .windows import _merged, grid_cells, grid_windows
+from .windows import _merged, grid_cells, windows
 
 
 
@@ -175,11 +175,10 @@ class _Planner:
         self.stage = stages(sm, region) if keep else {}
         self.in_readers = {t: [k for k in region.ops if t in sm.ops[k].inputs]
                            for t in region.inputs}
-        self.walks: dict = {}  # `grid_windows`' walks: the patches of a row share theirs
         if keep:  # one back-propagation per patch: every pass's targets at once
-            self.kept = [grid_windows(sm, region, cell, _merged(
-                {t: self.tcells[t][p] for ts in passes for t in ts}, region.split, cell),
-                self.walks) for p, cell in enumerate(cells)]
+            self.kept = [windows(sm, region, cell, _merged(
+                {t: self.tcells[t][p] for ts in passes for t in ts}, region.split, cell))
+                for p, cell in enumerate(cells)]
             self.kept_nodes: list[dict] = [{} for _ in cells]  # per patch: tensor -> node
 
     def add(self, nd: PNode) -> int:
@@ -220,7 +219,7 @@ class _Planner:
             held, reads = self.kept[p]
             node_of = self.kept_nodes[p]
         else:
-            held, reads = grid_windows(sm, region, cell, tw if self.se else None, self.walks)
+            held, reads = windows(sm, region, cell, tw if self.se else None)
             node_of = {}
         for t in region.inputs:
             if t not in held or (keep and t not in tw and not any(

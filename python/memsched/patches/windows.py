@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .errors import Refused
-from .geometry import SpatialModel, Win, axis_range, axis_read, bbox
+from .geometry import SpatialModel, Win, axis_read, bbox
 from .regions import VECTOR, Region, pass_targets
 
 
@@ -79,82 +79,6 @@ def windows(sm: SpatialModel, region: Region, cell: Win, targets: dict | None = 
         if t in need:
             held[t] = bbox(need[t])
     return held, reads
-
-
-def grid_windows(sm: SpatialModel, region: Region, cell: Win, targets: dict | None,
-                 cache: dict):
-    """`windows`, the same answer, from one walk per axis (`_axis_walk`): windows are
-    products of their row and column ranges, so the patches of one row (column) of a grid
-    share the walk of their rows (columns), kept in ``cache`` (a dict the caller keeps per
-    region)."""
-    if targets is None:
-        hk, wk = (cell.h0, cell.h1), (cell.w0, cell.w1)
-    else:
-        hk = tuple((t, w.h0, w.h1) for t, w in targets.items())
-        wk = tuple((t, w.w0, w.w1) for t, w in targets.items())
-    walks = []
-    for axis, key in ((0, hk), (1, wk)):
-        got = cache.get((axis, key))
-        if got is None:
-            got = cache[(axis, key)] = _axis_walk(sm, region, axis, key, targets is not None)
-        walks.append(got)
-    (hh, hr, he), (wh, wr, we) = walks
-    err = min((e for e in (he, we) if e is not None), default=None)
-    if err is not None:
-        raise Refused(err[2])
-    held = {t: Win(a, b, *wh[t]) for t, (a, b) in hh.items()}
-    reads = {kp: (Win(f0, f1, *wr[kp][:2]), Win(c0, c1, *wr[kp][2:]))
-             for kp, (f0, f1, c0, c1) in hr.items()}
-    return held, reads
-
-
-def _axis_walk(sm: SpatialModel, region: Region, axis: int, key: tuple, lenient: bool):
-    """`windows` along one axis: (held range per tensor, per (op, input position) the range
-    needed unclipped and clipped, the first refusal as (walk step, position, reason) or
-    None). ``key``: the split tensors' range, or (tensor, low, high) per target."""
-    need: dict[int, list] = {}
-    if lenient:
-        for t, a, b in key:
-            need[t] = [(a, b)]
-    else:
-        for t in region.split:
-            need[t] = [key]
-    held: dict = {}
-    reads: dict = {}
-    for step, k in enumerate(reversed(region.ops)):
-        op = sm.ops[k]
-        if op.cls in VECTOR:
-            continue
-        wants = need.get(op.output)
-        if not wants:
-            if lenient:
-                continue
-            return held, reads, (step, -1, f"operator {op.index} ({op.kind}): its output is "
-                                 "never used")
-        a, b = min(w[0] for w in wants), max(w[1] for w in wants)
-        held[op.output] = (a, b)
-        window = op.cls == "window"
-        for pos, t in enumerate(op.inputs):
-            if op.cls == "scale" and pos == 1:
-                continue  # the vector: whole
-            size = sm.tensors[t].hw[axis]
-            if window:
-                kernel, stride = op.kernel[axis], op.stride[axis]
-                dilation, pad = op.dilation[axis], op.pad[axis]
-                f0, f1 = axis_range(a, b, kernel, stride, dilation, pad)
-                c0, c1 = axis_read(a, b, kernel, stride, dilation, pad, size)
-            else:
-                f0, f1 = a, b
-                c0, c1 = max(a, 0), min(b, size)
-            if c1 - c0 <= 0:
-                return held, reads, (step, pos, f"operator {op.index} ({op.kind}): a patch "
-                                     "reads only padding")
-            reads[(k, pos)] = (f0, f1, c0, c1)
-            need.setdefault(t, []).append((c0, c1))
-    for t in region.inputs:
-        if t in need:
-            held[t] = (min(w[0] for w in need[t]), max(w[1] for w in need[t]))
-    return held, reads, None
 
 
 def axis_windows(sm: SpatialModel, region: Region, axis: int, lo: int, hi: int,
