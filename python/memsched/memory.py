@@ -247,28 +247,18 @@ class Problem:
         n = self.n
         if len(order) != n:
             return self._evaluate_masks(order)
-        left = list(self._readers()[0])
-        live = self.initial_live()
-        steps, lives = [], [live]
-        if not self._run(order, 0, left, bytearray(n), live, steps, lives):
-            return self._evaluate_masks(order)
-        return Profile(list(order), steps, lives)
-
-    def _run(self, order: Sequence[int], start: int, left: list[int], done: bytearray,
-             live: int, steps: list[int], lives: list[int]) -> bool:
-        """Run ``order[start:]`` from the state ``order[:start]`` leaves (``left``: readers
-        still to run per tensor, ``done``: the ops run, ``live``: bytes live; both lists
-        updated), appending each step's footprint to ``steps`` and the live bytes after it to
-        ``lives``; False when an op runs twice (the caller takes the mask walk)."""
-        reader_of = self._readers()[1]
+        left, reader_of = self._readers()
+        left = list(left)
+        done = bytearray(n)
         size, pinned, reads = self.size, self.pinned, self.reads
         inplace, preds = self.inplace, self._pred_sets()
         made, dead, extra = self._per_op()
+        live = self.initial_live()
+        steps, lives = [], [live]
         step, after = steps.append, lives.append
-        for i in range(start, len(order)):
-            v = order[i]
+        for v in order:
             if done[v]:
-                return False
+                return self._evaluate_masks(order)
             for q in preds[v]:
                 if not done[q]:
                     raise ValueError(f"op {v} scheduled before one of its predecessors")
@@ -288,50 +278,7 @@ class Problem:
             live += created - freed
             step(foot)
             after(live)
-        return True
-
-    def variant_peaks(self, base: Sequence[int], variants: Sequence[Sequence[int]]
-                      ) -> tuple[int, list[int]]:
-        """(``evaluate(base).peak``, ``evaluate(v).peak`` of each of ``variants``): each
-        variant runs from the state ``base`` leaves where the two first differ (its prefix
-        is ``base``'s: patch orders that move a few ops to later patches differ only after
-        them), the prefixes advanced once in order."""
-        n = self.n
-        prof = self.evaluate(base)
-        if len(base) != n or len(set(base)) != n:
-            return prof.peak, [self.evaluate(v).peak for v in variants]
-        steps = prof.steps
-        prefix = [0] * (n + 1)  # prefix[i]: the largest footprint of base's first i steps
-        for i in range(n):
-            prefix[i + 1] = steps[i] if i == 0 or steps[i] > prefix[i] else prefix[i]
-        out: list = [None] * len(variants)
-        at = []
-        for k, v in enumerate(variants):
-            if len(v) != n:
-                out[k] = self.evaluate(v).peak
-                continue
-            p = next((i for i, (a, b) in enumerate(zip(base, v)) if a != b), n)
-            at.append((p, k))
-        at.sort()
-        left0, reader_of = self._readers()
-        left, done, cur = list(left0), bytearray(n), 0
-        for p, k in at:
-            for i in range(cur, p):  # base's prefix, run once for every variant
-                v = base[i]
-                done[v] = 1
-                for t in reader_of[v]:
-                    left[t] -= 1
-            cur = p
-            if p == n:
-                out[k] = prof.peak
-                continue
-            rest: list = []
-            if self._run(variants[k], p, list(left), bytearray(done), prof.lives[p], rest,
-                         []):
-                out[k] = max(max(rest), prefix[p]) if p else max(rest)
-            else:
-                out[k] = self.evaluate(variants[k]).peak
-        return prof.peak, out
+        return Profile(list(order), steps, lives)
 
     def _per_op(self) -> tuple[list[int], list[int], list[int]]:
         """Per op: the bytes it creates, those of them nobody reads (dead right after it),

@@ -185,12 +185,12 @@ def heuristic_order(graph: OpGraph, plan: PatchPlan, problem: Problem,
     """(peak, order) of `heuristic_peak`'s best order of ``graph``'s operators."""
     orders = _PatchOrders(graph, plan)
     order = orders.order()
+    best = (problem.evaluate(order).peak, order)
     n = plan.patches
     cuts = sorted({1 + (k * (n - 1)) // max_cuts for k in range(max_cuts)} - {n}) if n > 1 else []
-    variants = [orders.order(cut) for cut in cuts]
-    peak, peaks = problem.variant_peaks(order, variants)  # the patches before a cut run once
-    best = (peak, order)
-    for order, peak in zip(variants, peaks):
+    for cut in cuts:
+        order = orders.order(cut)
+        peak = problem.evaluate(order).peak
         if peak < best[0]:
             best = (peak, order)
     if baselines:
