@@ -234,3 +234,80 @@ def test_without_cost_model_time_is_not_priced():
     res = search(sm, graph, index, MEMORY, time_limit=5.0, max_slowdown=1.0)
     assert res.original.instructions is None and res.time_frontier() == []
     assert res.choice is None or res.choice.instructions is None
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sm=chains(max_ops=6), begin_at=st.integers(0, 3),
+       model=st.sampled_from(["tvm", "paper"]))
+def test_node_floor_bounds_every_order(sm, begin_at, model):
+    """`Evaluator.node_floor` (what lets the sequence search skip building and ordering a
+    hopeless candidate's part) never exceeds the part's peak in any order the search or the
+    scheduler gives it: the patch-by-patch order, the heuristics' and the file order; under
+    a model that counts model outputs and one that does not."""
+    _check_node_floor(sm, begin_at, RuntimeMemory("test", MemoryModel.get(model)), se=False)
+
+
+@pytest.mark.parametrize("model", ["tvm", "paper"])
+def test_node_floor_bounds_se_plans(model):
+    """... and on squeeze-and-excitation plans, recomputed and kept."""
+    from test_patches_se import SE_STACK
+
+    sm = stack_model(SE_STACK, 32, 32, 3)
+    assert _check_node_floor(sm, 0, RuntimeMemory("test", MemoryModel.get(model)), se=True)
+
+
+def _check_node_floor(sm, begin_at: int, memory, se: bool) -> int:
+    from memsched.memory import Problem
+    from memsched.patches import Described
+    from memsched.patches.evaluator import Evaluator, resolve
+    from memsched.patches.patched import heuristic_order, patch_order, patched_graph
+    from memsched.schedulers import best_heuristic
+
+    graph, index = _graph_of(sm)
+    ev = Evaluator(Described(sm, graph, index), memory,
+                   resolve(None, memory, sm, starts=(0,)))
+    begin = min(begin_at, len(sm.ops) - 1)
+    checked = 0
+    for r in regions(sm, [begin], se=se)[0]:
+        for g in GRIDS:
+            for keep in (False, True) if se else (False,):
+                try:
+                    p = plan_patches(sm, r, g, keep=keep)
+                except Refused:
+                    continue
+                pg = patched_graph(sm, graph, index, p, prefix_only=True, begin=begin)
+                prob = Problem.from_graph(pg, memory.activations)
+                floor = ev.node_floor(p)
+                assert floor > 0
+                for order in (patch_order(pg, p), list(range(len(pg))),
+                              best_heuristic(prob)[0],
+                              heuristic_order(pg, p, prob, baselines=False)[1]):
+                    assert floor <= max(prob.evaluate(order).steps)
+                checked += 1
+    assume(checked)
+    return checked
+
+
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(sm=chains(max_ops=6), max_overhead=st.sampled_from([0.3, 1.0]))
+def test_hopeless_candidates_skipped_same_answer(monkeypatch, sm, max_overhead):
+    """Skipping the parts of candidates whose nodes alone cannot beat the incumbent
+    (`RegionSearch._hopeless`) changes nothing the search answers: the same choice, totals,
+    MACs and work counted."""
+    from memsched.patches.search import RegionSearch
+
+    graph, index = _graph_of(sm)
+    kw = dict(max_overhead=max_overhead, time_limit=None, max_regions=3)
+    fast = search(sm, graph, index, MEMORY, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(RegionSearch, "_hopeless", lambda self, plan, persist, bar: False)
+        slow = search(sm, graph, index, MEMORY, **kw)
+
+    def key(res):
+        c = res.choice
+        return None if c is None else (
+            [(x.region_start, x.region_ops, x.grid) for x in c.sequence], c.total, c.macs)
+
+    assert key(fast) == key(slow)
+    assert fast.priced == slow.priced

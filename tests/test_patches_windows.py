@@ -101,3 +101,32 @@ def test_band_sums_equal_band_by_band(seed):
                     if not isinstance(want, tuple):  # the same tensors, in the same order
                         assert [list(s) for s in got] == [list(s) for s in want]
 
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_shared_suffix_macs_equal_per_region(seed):
+    """The search's MACs (`_GroupMacs`: walks from each region end and each pass's targets,
+    shared by every region, suffix sums) against the per-region walk, grid by grid and in
+    both keep modes: the same MACs and the same refusals, whatever order the regions come
+    in (later regions read walks earlier ones began, deeper or shallower)."""
+    rng = np.random.default_rng(100 + seed)
+    sm = _random_model(rng, se=seed % 3 != 0)
+    starts = list(range(len(sm.ops)))
+    rng.shuffle(starts)
+    regs, _ = regions(sm, starts=starts, se=True, exact_reductions=False)
+    assert regs
+    order = list(range(len(regs)))
+    rng.shuffle(order)
+    walks: dict = {}
+    grids = [(1, 1), (1, 2), (2, 1), (2, 3), (3, 3), (8, 8), (10, 1), (16, 1), (5, 2), (30, 1)]
+    seen = 0
+    for i in order:
+        r = regs[i]
+        cache: dict = {"walks": walks}  # one per region, as the evaluator keeps it
+        for g in grids:
+            for keep in (False, True):
+                got = _answer(lambda: W.grid_macs(sm, r, g, keep, cache))
+                want = _answer(lambda: W.grid_macs(sm, r, g, keep))
+                assert got == want, (seed, r.start, r.length, g, keep)
+                seen += not isinstance(want, tuple)
+    assert seen

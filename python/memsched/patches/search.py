@@ -36,7 +36,7 @@ class RegionSearch:
                  extend: bool = False, priced: int | None = None):
         self.ev, self.before, self.extend = ev, before, extend
         self.limit = ev.meter.budget.priced if priced is None else priced
-        self.best_total = incumbent
+        self.best_total = self.incumbent = incumbent
         self.results: list[Candidate] = []  # every candidate priced
         self.plans: dict = {}  # Candidate.key -> PatchPlan
         self.refused: list[str] = []
@@ -103,7 +103,7 @@ class RegionSearch:
         ev, before = self.ev, self.before
         out_of_time = False  # out of budget (or, as a safety net, of time)
         for macs, patches, _, mode, _, _, g, r in cands:
-            out_of_time = out_of_time or bool(self.results and (
+            out_of_time = out_of_time or bool(self.priced and (
                 self.priced >= self.limit or ev.meter.out("pricing candidates")))
             floor, floor_ext = ev.floors(r, mode[0], before, self.max_end)
             copies = ev.copies(r, patches, before)
@@ -115,7 +115,7 @@ class RegionSearch:
             if best is not None and floor + copies >= best:
                 self._skip(floor_ext + copies, macs, r, g, mode, best)
                 continue
-            c = self.price(macs, r, g, mode, best)
+            c = self.price(macs, r, g, mode, best, hopeless_at=self.bar())
             self._improve(c)
 
     def _try_margins(self) -> None:
@@ -125,7 +125,7 @@ class RegionSearch:
             if c.keep or self.ev.meter.out("margins"):
                 continue
             m = self.price(c.macs, self.plans[c.key].region, c.grid, (False, True),
-                           self.best_total)
+                           self.best_total, hopeless_at=self.bar())
             self._improve(m)
 
     def _try_padded(self) -> None:
@@ -164,11 +164,12 @@ class RegionSearch:
             self.best_total = c.total
 
     def price(self, macs: int, r: Region, g: tuple, mode: tuple, limit: int | None,
-              counted: bool = True) -> Candidate | None:
+              counted: bool = True, hopeless_at: int | None = None) -> Candidate | None:
         """The candidate (region ``r``, grid ``g``, ``mode`` = (keep, margins)) priced by the
         evaluator; None when refused, over the MAC cap or when its bound reaches ``limit``
         (None: no limit) or when it is over ``max_slowdown`` after regions before
-        (`_too_slow`). ``counted``: by this search's counters (else by the sequence
+        (`_too_slow`), or when its nodes alone put it at ``hopeless_at`` or above
+        (`_hopeless`). ``counted``: by this search's counters (else by the sequence
         search's)."""
         ev, before = self.ev, self.before
         plan = ev.plan(r, g, mode)
@@ -188,11 +189,33 @@ class RegionSearch:
             self._skip(floor_ext + persist, macs, r, g, mode, limit)
             return None
         self.priced += counted
+        if hopeless_at is not None and self._hopeless(plan, persist, hopeless_at):
+            self.skipped += counted
+            return None
         c = ev.price(r, g, mode, plan, macs, own, before, limit)
         self.evaluated += counted
         self.results.append(c)
         self.plans[c.key] = plan
         return c
+
+    def bar(self) -> int | None:
+        """The total a candidate of this search must beat to matter (`_hopeless`): after
+        regions before, the sequence search's best total when this search began. None in
+        the first search, whose own best total may be one the MAC budget does not allow (it
+        draws the report's frontier and the sequences' seeds)."""
+        return self.incumbent if self.before.sequence else None
+
+    def _hopeless(self, plan, persist: int, bar: int) -> bool:
+        """Whether ``plan``'s nodes alone (`Evaluator.node_floor`) put its total, and every
+        sequence's through it, at ``bar`` or above: then its part is neither built nor
+        ordered. It still counts as priced (its plan was built), so the budgets run as they
+        did and the answer is the same, sooner (TVM's MobileNetV3-Small-like int8 @128:
+        most candidates after its first region are 1x2 plans over long regions, whose
+        windows barely shrink). Not under a fast bank (`fast_bank` weighs candidates of
+        any total)."""
+        if self.ev.request.fast_memory is not None:
+            return False
+        return self.ev.node_floor(plan) + persist >= bar
 
     def _too_slow(self, plan, counted: bool) -> bool:
         """Whether ``plan`` after the regions before is over ``max_slowdown`` (its
@@ -211,9 +234,14 @@ class RegionSearch:
             return False
         return (base + self.before.instructions + added) / base > req.max_slowdown + 1e-12
 
-    def price_deferred(self, d: Deferred) -> Candidate | None:
-        """Deferred candidate ``d`` priced as if this search had got to it (no limit)."""
-        return self.price(d.macs, d.region, d.grid, d.mode, None, counted=False)
+    def price_deferred(self, d: Deferred, bar: int | None = None) -> Candidate | None:
+        """Deferred candidate ``d`` priced as if this search had got to it (no limit);
+        ``bar``: the sequence search's best total now (`_hopeless`)."""
+        # a first region's candidates draw the report's time frontier, of any total
+        if not self.before.sequence and self.ev.time is not None:
+            bar = None
+        return self.price(d.macs, d.region, d.grid, d.mode, None, counted=False,
+                          hopeless_at=bar)
 
     def _skip(self, bound: int, macs: int, r: Region, g: tuple, mode: tuple, best: int):
         self.skipped += 1

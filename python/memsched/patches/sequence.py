@@ -211,7 +211,7 @@ class SequenceSearch:
         """Price deferred candidate ``d`` by the search that deferred it, as if it had got
         there; then it waits its turn to be extended."""
         self.ev.meter.priced += 1
-        c = owner.price_deferred(d)
+        c = owner.price_deferred(d, self.best_total)
         if c is not None:
             self.first.plans[c.key] = owner.plans[c.key]
             if c.macs <= self.mac_budget and self.ev.request.eligible(c):

@@ -12,18 +12,21 @@ target tensor's own size).
 The MACs of a grid (`grid_macs`) without building its plan: windows are rectangles whose
 bounding boxes split by axis, so a grid's windows are the products of its row and column ranges
 (`axis_windows`), and the MACs are sums of those ranges' extents per axis. The search counts
-them for thousands of (region, grid) pairs: every band of the band counts 1-8 is walked at
-once, one numpy lane per band (`_bands`), the same ranges as `axis_windows` band by band.
+them for tens of thousands of (region, grid) pairs: every band of the band counts 1-8 is walked
+at once, one numpy lane per band (`lanes`), the same ranges as `axis_windows` band by band; and
+the walks are shared by regions (`_GroupMacs`): the search's MACs are suffix sums over walks
+from each region end and each pass's targets. Without the search's cache, `grid_macs` walks
+each region on its own (`_bands`): the reference the shared sums are checked against.
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 
 from .errors import Refused
 from .geometry import SpatialModel, Win, axis_read, bbox
+from .lanes import BATCH, NONE, SharedWalk, lane_entry, lane_op
 from .regions import VECTOR, Region, pass_targets
 
 
@@ -133,7 +136,7 @@ def axis_program(sm: SpatialModel, region: Region, axis: int) -> list:
     dilation: the range's first to last tap; 2: any window, `geometry.axis_read`)."""
     prog = []
     for k in reversed(region.ops):
-        entry = _lane_op(sm, sm.ops[k], axis)
+        entry = lane_op(sm, sm.ops[k], axis)
         if entry is not None:  # the lanes' rule 3 is rule 0 here
             out, name, reads = entry
             prog.append((out, name, [(r[0], 0) + r[2:] if r[1] == 3 else r for r in reads]))
@@ -154,9 +157,11 @@ def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
     depend on that axis's band count only: ``cache`` (a dict the caller keeps) shares them
     between the grids of one region (e.g. the rows of 2x1, 2x2, 2x3, 2x4); its ``"walks"``
     entry, a dict the caller may share between regions, the walks of regions with the same
-    end (`_SharedWalk`)."""
+    end (`SharedWalk`)."""
     if cache is None:
         cache = {}
+    if "walks" in cache:
+        return _suffix_macs(sm, region, grid, keep, cache)
     fixed = cache.get("fixed")
     if fixed is None:  # what depends on the region alone, once per region
         passes = pass_targets(sm, region)
@@ -189,6 +194,172 @@ def grid_macs(sm: SpatialModel, region: Region, grid: tuple[int, int],
     return total + int((rows[0] * cols[0]).sum())
 
 
+class _GroupMacs:
+    """The MACs one pass group of a region computes, for every region that shares its
+    walk: walking back from the group's seeds (`SharedWalk`), an operator's windows depend
+    on the operators after it alone, not on where the region starts, so neither do its MACs
+    per grid; a region's are a suffix sum over its operators, kept per grid as cumulative
+    sums, O(1) per region (the search counts every grid of every region after each region
+    of a sequence: TVM's MobileNetV3-Small-like int8 @128 asks 36,000 times).
+
+    The seeds, by kind: ``strict`` the split tensors of the regions ending at ``top`` (no
+    reduction: one pass); ``pass`` one pass's targets (recompute: each pass walks its own
+    targets, lanes never mix, and only the operators before the targets are needed, so
+    every region with that pass shares it); ``keep`` every reduction input before ``top``
+    and the split tensors (keep: one walk of every pass's targets; the inputs of reductions
+    before a region's start only reach operators before it). The same sums as
+    `grid_macs`' per-region path, term by term (tests/test_patches_windows.py)."""
+
+    def __init__(self, sm: SpatialModel, kind: str, top: int, targets: tuple, hw,
+                 walks: dict):
+        self.sm, self.kind, self.top, self.targets, self.hw = sm, kind, top, targets, hw
+        self.walks = walks
+        self.cum: dict = {}  # grid -> (first operator counted, suffix sums from there)
+        self.rows: dict = {}  # (walk id, first operator) -> per operator its row, ...
+        self.mine: dict = {}  # (axis, count) -> its walk
+
+    @staticmethod
+    def of(sm: SpatialModel, kind: str, top: int, targets: tuple, hw, walks: dict
+           ) -> "_GroupMacs":
+        key = ("group macs", kind, top, targets)
+        got = walks.get(key)
+        if got is None:
+            got = walks[key] = _GroupMacs(sm, kind, top, targets, hw, walks)
+        return got
+
+    def _walk(self, axis: int, n: int, start: int) -> SharedWalk:
+        """The walk of ``n`` bands along ``axis`` (counts up to `BATCH` in one), walked
+        down to ``start``; a strict walk's `Refused` (an output never used)."""
+        walk = self.mine.get((axis, n))
+        if walk is None:
+            ns = tuple(range(1, BATCH + 1)) if n <= BATCH else (n,)
+            key = ("group walk", self.kind, self.top, self.targets, axis, ns)
+            walk = self.walks.get(key)
+            if walk is None:
+                walk = self.walks[key] = SharedWalk.seeded(self.sm, self.top, axis, ns,
+                                                            self.targets, self.hw,
+                                                            self.kind == "strict")
+            self.mine[(axis, n)] = walk
+        got = walk.reach(start)
+        if got is not None:
+            raise Refused(str(got))
+        return walk
+
+    def macs(self, start: int, grid: tuple[int, int]) -> int:
+        if self.top <= start:  # targets made before the region: nothing in it for them
+            return 0
+        rows, cols = grid
+        wa = self._walk(0, rows, start)
+        wb = self._walk(1, cols, start)
+        got = self.cum.get(grid)
+        if got is None or got[0] > start:
+            got = self.cum[grid] = (start, self._suffix(wa, rows, wb, cols, start))
+        return int(got[1][start - got[0]])
+
+    def _suffix(self, wa: SharedWalk, rows: int, wb: SharedWalk, cols: int, start: int
+                ) -> np.ndarray:
+        """Suffix sums from operator ``start`` to the top: per operator computed patch by
+        patch the MACs of its output windows, (row extents) x (column extents) x its MACs
+        per cell, where the first row band holds it (as `grid_macs` counts them)."""
+        sa, fa = wa.band_sums()
+        sb, _ = wb.band_sums()
+        ja, jb = wa.counts.index(rows), wb.counts.index(cols)
+        ia, m = self._rows(wa, start)
+        ib, _ = self._rows(wb, start)
+        per = np.zeros(len(ia), dtype=np.int64)
+        if sa.shape[1]:
+            ka, kb = np.maximum(ia, 0), np.maximum(ib, 0)
+            there = (ia >= 0) & fa[ja][ka]
+            if (there & (ib < 0)).any():
+                raise KeyError("a tensor of the row bands missing from the column bands")
+            per = np.where(there, sa[ja][ka] * sb[jb][kb] * m, 0)
+        out = np.zeros(len(per) + 1, dtype=np.int64)
+        out[:-1] = np.cumsum(per[::-1])[::-1]
+        return out
+
+    def _rows(self, walk: SharedWalk, start: int):
+        """Per operator from ``start`` to the top: the row of its output in ``walk`` (-1:
+        none, or not computed patch by patch) and its MACs per output cell."""
+        key = (id(walk), start)
+        got = self.rows.get(key)
+        if got is None:
+            sm = self.sm
+            pos = walk.positions()
+            idx, per = [], []
+            for k in range(start, self.top):
+                op = sm.ops[k]
+                if op.cls in VECTOR or op.is_pad:
+                    idx.append(-1), per.append(0)
+                    continue
+                idx.append(pos.get(op.output, -1))
+                per.append(sm.tensors[op.output].channels * op.macs_per_out)
+            got = self.rows[key] = (np.array(idx, dtype=np.intp),
+                                    np.array(per, dtype=np.int64))
+        return got
+
+
+def _suffix_macs(sm: SpatialModel, region: Region, grid: tuple[int, int], keep: bool,
+                 cache: dict) -> int:
+    """`grid_macs` from walks shared between regions (`_GroupMacs`, in ``cache["walks"]``):
+    the same MACs and the same `Refused` (a count too small for a size, rows first; then a
+    strict walk's)."""
+    groups = cache.get(("groups", keep))
+    if groups is None:  # once per region: its pass groups, their sizes, their walks
+        walks = cache["walks"]
+        passes = pass_targets(sm, region)
+        if len(passes) == 1:
+            checked = [None]
+            sums = [_GroupMacs.of(sm, "strict", region.length, tuple(region.split),
+                                  region.hw, walks)]
+        elif keep:
+            checked = _keep_targets(passes)
+            sums = [_GroupMacs.of(sm, "keep", region.length, _keep_seeds(sm, region), None,
+                                  walks)]
+        else:
+            checked, sums = passes, []
+            for group in passes:
+                targets = tuple(dict.fromkeys(group))
+                top = max(sm.producer.get(t, -1) for t in targets) + 1
+                sums.append(_GroupMacs.of(sm, "pass", top, targets, None, walks))
+        sizes = [[region.hw[axis]] if group is None else
+                 [sm.tensors[t].hw[axis] for t in group] for group in checked
+                 for axis in (0, 1)]
+        groups = cache[("groups", keep)] = (sizes, sums, _vector_macs(sm, region))
+    sizes, sums, total = groups
+    for axis, n in ((0, grid[0]), (1, grid[1])):
+        for per in sizes[axis::2]:  # as `lanes.seeds`: the first size too small
+            size = next((s for s in per if n > s), None)
+            if size is not None:
+                raise Refused(f"{n} bands do not fit a size of {size}")
+    for g in sums:
+        total += g.macs(region.start, grid)
+    return total
+
+
+def _vector_macs(sm: SpatialModel, region: Region) -> int:
+    """The MACs of the region's vector operators (computed once, whole): prefix sums kept
+    on the model."""
+    pre = sm.__dict__.get("_vector_prefix")
+    if pre is None or len(pre) != len(sm.ops) + 1:
+        pre = [0]
+        for op in sm.ops:
+            pre.append(pre[-1] + (sm.op_macs(op) if op.cls in VECTOR else 0))
+        sm.__dict__["_vector_prefix"] = pre
+    return pre[region.length] - pre[region.start]
+
+
+def _keep_seeds(sm: SpatialModel, region: Region) -> tuple:
+    """Keep's seeds for the regions ending where ``region`` does: the input of every
+    reduction before its end, then its split tensors (kept on the model)."""
+    known = sm.__dict__.setdefault("_keep_seeds", {})
+    key = (region.length, tuple(region.split))
+    got = known.get(key)
+    if got is None:
+        ins = [sm.ops[k].inputs[0] for k in range(region.length) if sm.ops[k].cls == "reduce"]
+        got = known[key] = tuple(dict.fromkeys([*ins, *region.split]))
+    return got
+
+
 def _band_sums(sm: SpatialModel, region: Region, axis: int, n: int, groups, keep: bool,
                cache: dict | None) -> list[dict]:
     """Per pass group (None: the region without reductions, cut at its split tensors): per
@@ -201,7 +372,7 @@ def _band_sums(sm: SpatialModel, region: Region, axis: int, n: int, groups, keep
 
 
 class _Walk(NamedTuple):
-    """The tensors one `_walk` held, in its order, and their columns."""
+    """The tensors one `lanes.lane_walk` held, in its order, and their columns."""
 
     names: list
     pos: dict
@@ -270,12 +441,8 @@ def _symmetric(sm: SpatialModel, k: int) -> bool:
     known = sm.__dict__.setdefault("_symmetric", {})
     got = known.get(k)
     if got is None:
-        got = known[k] = _lane_entry(sm, k, 0) == _lane_entry(sm, k, 1)
+        got = known[k] = lane_entry(sm, k, 0) == lane_entry(sm, k, 1)
     return got
-
-
-BATCH = 8  # band counts walked together (`_bands`): the default grids' rows and columns
-_NONE = 1 << 40  # a lane's low where the tensor is not needed (its high: -_NONE)
 
 
 def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], groups,
@@ -284,13 +451,13 @@ def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], grou
     ``ns``: `axis_windows` for every band of every count and group at once, one lane each,
     in one walk over the region (same ranges, same tensors, same reasons). The walk from the
     region's end is shared by every region with the same end, split tensors and groups (the
-    same seeds, `_SharedWalk`, kept in ``walks``): a region from ``start`` reads its first
+    same seeds, `SharedWalk`, kept in ``walks``): a region from ``start`` reads its first
     steps."""
     key = (region.length, tuple(region.split), axis, tuple(ns),
            tuple(None if g is None else tuple(g) for g in groups))
     walk = walks.get(key)
     if walk is None:
-        walk = walks[key] = _SharedWalk(sm, region, axis, ns, groups)
+        walk = walks[key] = SharedWalk(sm, region, axis, ns, groups)
     out = dict(walk.too_small)
     if not walk.blocks:
         return out
@@ -306,7 +473,7 @@ def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], grou
         lo = np.concatenate([lo, np.array([reads[t][0] for t in ins])])
         hi = np.concatenate([hi, np.array([reads[t][1] for t in ins])])
     ext = hi - lo
-    there = lo != _NONE  # a range is never that far out: the lanes that need the tensor
+    there = lo != NONE  # a range is never that far out: the lanes that need the tensor
     if not walk.strict:
         ext[~there] = 0
     blocks = walk.blocks
@@ -319,198 +486,3 @@ def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], grou
     return out
 
 
-def _seeds(sm: SpatialModel, region: Region, axis: int, ns: list[int], groups):
-    """The lanes of `_band_table`: (the counts too small for a size -> `Refused`, the counts
-    walked, the first lane of each (count, group), count-major, and the targets' lows and
-    highs per lane)."""
-    too_small: dict = {}
-    lanes = 0
-    seeds: dict = {}  # target (None: the split tensors) -> (first lane, lows, highs) per group
-    blocks: list[int] = []
-    counts: list[int] = []
-    for n in ns:
-        why = None
-        for group in groups:  # as `axis_windows` band by band: the first size too small
-            sizes = [region.hw[axis]] if group is None else \
-                [sm.tensors[t].hw[axis] for t in group]
-            size = next((s for s in sizes if n > s), None)
-            if size is not None:
-                why = Refused(f"{n} bands do not fit a size of {size}")
-                break
-        if why is not None:
-            too_small[n] = why
-            continue
-        counts.append(n)
-        for group in groups:
-            blocks.append(lanes)
-            if group is None:
-                seeds.setdefault(None, []).append((lanes, *_cuts(region.hw[axis], n)))
-            else:
-                for t in dict.fromkeys(group):
-                    seeds.setdefault(t, []).append((lanes, *_cuts(sm.tensors[t].hw[axis], n)))
-            lanes += n
-    lows: dict = {}
-    highs: dict = {}
-    for t, rows in seeds.items():  # a target's range in the lanes of its groups
-        lo = np.full(lanes, _NONE, dtype=np.int64)
-        hi = np.full(lanes, -_NONE, dtype=np.int64)
-        for first, a, b in rows:
-            lo[first:first + len(a)], hi[first:first + len(a)] = a, b
-        if t is None:  # the region without reductions: its split tensors, every lane
-            for s in region.split:
-                lows[s], highs[s] = lo, hi
-        else:
-            lows[t], highs[t] = lo, hi
-    return too_small, counts, blocks, lows, highs
-
-
-class _SharedWalk:
-    """`_walk` from operator ``end - 1`` down, one operator at a time, for every region that
-    ends at ``end`` with the same seeds: walking backwards, what the walk holds after the
-    operators from ``start`` on does not depend on the operators before ``start``. Per start
-    passed: the tensors held so far (walk order) and the ranges of the tensors read so far
-    and made before it (the region's inputs among them read theirs)."""
-
-    def __init__(self, sm: SpatialModel, region: Region, axis: int, ns: list[int], groups):
-        self.sm, self.axis, self.at = sm, axis, region.length
-        self.too_small, self.counts, self.blocks, lows, highs = _seeds(sm, region, axis, ns,
-                                                                       groups)
-        self.strict = strict = groups == [None]
-        self.full = set(lows) if strict else \
-            {t for t in lows if all(t in group for group in groups)}
-        self.lows, self.highs = lows, highs
-        self.names: list = []  # the tensors held, walk order; their ranges' rows below
-        lanes = len(next(iter(lows.values()))) if lows else 0
-        self.lo = np.empty((16, lanes), dtype=np.int64)
-        self.hi = np.empty((16, lanes), dtype=np.int64)
-        self.open = set(lows)  # tensors with ranges whose operator is not walked yet
-        self.snaps: dict = {}  # start -> (held count, {open tensor: (lows, highs)})
-        self.refused: tuple | None = None  # (operator index, Refused): the walk stops there
-
-    def upto(self, start: int):
-        """(held tensors, their lows and highs (rows), {tensor: (lows, highs)} of the tensors
-        read and made before ``start``) of the region from ``start``, or its `Refused`."""
-        lows, highs, opened = self.lows, self.highs, self.open
-        while self.at > start and self.refused is None:
-            k = self.at - 1
-            entry = _lane_entry(self.sm, k, self.axis)
-            if entry is not None:
-                try:
-                    got = _walk([entry], lows, highs, self.strict, self.full)
-                except Refused as e:
-                    self.refused = (k, e)
-                    break
-                for t, (a, b) in got.items():
-                    i = len(self.names)
-                    if i == len(self.lo):  # grow by doubling
-                        self.lo = np.concatenate([self.lo, np.empty_like(self.lo)])
-                        self.hi = np.concatenate([self.hi, np.empty_like(self.hi)])
-                    self.lo[i], self.hi[i] = a, b
-                    self.names.append(t)
-                opened.discard(entry[0])
-                opened.update(r[0] for r in entry[2])
-            self.at = k
-            self.snaps[k] = (len(self.names), {t: (lows[t], highs[t]) for t in opened})
-        if self.refused is not None and self.refused[0] >= start:
-            return self.refused[1]
-        count, reads = self.snaps[start]
-        return self.names[:count], self.lo[:count], self.hi[:count], reads
-
-
-def _lane_op(sm: SpatialModel, op, axis: int):
-    """One operator's entry of the lanes' walk (`_walk`): its output, its name for errors and
-    per read (tensor, mode, stride, pad, kernel, dilation, size), mode 0 split in two: 3 where
-    the read tensor is no smaller than the output along the axis (the range itself: every
-    range lies in its tensor), else 0; None for a vector operator, computed whole."""
-    if op.cls in VECTOR:
-        return None
-    osize = sm.tensors[op.output].shape[1 + axis]
-    reads = []
-    for pos, t in enumerate(op.inputs):
-        if op.cls == "scale" and pos == 1:
-            continue  # the vector: whole
-        size = sm.tensors[t].shape[1 + axis]
-        if op.cls != "window":
-            reads.append((t, 3, 1, 0, 1, 1, size) if size >= osize else (t, 0, 1, 0, 1, 1, size))
-            continue
-        kernel, stride = op.kernel[axis], op.stride[axis]
-        dilation, pad = op.dilation[axis], op.pad[axis]
-        mode = 1 if dilation == 1 and stride <= kernel else 2
-        reads.append((t, mode, stride, pad, kernel, dilation, size))
-    return (op.output, f"{op.index} ({op.kind})", reads)
-
-
-@lru_cache(maxsize=4096)
-def _cuts(size: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The lows and highs of ``n`` near-equal bands of ``size`` (`grid_cells`' rounding)."""
-    return (np.array([round(i * size / n) for i in range(n)], dtype=np.int64),
-            np.array([round((i + 1) * size / n) for i in range(n)], dtype=np.int64))
-
-
-def _lane_entry(sm: SpatialModel, k: int, axis: int):
-    """`_lane_op` of operator ``k``, kept on the model (``sm._lane_ops``)."""
-    known = sm.__dict__.setdefault("_lane_ops", {})
-    op = sm.ops[k]
-    got = known.get((axis, k))
-    if got is None or got[0] is not op:
-        got = known[(axis, k)] = (op, _lane_op(sm, op, axis))
-    return got[1]
-
-
-def _walk(program: list, lows: dict, highs: dict, strict: bool, full: set) -> dict:
-    """`axis_windows`' walk on numpy lanes (tensor -> int64 array per lane; a lane where a
-    tensor is not needed holds ``_NONE`` / ``-_NONE``; ``strict``: every lane needs the same
-    tensors, an output never needed is refused; ``full``: tensors every lane needs, grown as
-    the walk goes). Returns tensor -> (lows, highs) per
-    operator output, walk order."""
-    held: dict = {}
-    for out, where, reads in program:
-        a = lows.get(out)
-        if a is None:
-            if strict:
-                raise Refused(f"operator {where}: its output is never used")
-            continue
-        b = highs[out]
-        ok = None
-        if out not in full:
-            ok = a != _NONE
-            if ok.all():
-                ok = None
-                full.add(out)
-        held[out] = (a, b)
-        for t, mode, stride, pad, kernel, dilation, size in reads:
-            if ok is None:
-                full.add(t)  # every lane reads it
-            if mode == 3:  # element-wise, concat, no smaller: the same range
-                r0, r1 = a, b
-            elif mode == 0:  # ... clipped (not emptied, as `axis_windows`)
-                r0, r1 = np.maximum(a, 0), np.minimum(b, size)
-            else:
-                if mode == 1:
-                    r0 = np.maximum(a * stride - pad, 0)
-                    r1 = np.minimum((b - 1) * stride - pad + kernel, size)
-                else:
-                    r0, r1 = _axis_read(a, b, kernel, stride, dilation, pad, size)
-                empty = r0 >= r1
-                if empty.any():
-                    r0, r1 = np.where(empty, 0, r0), np.where(empty, 0, r1)
-                if ok is not None:
-                    r0, r1 = np.where(ok, r0, _NONE), np.where(ok, r1, -_NONE)
-            if t in lows:
-                lows[t], highs[t] = np.minimum(lows[t], r0), np.maximum(highs[t], r1)
-            else:
-                lows[t], highs[t] = r0, r1
-    return held
-
-
-def _axis_read(a, b, kernel: int, stride: int, dilation: int, pad: int, size: int):
-    """`geometry.axis_read` on lanes (an empty range not yet zeroed: the caller does)."""
-    lo = np.full(a.shape, size, dtype=np.int64)
-    hi = np.full(a.shape, -1, dtype=np.int64)
-    for j in range(kernel):
-        off = j * dilation - pad
-        o = np.maximum(a, -(-(-off) // stride))
-        lo = np.where(o < b, np.minimum(lo, o * stride + off), lo)
-        o = np.minimum(b - 1, (size - 1 - off) // stride)
-        hi = np.where(o >= a, np.maximum(hi, o * stride + off + 1), hi)
-    return lo, hi
