@@ -353,10 +353,10 @@ class Evaluator:
         """A lower bound on the peak of any order of ``plan``'s part: a node runs with its
         inputs among the plan's nodes and its output live (and its workspace), each counted
         as `Problem` counts it in `patched_graph` (no in-place reuse there; a model output
-        only where the model counts outputs). Cheap
-        beside building and ordering the part: on long regions in few patches the windows
-        barely shrink and this alone shows most candidates cannot win (TVM's
-        MobileNetV3-Small-like int8 @128: 874 of 1,000)."""
+        only where the model counts outputs). Cheap beside building and ordering the part:
+        on long regions in few patches the windows barely shrink and this alone shows most
+        candidates cannot win (TVM's MobileNetV3-Small-like int8 @128: 792 of its 1,000
+        priced candidates)."""
         r = plan.region
         key = (r.start, r.length, tuple(r.split), plan.grid, plan.keep, plan.margins,
                plan.padded_sources)
