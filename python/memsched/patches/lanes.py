@@ -22,39 +22,44 @@ BATCH = 8  # band counts walked together (`windows`): the default grids' rows an
 NONE = 1 << 40  # a lane's low where the tensor is not needed (its high: -NONE)
 
 
+def too_small(n: int, sizes) -> Refused | None:
+    """Why ``n`` bands do not fit (as `axis_windows` band by band: the first size smaller
+    than ``n``, group by group; ``sizes``: per group, its targets' sizes), or None."""
+    for per in sizes:
+        size = next((s for s in per if n > s), None)
+        if size is not None:
+            return Refused(f"{n} bands do not fit a size of {size}")
+    return None
+
+
 def seeds(sm: SpatialModel, region: Region, axis: int, ns: list[int], groups):
-    """The lanes of `windows._band_table`: (the counts too small for a size -> `Refused`, the counts
-    walked, the first lane of each (count, group), count-major, and the targets' lows and
-    highs per lane)."""
-    too_small: dict = {}
+    """The lanes of `windows._band_table`: (the counts too small for a size -> `Refused`, the
+    counts walked, the first lane of each (count, group), count-major, and the targets' lows
+    and highs per lane)."""
+    small: dict = {}
     lanes = 0
-    seeds: dict = {}  # target (None: the split tensors) -> (first lane, lows, highs) per group
+    per: dict = {}  # target (None: the split tensors) -> (first lane, lows, highs) per group
     blocks: list[int] = []
     counts: list[int] = []
+    sizes = [[region.hw[axis]] if group is None else [sm.tensors[t].hw[axis] for t in group]
+             for group in groups]
     for n in ns:
-        why = None
-        for group in groups:  # as `axis_windows` band by band: the first size too small
-            sizes = [region.hw[axis]] if group is None else \
-                [sm.tensors[t].hw[axis] for t in group]
-            size = next((s for s in sizes if n > s), None)
-            if size is not None:
-                why = Refused(f"{n} bands do not fit a size of {size}")
-                break
+        why = too_small(n, sizes)
         if why is not None:
-            too_small[n] = why
+            small[n] = why
             continue
         counts.append(n)
         for group in groups:
             blocks.append(lanes)
             if group is None:
-                seeds.setdefault(None, []).append((lanes, *cuts(region.hw[axis], n)))
+                per.setdefault(None, []).append((lanes, *cuts(region.hw[axis], n)))
             else:
                 for t in dict.fromkeys(group):
-                    seeds.setdefault(t, []).append((lanes, *cuts(sm.tensors[t].hw[axis], n)))
+                    per.setdefault(t, []).append((lanes, *cuts(sm.tensors[t].hw[axis], n)))
             lanes += n
     lows: dict = {}
     highs: dict = {}
-    for t, rows in seeds.items():  # a target's range in the lanes of its groups
+    for t, rows in per.items():  # a target's range in the lanes of its groups
         lo = np.full(lanes, NONE, dtype=np.int64)
         hi = np.full(lanes, -NONE, dtype=np.int64)
         for first, a, b in rows:
@@ -64,7 +69,7 @@ def seeds(sm: SpatialModel, region: Region, axis: int, ns: list[int], groups):
                 lows[s], highs[s] = lo, hi
         else:
             lows[t], highs[t] = lo, hi
-    return too_small, counts, blocks, lows, highs
+    return small, counts, blocks, lows, highs
 
 
 class SharedWalk:
@@ -74,22 +79,34 @@ class SharedWalk:
     passed: the tensors held so far (walk order) and the ranges of the tensors read so far
     and made before it (the region's inputs among them read theirs)."""
 
-    def __init__(self, sm: SpatialModel, region: Region, axis: int, ns: list[int], groups):
-        self.sm, self.axis, self.at = sm, axis, region.length
-        self.too_small, self.counts, self.blocks, lows, highs = seeds(sm, region, axis, ns,
-                                                                       groups)
-        self.strict = strict = groups == [None]
-        self.full = set(lows) if strict else \
-            {t for t in lows if all(t in group for group in groups)}
+    def __init__(self, sm: SpatialModel, top: int, axis: int, counts: list, blocks: list,
+                 lows: dict, highs: dict, strict: bool, full: set, too_small: dict,
+                 keep_reads: bool):
+        self.sm, self.axis, self.at = sm, axis, top
+        self.too_small, self.counts, self.blocks = too_small, counts, blocks
+        self.strict, self.full = strict, full
         self.lows, self.highs = lows, highs
         self.names: list = []  # the tensors held, walk order; their ranges' rows below
         lanes = len(next(iter(lows.values()))) if lows else 0
         self.lo = np.empty((16, lanes), dtype=np.int64)
         self.hi = np.empty((16, lanes), dtype=np.int64)
         self.open = set(lows)  # tensors with ranges whose operator is not walked yet
-        self.snaps: dict = {}  # start -> (held count, {open tensor: (lows, highs)})
+        # start -> (held count, {open tensor: (lows, highs)}: the reads, when kept)
+        self.snaps: dict = {}
         self.refused: tuple | None = None  # (operator index, Refused): the walk stops there
-        self.keep_reads = True
+        self.keep_reads = keep_reads
+
+    @classmethod
+    def of_region(cls, sm: SpatialModel, region: Region, axis: int, ns: list[int], groups
+                  ) -> "SharedWalk":
+        """The walk of ``region``'s pass ``groups`` (`seeds`: the counts too small left out),
+        from its end, the reads of its inputs kept."""
+        small, counts, blocks, lows, highs = seeds(sm, region, axis, ns, groups)
+        strict = groups == [None]
+        full = set(lows) if strict else \
+            {t for t in lows if all(t in group for group in groups)}
+        return cls(sm, region.length, axis, counts, blocks, lows, highs, strict, full, small,
+                   True)
 
     @classmethod
     def seeded(cls, sm: SpatialModel, top: int, axis: int, ns: tuple, targets: tuple, hw,
@@ -97,11 +114,8 @@ class SharedWalk:
         """A walk from operator ``top - 1`` down of ``targets`` (each cut in the bands of
         its own size; ``hw``: the one size of them all, a strict walk's), every count of
         ``ns`` walked whatever the sizes (`_GroupMacs` asks only for counts that fit its
-        region's)."""
-        w = cls.__new__(cls)
-        w.sm, w.axis, w.at = sm, axis, top
-        w.too_small, w.counts, w.strict = {}, list(ns), strict
-        w.blocks = [sum(ns[:j]) for j in range(len(ns))]
+        region's); MACs only: the region inputs' reads are not kept."""
+        blocks = [sum(ns[:j]) for j in range(len(ns))]
         lanes = sum(ns)
         lows: dict = {}
         highs: dict = {}
@@ -109,19 +123,11 @@ class SharedWalk:
             size = hw[axis] if hw is not None else sm.tensors[t].hw[axis]
             lo = np.empty(lanes, dtype=np.int64)
             hi = np.empty(lanes, dtype=np.int64)
-            for first, n in zip(w.blocks, ns):
+            for first, n in zip(blocks, ns):
                 lo[first:first + n], hi[first:first + n] = cuts(size, n)
             lows[t], highs[t] = lo, hi
-        w.full = set(lows)  # one group: every lane needs every target
-        w.lows, w.highs = lows, highs
-        w.names = []
-        w.lo = np.empty((16, lanes), dtype=np.int64)
-        w.hi = np.empty((16, lanes), dtype=np.int64)
-        w.open = set(lows)
-        w.snaps = {}
-        w.refused = None
-        w.keep_reads = False  # MACs only: the region inputs' reads are not asked for
-        return w
+        # one group: every lane needs every target
+        return cls(sm, top, axis, list(ns), blocks, lows, highs, strict, set(lows), {}, False)
 
     def positions(self) -> dict:
         """Tensor -> its row, for the tensors held so far."""

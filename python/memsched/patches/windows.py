@@ -26,7 +26,7 @@ import numpy as np
 
 from .errors import Refused
 from .geometry import SpatialModel, Win, axis_read, bbox
-from .lanes import BATCH, NONE, SharedWalk, lane_entry, lane_op
+from .lanes import BATCH, NONE, SharedWalk, lane_entry, lane_op, too_small
 from .regions import VECTOR, Region, pass_targets
 
 
@@ -326,11 +326,10 @@ def _suffix_macs(sm: SpatialModel, region: Region, grid: tuple[int, int], keep: 
                  for axis in (0, 1)]
         groups = cache[("groups", keep)] = (sizes, sums, _vector_macs(sm, region))
     sizes, sums, total = groups
-    for axis, n in ((0, grid[0]), (1, grid[1])):
-        for per in sizes[axis::2]:  # as `lanes.seeds`: the first size too small
-            size = next((s for s in per if n > s), None)
-            if size is not None:
-                raise Refused(f"{n} bands do not fit a size of {size}")
+    for axis, n in ((0, grid[0]), (1, grid[1])):  # rows first, as `_bands`
+        why = too_small(n, sizes[axis::2])
+        if why is not None:
+            raise why
     for g in sums:
         total += g.macs(region.start, grid)
     return total
@@ -457,7 +456,7 @@ def _band_table(sm: SpatialModel, region: Region, axis: int, ns: list[int], grou
            tuple(None if g is None else tuple(g) for g in groups))
     walk = walks.get(key)
     if walk is None:
-        walk = walks[key] = SharedWalk(sm, region, axis, ns, groups)
+        walk = walks[key] = SharedWalk.of_region(sm, region, axis, ns, groups)
     out = dict(walk.too_small)
     if not walk.blocks:
         return out
