@@ -230,6 +230,8 @@ class _GroupMacs:
     def _walk(self, axis: int, n: int, start: int) -> SharedWalk:
         """The walk of ``n`` bands along ``axis`` (counts up to `BATCH` in one), walked
         down to ``start``; a strict walk's `Refused` (an output never used)."""
+        if axis == 1 and self._square():
+            axis = 0  # the same walk along both axes
         walk = self.mine.get((axis, n))
         if walk is None:
             ns = tuple(range(1, BATCH + 1)) if n <= BATCH else (n,)
@@ -244,6 +246,18 @@ class _GroupMacs:
         if got is not None:
             raise Refused(str(got))
         return walk
+
+    def _square(self) -> bool:
+        """Are the walks along both axes the same: square targets, and below the top only
+        operators whose lane entries are the same along both axes (as `_square`, for every
+        region the walks may serve)?"""
+        got = self.__dict__.get("square")
+        if got is None:
+            sm = self.sm
+            hw = [self.hw] if self.hw is not None else [sm.tensors[t].hw for t in self.targets]
+            got = self.square = all(h == w for h, w in hw) and \
+                all(_symmetric(sm, k) for k in range(self.top))
+        return got
 
     def macs(self, start: int, grid: tuple[int, int]) -> int:
         if self.top <= start:  # targets made before the region: nothing in it for them
