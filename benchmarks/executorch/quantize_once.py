@@ -18,10 +18,8 @@ to ExecuTorch's default program's (docs/executorch_patches.md, "The patch machin
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
-import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
@@ -33,34 +31,19 @@ MODELS = "mobilenet_v1_025,resnet8,mbv2bn-0.35-144,mobilenet_v2"
 def _programs(name: str, slowdowns):
     """Yields (max_slowdown, mode, plan summary, search factor, predicted, default program,
     program, input) for the search's choice and the quantize-once one."""
-    from executorch.exir import ExecutorchBackendConfig
-    from executorch.exir.passes import MemoryPlanningPass
-
-    import memsched.executorch as mx
     import memsched.patches.evaluator as evaluator
-    from executorch_cortex_m import edge_int8
     from memsched.executorch.memory.instructions import program_instructions
     from memsched.patches.starts import region_starts
-    from time_budget import _et_build, _et_total
+    from time_budget import _et_total, et_default, et_patched
 
-    model, shape = _et_build(name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        edge, x = edge_int8(copy.deepcopy(model), shape, 4, None)
-        base = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(
-            memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False))).buffer
+    edge, x, base = et_default(name, False)
     modes = {"search": region_starts,
              "quantize once": lambda sm: [s for s in region_starts(sm) if s > 0] or [0]}
     try:
         for s in slowdowns:
             for mode, starts in modes.items():
                 evaluator.region_starts = starts
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    cfg = mx.backend_config(tile_patches=True, share_values=True,
-                                            max_slowdown=s, alloc_graph_input=False)
-                    ours = mx.share_values(copy.deepcopy(edge).to_executorch(cfg).buffer)[0]
-                p = list(mx.report(cfg).values())[0].patches
+                ours, p = et_patched(edge, s, False)
                 plan = p.summary().split(", MACs")[0] if p.patched else "unpatched"
                 yield (s, mode, plan, p.slowdown or 1.0,
                        _et_total(program_instructions(ours)), base, ours, x)

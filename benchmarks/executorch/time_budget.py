@@ -109,13 +109,13 @@ def _plan(c) -> str:
 
 
 # ---------------------------------------------------------------------------- ExecuTorch
-def et_rows(name: str, slowdowns, planned: bool) -> list[dict]:
+def et_default(name: str, planned: bool):
+    """(edge program, input, ExecuTorch's default program) of model ``name`` int8 through the
+    Cortex-M flow (``planned``: the input in the arena too)."""
     from executorch.exir import ExecutorchBackendConfig
     from executorch.exir.passes import MemoryPlanningPass
 
-    import memsched.executorch as mx
-    from executorch_cortex_m import _on_board, edge_int8
-    from memsched.executorch.memory.instructions import program_instructions
+    from executorch_cortex_m import edge_int8
 
     model, shape = _et_build(name)
     with warnings.catch_warnings():
@@ -123,15 +123,31 @@ def et_rows(name: str, slowdowns, planned: bool) -> list[dict]:
         edge, x = edge_int8(copy.deepcopy(model), shape, 4, None)
         base = copy.deepcopy(edge).to_executorch(ExecutorchBackendConfig(
             memory_planning_pass=MemoryPlanningPass(alloc_graph_input=planned))).buffer
+    return edge, x, base
+
+
+def et_patched(edge, s: float | None, planned: bool):
+    """(the program memsched writes of ``edge`` with patches at ``max_slowdown`` ``s``, values
+    shared; its patch report)."""
+    import memsched.executorch as mx
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = mx.backend_config(tile_patches=True, share_values=True, max_slowdown=s,
+                                alloc_graph_input=planned)
+        ours = mx.share_values(copy.deepcopy(edge).to_executorch(cfg).buffer)[0]
+    return ours, list(mx.report(cfg).values())[0].patches
+
+
+def et_rows(name: str, slowdowns, planned: bool) -> list[dict]:
+    from executorch_cortex_m import _on_board
+    from memsched.executorch.memory.instructions import program_instructions
+
+    edge, x, base = et_default(name, planned)
     base_pred = _et_total(program_instructions(base))
     rows = []
     for s in slowdowns:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cfg = mx.backend_config(tile_patches=True, share_values=True, max_slowdown=s,
-                                    alloc_graph_input=planned)
-            ours = mx.share_values(copy.deepcopy(edge).to_executorch(cfg).buffer)[0]
-        p = list(mx.report(cfg).values())[0].patches
+        ours, p = et_patched(edge, s, planned)
         m = _on_board(base, ours, x, None, f"{name}-{_label(s)}")
         row = {"runtime": "executorch", "model": name, "planned": planned, "max_slowdown": s,
                "plan": p.summary().split(", MACs")[0] if p.patched else "unpatched",
