@@ -128,17 +128,24 @@ def test_pins_and_per_bank_alignment_are_kept(float_program):
     assert all(torch.equal(a, b) for a, b in zip(run_method(default, "forward", [x]), got))
 
 
+def _small_cortex_m(stem_stride: int):
+    """(edge program, input, ExecuTorch's default program, its arena sizes) of a small CNN
+    int8 through the Cortex-M flow (the M55's MVE export, the caller's input)."""
+    torch.manual_seed(2)
+    model = nn.Sequential(cba(3, 8, 3, stem_stride), Block(8, 8, 1, 2), cba(8, 16, 3, 2),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
+    edge, x = int8_edge(model, (1, 3, 48, 48), isa="mve", calibration=2)
+    default, dsizes = _lower(edge, ExecutorchBackendConfig(
+        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
+    return edge, x, default, dsizes
+
+
 def test_patches_prefer_a_plan_that_fits_the_fast_bank_and_run_bit_equal_on_the_m55(tmp_path):
     """The Cortex-M flow (int8, the M55's MVE export, the caller's input) with patches: a fast
     bank smaller than the unpatched arena but larger than a patched one gets the whole
     arena (100 % of the traffic); the program runs bit-equal to ExecuTorch's default program
     on the board, whose runner gives each planned buffer a span of its own."""
-    torch.manual_seed(2)
-    model = nn.Sequential(cba(3, 8, 3, 2), Block(8, 8, 1, 2), cba(8, 16, 3, 2),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
-    edge, x = int8_edge(model, (1, 3, 48, 48), isa="mve", calibration=2)
-    default, dsizes = _lower(edge, ExecutorchBackendConfig(
-        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
+    edge, x, default, dsizes = _small_cortex_m(stem_stride=2)
     mm = _map(dsizes[1] * 3 // 4 // 16 * 16)
     cfg = mx.backend_config(tile_patches=True, share_values=True, alloc_graph_input=False,
                             memory_map=mm, max_slowdown=None)
@@ -196,12 +203,7 @@ def test_when_no_plan_fits_the_fast_bank_the_placed_share_decides(monkeypatch, t
     runs bit-equal to ExecuTorch's default program on the M55."""
     from memsched.patches import fast_bank
 
-    torch.manual_seed(2)
-    model = nn.Sequential(cba(3, 8, 3, 1), Block(8, 8, 1, 2), cba(8, 16, 3, 2),
-                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4))
-    edge, x = int8_edge(model, (1, 3, 48, 48), isa="mve", calibration=2)
-    default, dsizes = _lower(edge, ExecutorchBackendConfig(
-        memory_planning_pass=MemoryPlanningPass(alloc_graph_input=False)))
+    edge, x, default, dsizes = _small_cortex_m(stem_stride=1)
     mm = _map(dsizes[1] // 6 // 16 * 16)
 
     def lowered():
